@@ -1,0 +1,106 @@
+"""Run a task module and record the ATen ops that actually execute in `forward`.
+
+`trace_code` runs in this process and is meant for code the project rendered itself; untrusted code
+(LLM output, audited datasets, reference problems) goes through `trace_isolated`, which runs the same
+function in a subprocess with a per-item timeout so a hang or crash costs one item.
+
+Tracing happens on the meta device by default: no memory is allocated and sizes do not matter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_SKIP = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
+
+
+class _Recorder(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket).replace("::", ".")
+        if not name.startswith("aten."):
+            name = f"aten.{name}" if "." not in name else name
+        if name not in _SKIP:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def load_module(code: str, name: str = "task") -> dict[str, Any]:
+    """Exec a task's source the way KernelBench's harness does and return its namespace."""
+    ns: dict[str, Any] = {"__name__": name}
+    exec(compile(code, f"<{name}>", "exec"), ns)  # noqa: S102 - callers have statically checked `code`
+    return ns
+
+
+def trace_code(code: str, device: str = "meta") -> list[str]:
+    """ATen ops (overload packets, e.g. 'aten.convolution') executed by Model.forward, in order."""
+    ns = load_module(code)
+    with torch.device(device), torch.no_grad():
+        model = ns["Model"](*ns["get_init_inputs"]())
+        inputs = ns["get_inputs"]()
+        rec = _Recorder()
+        with rec:
+            model(*inputs)
+    return rec.ops
+
+
+def _serve() -> None:
+    """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out."""
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            out = {"ok": True, "ops": trace_code(req["code"], req.get("device", "meta"))}
+        except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
+            out = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "meta") -> list[dict[str, Any]]:
+    """Trace each source in a subprocess; returns {'ok', 'ops'} or {'ok': False, 'error'} per item."""
+    import selectors
+
+    results: list[dict[str, Any]] = []
+    proc = None
+    for code in codes:
+        if proc is None or proc.poll() is not None:
+            proc = subprocess.Popen([sys.executable, "-m", "operators.trace"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert proc.stdin and proc.stdout
+        try:
+            proc.stdin.write(json.dumps({"code": code, "device": device}) + "\n")
+            proc.stdin.flush()
+        except BrokenPipeError:
+            results.append({"ok": False, "error": "tracer process died"})
+            proc = None
+            continue
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(timeout_s)
+        sel.close()
+        line = proc.stdout.readline() if ready else ""
+        if line:
+            results.append(json.loads(line))
+            continue
+        proc.kill()
+        proc.wait()
+        why = f"timed out after {timeout_s:g}s" if not ready else f"crashed (exit {proc.returncode})"
+        results.append({"ok": False, "error": f"tracing {why}"})
+        proc = None
+    if proc is not None:
+        proc.stdin.close()  # type: ignore[union-attr]
+        proc.wait(timeout=10)
+    return results
+
+
+if __name__ == "__main__":
+    _serve()

@@ -1,0 +1,250 @@
+"""Run configuration: frozen dataclasses read from TOML presets, validated at load, saved beside outputs.
+
+A preset (data/presets/NAME.toml) or a user file gives every section; fields it leaves out keep the
+defaults below. The resolved config is written to DIR/config.toml so every row can be traced back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import OpsynthError
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "data" / "presets"
+
+
+class ConfigError(OpsynthError):
+    """A config or preset that cannot be used as written."""
+
+
+@dataclass(frozen=True)
+class RunSection:
+    seed: int = 0
+    n: int = 64  # tasks to sample
+    device: str = "cpu"  # cpu | cuda
+    workers: int = 2  # profile worker processes (per GPU on cuda)
+    shard_size: int = 16  # tasks per shard: the unit of resumption
+
+
+@dataclass(frozen=True)
+class SampleSection:
+    min_ops: int = 1
+    max_ops: int = 6
+    # weight of each operator count 1..max_ops; default puts >= 40% on 3+ operators
+    depth_weights: tuple[float, ...] = (0.15, 0.25, 0.25, 0.15, 0.1, 0.1)
+    dag_share: float = 0.3  # share of tasks that are DAGs (branches, residuals, several inputs)
+    categories: tuple[str, ...] = ()  # empty: every category
+    category_weights: dict[str, float] = field(default_factory=dict)  # missing: 1.0 (uniform)
+    composer: str = "template"  # template | llm
+    # sizing: target eager runtime window (log-uniform) on the target device
+    target_min_ms: float = 1.5
+    target_max_ms: float = 50.0
+    max_peak_memory_gb: float = 8.0
+    target_gpu: str = "H200"
+    bandwidth_gbps: float = 4300.0  # measured copy bandwidth, GB/s
+    tflops_fp32: float = 60.0  # fp32 without TF32
+    tflops_bf16: float = 790.0
+    launch_overhead_us: float = 5.0
+
+
+@dataclass(frozen=True)
+class ProfileSection:
+    timeout_s: float = 120.0  # per task, wall clock, in the worker
+    memory_limit_gb: float = 16.0  # host address-space cap per worker on cpu; GPU memory fraction on cuda
+    compile: bool = True
+    compile_backend: str = "inductor"
+    warmup: int = 3
+    min_runs: int = 5
+    max_runs: int = 100
+    iqr_target: float = 0.02  # stop timing when IQR / median is below this
+    input_draws: int = 3  # different input draws for the sensitivity check
+    early_reject_factor: float = 10.0  # quick eager run this far outside the window skips the rest
+
+
+@dataclass(frozen=True)
+class FilterSection:
+    min_eager_ms: float = 1.0
+    max_eager_ms: float = 100.0
+    require_compile: bool = True
+    compile_tolerance: float = 1e-2  # Ops-6K verifier; 1e-4 is recorded too
+    require_deterministic: bool = True
+    determinism_tolerance: float = 0.0  # 0: bitwise
+    min_input_sensitivity: float = 1e-4
+    reject_degenerate: bool = True
+    max_peak_memory_gb: float = 8.0
+    require_label_match: bool = True
+
+
+@dataclass(frozen=True)
+class DecontaminateSection:
+    reference: tuple[str, ...] = ("builtin",)  # builtin | PATH | HUB_ID
+    ast_threshold: float = 0.9
+    minhash_threshold: float = 0.7
+    op_signature: bool = True
+
+
+@dataclass(frozen=True)
+class DedupeSection:
+    minhash_threshold: float = 0.7
+    structural: bool = True
+
+
+@dataclass(frozen=True)
+class PublishSection:
+    name: str = "opsynth-ops"
+    license: str = "cc-by-4.0"
+    shard_rows: int = 5000
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str = "custom"
+    run: RunSection = field(default_factory=RunSection)
+    sample: SampleSection = field(default_factory=SampleSection)
+    profile: ProfileSection = field(default_factory=ProfileSection)
+    filter: FilterSection = field(default_factory=FilterSection)
+    decontaminate: DecontaminateSection = field(default_factory=DecontaminateSection)
+    dedupe: DedupeSection = field(default_factory=DedupeSection)
+    publish: PublishSection = field(default_factory=PublishSection)
+
+    def with_overrides(self, **run_fields: Any) -> Config:
+        """Return a copy with `run` fields replaced (CLI flags); None values are ignored."""
+        given = {k: v for k, v in run_fields.items() if v is not None}
+        return replace(self, run=replace(self.run, **given)) if given else self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_toml(self) -> str:
+        return _to_toml(self.to_dict())
+
+
+def _check(cond: bool, where: str, msg: str) -> None:
+    if not cond:
+        raise ConfigError(f"config error in {where}: {msg}")
+
+
+def validate(cfg: Config, where: str) -> Config:
+    """Reject impossible settings at load, naming the field and the fix."""
+    s, r, f = cfg.sample, cfg.run, cfg.filter
+    _check(r.n >= 1, where, f"run.n must be >= 1 (got {r.n})")
+    _check(r.device in ("cpu", "cuda"), where, f"run.device must be 'cpu' or 'cuda' (got {r.device!r})")
+    _check(r.workers >= 1, where, f"run.workers must be >= 1 (got {r.workers})")
+    _check(r.shard_size >= 1, where, f"run.shard_size must be >= 1 (got {r.shard_size})")
+    _check(1 <= s.min_ops <= s.max_ops <= 6, where,
+           f"sample.min_ops/max_ops must satisfy 1 <= min <= max <= 6 (got {s.min_ops}..{s.max_ops})")
+    _check(len(s.depth_weights) >= s.max_ops, where,
+           f"sample.depth_weights needs one weight per operator count up to max_ops={s.max_ops} "
+           f"(got {len(s.depth_weights)})")
+    allowed = s.depth_weights[s.min_ops - 1 : s.max_ops]
+    _check(all(w >= 0 for w in s.depth_weights) and sum(allowed) > 0, where,
+           f"sample.depth_weights must be >= 0 with some weight between min_ops and max_ops (got {s.depth_weights})")
+    _check(0.0 <= s.dag_share <= 1.0, where, f"sample.dag_share must be in [0, 1] (got {s.dag_share})")
+    _check(0 < s.target_min_ms < s.target_max_ms, where, "sample.target_min_ms must be > 0 and < target_max_ms")
+    _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
+    _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
+    _check(cfg.profile.timeout_s > 0, where, "profile.timeout_s must be > 0")
+    _check(cfg.profile.min_runs >= 3, where, "profile.min_runs must be >= 3 (a median needs a spread)")
+    _check(cfg.profile.input_draws >= 2, where, "profile.input_draws must be >= 2")
+    for key in ("ast_threshold", "minhash_threshold"):
+        v = getattr(cfg.decontaminate, key)
+        _check(0 < v <= 1, where, f"decontaminate.{key} must be in (0, 1] (got {v})")
+    _check(len(cfg.decontaminate.reference) >= 1, where, "decontaminate.reference needs at least one entry")
+    if s.categories:
+        from operators.catalog import CATEGORIES  # lazy: the catalog imports torch
+
+        unknown = sorted(set(s.categories) - set(CATEGORIES))
+        _check(not unknown, where, f"sample.categories has unknown {unknown}; known: {sorted(CATEGORIES)}")
+    return cfg
+
+
+def _build(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    _check(not unknown, where, f"unknown key(s) {unknown} in [{section}]; known: {sorted(known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        default = getattr(cls(), key)
+        if isinstance(default, tuple):
+            _check(isinstance(value, list | tuple), where, f"[{section}] {key} must be a list")
+            value = tuple(value)
+        elif isinstance(default, bool):
+            _check(isinstance(value, bool), where, f"[{section}] {key} must be true or false")
+        elif isinstance(default, float):
+            _check(isinstance(value, int | float) and not isinstance(value, bool), where,
+                   f"[{section}] {key} must be a number (got {value!r})")
+            value = float(value)
+        elif isinstance(default, int):
+            _check(isinstance(value, int) and not isinstance(value, bool), where,
+                   f"[{section}] {key} must be an integer (got {value!r})")
+        elif isinstance(default, str):
+            _check(isinstance(value, str), where, f"[{section}] {key} must be a string (got {value!r})")
+        elif isinstance(default, dict):
+            _check(isinstance(value, dict), where, f"[{section}] {key} must be a table")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def from_dict(data: dict[str, Any], where: str) -> Config:
+    sections = {f.name: f for f in fields(Config) if f.name != "name"}
+    unknown = sorted(set(data) - set(sections) - {"name"})
+    _check(not unknown, where, f"unknown section(s) {unknown}; known: {sorted(sections)}")
+    kwargs: dict[str, Any] = {"name": str(data.get("name", "custom"))}
+    for name, f in sections.items():
+        raw = data.get(name, {})
+        _check(isinstance(raw, dict), where, f"[{name}] must be a table")
+        kwargs[name] = _build(f.default_factory, raw, where, name)  # type: ignore[arg-type]
+    return validate(Config(**kwargs), where)
+
+
+def load_file(path: str | Path) -> Config:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {p} does not exist; pass an existing TOML file or --preset NAME")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"config file {p} is not valid TOML ({e}); fix the syntax at that line") from None
+    return from_dict(data, str(p))
+
+
+def presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.toml"))
+
+
+def load_preset(name: str) -> Config:
+    p = PRESET_DIR / f"{name}.toml"
+    if not p.is_file():
+        raise ConfigError(f"unknown preset {name!r}; choose one of {presets()} or pass --config FILE")
+    return load_file(p)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v)} to TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() else _toml_value(k)
+
+
+def _to_toml(d: dict[str, Any]) -> str:
+    lines = [f"{k} = {_toml_value(v)}" for k, v in d.items() if not isinstance(v, dict)]
+    for k, v in d.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{k}]")
+            lines += [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,199 @@
+"""The run directory: one folder of parquet shards per table, completion markers, config and manifest.
+
+Layout (a contract other tools rely on):
+
+    DIR/config.toml            resolved config
+    DIR/manifest.json          versions, seeds, host, stage times and counts
+    DIR/<table>/part-00000.parquet  +  DIR/<table>/part-00000.done
+    DIR/report.duckdb          written by `report`
+    DIR/dataset/               written by `publish`
+
+A shard's parquet file is written to a temporary name and renamed; its `.done` marker is written
+last. Readers see only shards with markers, so a run killed mid-shard leaves no partial rows, and a
+rerun recomputes exactly the shards without markers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import OpsynthError
+
+TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe")
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+class RunDir:
+    """A run directory on local disk."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    # ---- shards -------------------------------------------------------------------------------
+    def table_dir(self, table: str) -> Path:
+        return self.path / table
+
+    def shard_path(self, table: str, shard: int) -> Path:
+        return self.table_dir(table) / f"part-{shard:05d}.parquet"
+
+    def is_done(self, table: str, shard: int) -> bool:
+        return self.shard_path(table, shard).with_suffix(".done").exists()
+
+    def done_shards(self, table: str) -> list[int]:
+        d = self.table_dir(table)
+        return sorted(int(p.stem.split("-")[1]) for p in d.glob("part-*.done")) if d.is_dir() else []
+
+    def write_shard(self, table: str, shard: int, rows: list[dict[str, Any]] | pa.Table,
+                    schema: pa.Schema | None = None) -> Path:
+        """Write one shard atomically, then its completion marker."""
+        d = self.table_dir(table)
+        d.mkdir(parents=True, exist_ok=True)
+        t = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+        if schema is not None and isinstance(rows, pa.Table):
+            t = t.select(schema.names).cast(schema)
+        path = self.shard_path(table, shard)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        pq.write_table(t, tmp, compression="zstd")
+        os.replace(tmp, path)
+        _atomic_write_bytes(path.with_suffix(".done"), json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
+        return path
+
+    def replace_table(self, table: str, rows: list[dict[str, Any]] | pa.Table,
+                      schema: pa.Schema | None = None) -> Path:
+        """Write a whole table as shard 0, dropping older shards (for cheap whole-table stages)."""
+        d = self.table_dir(table)
+        if d.is_dir():
+            for p in d.glob("part-*.done"):
+                if p.stem != "part-00000":
+                    p.unlink()
+        path = self.write_shard(table, 0, rows, schema)
+        for p in d.glob("part-*.parquet"):
+            if p.name != path.name:
+                p.unlink()
+        return path
+
+    def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table | None:
+        """All completed shards of a table in shard order, or None if it has none."""
+        shards = self.done_shards(table)
+        if not shards:
+            return None
+        parts = [pq.read_table(self.shard_path(table, s), columns=columns) for s in shards]
+        return pa.concat_tables(parts, promote_options="default")
+
+    def read_rows(self, table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+        t = self.read_table(table, columns)
+        return [] if t is None else t.to_pylist()
+
+    def require_table(self, table: str, stage_hint: str) -> pa.Table:
+        t = self.read_table(table)
+        if t is None:
+            raise OpsynthError(f"{self.path} has no {table}/ table yet; run `opsynth {stage_hint} {self.path}` first")
+        return t
+
+    # ---- config and manifest ------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.toml"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def load_config(self):
+        from pipeline.config import load_file
+
+        if not self.config_path.exists():
+            raise OpsynthError(
+                f"{self.path} is not a run directory (no config.toml); create one with `opsynth run --out {self.path}`"
+            )
+        return load_file(self.config_path)
+
+    def init(self, config) -> None:
+        """Create the directory for `config`, or check that an existing one was made by the same config."""
+        from pipeline.config import load_file
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        new = config.to_toml()
+        if self.config_path.exists():
+            old_cfg = load_file(self.config_path)
+            # workers and device change how a run executes, not what it produces
+            same = _comparable(old_cfg.to_dict()) == _comparable(config.to_dict())
+            if not same:
+                diff = _first_difference(old_cfg.to_dict(), config.to_dict())
+                raise OpsynthError(
+                    f"{self.path} was made by a different config ({diff}); use a new --out DIR "
+                    f"or delete {self.path} to start over"
+                )
+            return
+        _atomic_write_bytes(self.config_path, new.encode())
+        self.update_manifest(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), host=host_info())
+
+    def manifest(self) -> dict[str, Any]:
+        return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
+
+    def update_manifest(self, **entries: Any) -> None:
+        m = self.manifest()
+        for k, v in entries.items():
+            if isinstance(v, dict) and isinstance(m.get(k), dict):
+                m[k].update(v)
+            else:
+                m[k] = v
+        _atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2, default=str).encode())
+
+    def record_stage(self, stage: str, seconds: float, **counts: Any) -> None:
+        self.update_manifest(stages={stage: {"seconds": round(seconds, 3), **counts,
+                                             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}})
+
+
+def _comparable(d: dict[str, Any]) -> dict[str, Any]:
+    d = json.loads(json.dumps(d))
+    for k in ("workers", "device"):
+        d["run"].pop(k, None)
+    return d
+
+
+def _first_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str:
+    for k in sorted(set(a) | set(b)):
+        if k in ("workers", "device") and prefix == "run.":
+            continue
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            r = _first_difference(va, vb, f"{prefix}{k}.")
+            if r:
+                return r
+        elif va != vb and not (isinstance(va, list | tuple) and isinstance(vb, list | tuple) and list(va) == list(vb)):
+            return f"{prefix}{k}: {va!r} there, {vb!r} now"
+    return ""
+
+
+def host_info() -> dict[str, Any]:
+    import importlib.metadata as md
+
+    versions = {}
+    for pkg in ("opsynth", "torch", "datasets", "pyarrow"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    return {"hostname": socket.gethostname(), "python": platform.python_version(),
+            "platform": platform.platform(), "versions": versions}
+
+
+def chunks(items: list[Any], size: int) -> Iterable[tuple[int, list[Any]]]:
+    for i in range(0, len(items), size):
+        yield i // size, items[i : i + size]
