@@ -30,6 +30,8 @@ import pyarrow.parquet as pq
 from pipeline.errors import OpsynthError
 
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe")
+# verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
+VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3}
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -104,6 +106,14 @@ class RunDir:
         if t is None:
             raise OpsynthError(f"{self.path} has no {table}/ table yet; run `opsynth {stage_hint} {self.path}` first")
         return t
+
+    def write_verdicts(self, stage: str, rows: list[dict[str, Any]]) -> Path:
+        """Replace `stage`'s verdicts (task_id, keep, reason); other stages' verdicts stay."""
+        from pipeline.schema import VERDICTS
+
+        full = [{"task_id": r["task_id"], "stage": stage, "keep": bool(r["keep"]), "reason": r.get("reason") or ""}
+                for r in rows]
+        return self.write_shard("verdicts", VERDICT_SHARDS[stage], full, VERDICTS)
 
     # ---- config and manifest ------------------------------------------------------------------
     @property
