@@ -1,0 +1,17 @@
+"""The filter contract: a check looks at one record and returns None (keep) or a one-line reason (drop)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Check = Callable[[dict[str, Any], Any], "str | None"]
+
+
+def decide(record: dict[str, Any], checks: Sequence[Check], settings: Any) -> tuple[bool, str]:
+    """Apply checks in order; the first reason wins, so every drop names exactly one cause."""
+    for check in checks:
+        reason = check(record, settings)
+        if reason:
+            return False, reason
+    return True, ""

@@ -1,0 +1,327 @@
+"""The `opsynth` command line: every stage on its own, and `run` for all of them in order.
+
+Errors the user can fix are OpsynthError: they print as one line (what is wrong, and the fix) and
+exit with status 2. Finished shards stay on disk whatever happens, so rerunning resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.config import Config, ConfigError, load_preset
+from pipeline.errors import OpsynthError
+from pipeline.store import RunDir
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Build training datasets of GPU-kernel optimization tasks (KernelBench format).")
+reference_app = typer.Typer(no_args_is_help=True, help="Build and inspect decontamination references.")
+app.add_typer(reference_app, name="reference")
+
+RUN_STAGES = ("sample", "profile", "filter", "decontaminate", "dedupe", "publish", "report")
+DirArg = Annotated[Path, typer.Argument(help="run directory")]
+ExecutorOpt = Annotated[str, typer.Option(help="local (processes pinned to GPUs) or ray")]
+GpusOpt = Annotated[str | None, typer.Option(help="GPU indices for the local executor, e.g. 0,1 (default: all visible)")]
+RayOpt = Annotated[str | None, typer.Option(help="Ray cluster address for --executor ray (default: start a local one)")]
+WorkersOpt = Annotated[int | None, typer.Option(help="worker processes (per GPU on cuda)")]
+RefOpt = Annotated[list[str] | None, typer.Option("--reference", help="builtin | PATH | HUB_ID; repeat for several")]
+
+
+def _say(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+def _gpus(spec: str | None) -> list[int] | None:
+    if not spec:
+        return None
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise OpsynthError(f"--gpus {spec!r} is not a list of GPU indices; write e.g. --gpus 0,1") from None
+
+
+def _open(path: Path, workers: int | None = None) -> tuple[RunDir, Config]:
+    rd = RunDir(path)
+    cfg = rd.load_config().with_overrides(workers=workers)
+    return rd, cfg
+
+
+def _resolve_config(preset: str | None, config: Path | None) -> Config:
+    if preset and config:
+        raise ConfigError("give either --preset NAME or --config FILE, not both")
+    if config:
+        from pipeline.config import load_file
+
+        return load_file(config)
+    return load_preset(preset or "demo")
+
+
+def _llm_settings(composer: str | None, base_url: str | None, model: str | None):
+    if composer != "llm":
+        return None
+    if not base_url or not model:
+        raise OpsynthError("--composer llm needs --llm-base-url URL and --llm-model NAME")
+    from pipeline.errors import require
+
+    require("openai", "llm")
+    from operators.llm_composer import LLMSettings
+
+    return LLMSettings(base_url=base_url, model=model)
+
+
+def _stage(name: str, fn, *args, **kwargs):
+    t0 = time.time()
+    _say(f"[{name}] ...")
+    out = fn(*args, **kwargs)
+    _say(f"[{name}] done in {time.time() - t0:.1f}s: {json.dumps(out, default=str) if isinstance(out, dict) else out}")
+    return out
+
+
+@app.command()
+def run(
+    preset: Annotated[str | None, typer.Option(help="preset name in data/presets (default: demo)")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
+    out: Annotated[Path | None, typer.Option(help="run directory (default: runs/<preset>)")] = None,
+    n: Annotated[int | None, typer.Option(help="tasks to sample")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda")] = None,
+    workers: WorkersOpt = None,
+    executor: ExecutorOpt = "local",
+    gpus: GpusOpt = None,
+    ray_address: RayOpt = None,
+    reference: RefOpt = None,
+    composer: Annotated[str | None, typer.Option(help="template (default) or llm")] = None,
+    llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for --composer llm")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="model name for --composer llm")] = None,
+) -> None:
+    """Run every stage: sample, profile, filter, decontaminate, dedupe, publish, report."""
+    import dataclasses
+
+    cfg = _resolve_config(preset, config).with_overrides(n=n, seed=seed, device=device, workers=workers)
+    if reference:
+        cfg = dataclasses.replace(cfg, decontaminate=dataclasses.replace(cfg.decontaminate, reference=tuple(reference)))
+    if composer:
+        cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, composer=composer))
+    from pipeline.config import validate
+
+    validate(cfg, "command line")
+    llm = _llm_settings(cfg.sample.composer, llm_base_url, llm_model)
+    rd = RunDir(out or Path("runs") / cfg.name)
+    rd.init(cfg)
+    t0 = time.time()
+    from pipeline.stages import filter as filter_stage
+    from pipeline.stages import profile as profile_stage
+    from pipeline.stages import sample as sample_stage
+
+    _stage("sample", sample_stage.run, rd, cfg, llm)
+    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address)
+    _stage("filter", filter_stage.run, rd, cfg)
+    _decontaminate(rd, cfg, None)
+    _dedupe(rd, cfg)
+    folder = _publish(rd, None)
+    _report(rd, None)
+    rd.update_manifest(total_seconds=round(time.time() - t0, 2))
+    typer.echo(f"published {folder}")
+
+
+@app.command()
+def sample(
+    dir: DirArg,
+    llm_base_url: Annotated[str | None, typer.Option(help="endpoint when the config's composer is llm")] = None,
+    llm_model: Annotated[str | None, typer.Option(help="model when the config's composer is llm")] = None,
+) -> None:
+    """Sample and render tasks into DIR/tasks/ (the config in DIR decides how many and how)."""
+    from pipeline.stages import sample as sample_stage
+
+    rd, cfg = _open(dir)
+    _stage("sample", sample_stage.run, rd, cfg, _llm_settings(cfg.sample.composer, llm_base_url, llm_model))
+
+
+@app.command()
+def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "local", gpus: GpusOpt = None,
+            ray_address: RayOpt = None) -> None:
+    """Measure every task in isolated worker processes into DIR/measurements/."""
+    from pipeline.stages import profile as profile_stage
+
+    rd, cfg = _open(dir, workers)
+    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address)
+
+
+@app.command("filter")
+def filter_cmd(dir: DirArg) -> None:
+    """Apply the config's thresholds to the measurements (re-runs in seconds)."""
+    from pipeline.stages import filter as filter_stage
+
+    rd, cfg = _open(dir)
+    _stage("filter", filter_stage.run, rd, cfg)
+
+
+def _decontaminate(rd: RunDir, cfg: Config, reference: list[str] | None):
+    from pipeline.stages import decontaminate as stage
+
+    return _stage("decontaminate", stage.run, rd, cfg, reference)
+
+
+def _dedupe(rd: RunDir, cfg: Config):
+    from pipeline.stages import dedupe as stage
+
+    return _stage("dedupe", stage.run, rd, cfg)
+
+
+def _publish(rd: RunDir, to: Path | None) -> Path:
+    from pipeline.publish import publish as do_publish
+
+    return _stage("publish", do_publish, rd, to)
+
+
+def _report(rd: RunDir, sql: str | None) -> str:
+    from pipeline import report
+
+    _stage("report", report.build, rd)
+    return report.query(rd, sql) if sql else report.canned(rd)
+
+
+@app.command()
+def decontaminate(dir: DirArg, reference: RefOpt = None) -> None:
+    """Compare every task with KernelBench (AST, operator signature, MinHash) into DIR/contamination/."""
+    rd, cfg = _open(dir)
+    _decontaminate(rd, cfg, reference)
+
+
+@app.command()
+def dedupe(dir: DirArg) -> None:
+    """Find exact, structural and near duplicates among the kept tasks into DIR/dedupe/."""
+    rd, cfg = _open(dir)
+    _dedupe(rd, cfg)
+
+
+@app.command()
+def publish(
+    dir: DirArg,
+    to: Annotated[Path | None, typer.Option(help="output folder (default: DIR/dataset)")] = None,
+    repo_id: Annotated[str | None, typer.Option(help="push to this Hub dataset repo, ORG/NAME")] = None,
+    private: Annotated[bool, typer.Option(help="create the Hub repo as private")] = False,
+    revision: Annotated[str | None, typer.Option(help="branch to push to")] = None,
+    dry_run: Annotated[bool, typer.Option(help="list what would be uploaded, upload nothing")] = False,
+) -> None:
+    """Write the Hub-ready dataset folder; with --repo-id, push it in one commit."""
+    rd, _ = _open(dir)
+    if repo_id:
+        from pipeline.hub import validate_repo_id
+
+        validate_repo_id(repo_id)  # fail before the (slow) folder build
+    folder = _publish(rd, to)
+    typer.echo(str(folder))
+    if repo_id:
+        from pipeline.hub import push
+
+        typer.echo(push(folder, repo_id, private=private, revision=revision, dry_run=dry_run))
+
+
+@app.command()
+def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None) -> None:
+    """Write DIR/report.duckdb and print the canned reports (or an ad-hoc --sql query)."""
+    rd = RunDir(dir)
+    rd.load_config()
+    typer.echo(_report(rd, sql))
+
+
+@app.command()
+def catalog(as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
+    """List the operator catalog with counts per category."""
+    from operators.catalog import catalog_summary
+
+    summary = catalog_summary()
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    typer.echo(f"{summary['total']} operators in {len(summary['by_category'])} categories")
+    for cat, names in sorted(summary["by_category"].items()):
+        typer.echo(f"  {cat:<22} {len(names):>4}  {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+
+
+@app.command()
+def audit(
+    file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, or a folder of .py files")],
+    out: Annotated[Path, typer.Option(help="run directory to create")],
+    stages: Annotated[str, typer.Option(help="comma-separated: decontaminate,dedupe,profile,filter")] = "decontaminate,dedupe",
+    preset: Annotated[str | None, typer.Option(help="preset for thresholds (default: demo)")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
+    reference: RefOpt = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda for --stages profile")] = None,
+    workers: WorkersOpt = None,
+    executor: ExecutorOpt = "local",
+    gpus: GpusOpt = None,
+) -> None:
+    """Import any KernelBench-format dataset into a run directory and run the chosen stages on it."""
+    import dataclasses
+
+    from pipeline.stages import audit as audit_stage
+
+    chosen = [s.strip() for s in stages.split(",") if s.strip()]
+    allowed = ("profile", "filter", "decontaminate", "dedupe")
+    bad = [s for s in chosen if s not in allowed]
+    if bad:
+        raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
+    cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
+    cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}")
+    rd = RunDir(out)
+    rd.init(cfg)
+    _stage("import", audit_stage.import_dataset, file, rd, cfg)
+    for s in [s for s in allowed if s in chosen]:
+        if s == "profile":
+            from pipeline.stages import profile as profile_stage
+
+            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus))
+        elif s == "filter":
+            from pipeline.stages import filter as filter_stage
+
+            _stage("filter", filter_stage.run, rd, cfg)
+        elif s == "decontaminate":
+            _decontaminate(rd, cfg, reference)
+        elif s == "dedupe":
+            _dedupe(rd, cfg)
+    typer.echo(_report(rd, None))
+
+
+@reference_app.command("build")
+def reference_build(
+    sources: Annotated[list[str], typer.Argument(help="Hub id, parquet/jsonl with `code`, or folder of .py")],
+    out: Annotated[Path, typer.Option(help="index file to write (parquet)")],
+) -> None:
+    """Turn references into a fingerprint index (no source text) for offline decontamination."""
+    from pipeline.reference import build_index
+
+    typer.echo(str(_stage("reference build", build_index, sources, out)))
+
+
+def main() -> None:
+    try:
+        rv = app(standalone_mode=False)
+    except OpsynthError as e:
+        typer.echo(f"opsynth: error: {e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        _interrupted()
+    except Exception as e:  # typer's vendored click: usage errors show themselves; Abort is Ctrl-C
+        if type(e).__name__ == "Abort":
+            _interrupted()
+        if not hasattr(e, "show"):
+            raise
+        e.show()
+        sys.exit(getattr(e, "exit_code", 2))
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _interrupted() -> None:
+    typer.echo("opsynth: interrupted; finished shards are kept, rerun the same command to resume", err=True)
+    sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Stage 4, filter: cheap, re-runnable keep/drop decisions from the measurements and the config's thresholds."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from filters.base import decide
+from filters.degenerate import input_sensitive, not_degenerate
+from filters.determinism import compiles_and_agrees, deterministic
+from filters.labels import labels_match
+from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok
+from pipeline.config import Config
+from pipeline.store import RunDir
+
+# order matters: the first failing check is the reason recorded
+CHECKS = (ran_ok, eager_in_window, compiles_and_agrees, deterministic, input_sensitive, not_degenerate,
+          peak_memory_under_cap, labels_match)
+
+
+def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:
+    return decide(m, CHECKS, cfg.filter)
+
+
+def run(rd: RunDir, cfg: Config) -> dict[str, Any]:
+    t0 = time.time()
+    rd.require_table("measurements", "profile")
+    ops = {r["task_id"]: r["ops"] for r in rd.read_rows("tasks", ["task_id", "ops"])}
+    rows = []
+    for m in rd.read_rows("measurements"):
+        keep, reason = decide_measurement({**m, "ops": ops.get(m["task_id"])}, cfg)
+        rows.append({"task_id": m["task_id"], "keep": keep, "reason": reason})
+    rd.write_verdicts("filter", rows)
+    kept = sum(r["keep"] for r in rows)
+    reasons = Counter(r["reason"].split(" (")[0] for r in rows if not r["keep"])
+    rd.record_stage("filter", time.time() - t0, considered=len(rows), kept=kept, rejected=dict(reasons))
+    return {"considered": len(rows), "kept": kept, "rejected": dict(reasons)}
