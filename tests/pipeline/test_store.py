@@ -1,0 +1,47 @@
+"""The run directory contract: shards with markers, atomic writes, config mismatch detection."""
+
+import json
+
+import pytest
+
+from pipeline.config import load_preset
+from pipeline.errors import OpsynthError
+from pipeline.schema import VERDICTS
+from pipeline.store import RunDir
+
+
+def test_only_marked_shards_are_read(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.write_shard("verdicts", 0, [{"task_id": "a", "stage": "filter", "keep": True, "reason": ""}], VERDICTS)
+    rd.write_shard("verdicts", 1, [{"task_id": "b", "stage": "filter", "keep": False, "reason": "x"}], VERDICTS)
+    # a shard whose marker is missing (killed before the marker) is invisible
+    (tmp_path / "verdicts" / "part-00001.done").unlink()
+    assert [r["task_id"] for r in rd.read_rows("verdicts")] == ["a"]
+    assert rd.done_shards("verdicts") == [0]
+    assert not list((tmp_path / "verdicts").glob(".*tmp*"))
+
+
+def test_write_verdicts_replaces_one_stage_only(tmp_path):
+    rd = RunDir(tmp_path)
+    rd.write_verdicts("filter", [{"task_id": "a", "keep": True}])
+    rd.write_verdicts("dedupe", [{"task_id": "a", "keep": False, "reason": "dup"}])
+    rd.write_verdicts("filter", [{"task_id": "a", "keep": False, "reason": "slow"}])
+    got = sorted((r["stage"], r["keep"], r["reason"]) for r in rd.read_rows("verdicts"))
+    assert got == [("dedupe", False, "dup"), ("filter", False, "slow")]
+
+
+def test_init_refuses_a_directory_from_another_config(tmp_path):
+    cfg = load_preset("demo")
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    rd.init(cfg.with_overrides(workers=7))  # how it runs may change
+    with pytest.raises(OpsynthError, match="different config.*seed"):
+        rd.init(cfg.with_overrides(seed=cfg.run.seed + 1))
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert "versions" in manifest["host"]
+    assert (tmp_path / "run" / "config.toml").read_text() == cfg.to_toml()
+
+
+def test_missing_table_names_the_stage_to_run(tmp_path):
+    with pytest.raises(OpsynthError, match="opsynth profile"):
+        RunDir(tmp_path).require_table("measurements", "profile")
