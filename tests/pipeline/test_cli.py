@@ -1,0 +1,72 @@
+"""Bad input at the command line: one readable line naming the problem and the fix, non-zero exit."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_preset
+from pipeline.store import RunDir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def opsynth(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _one_error_line(p: subprocess.CompletedProcess) -> str:
+    assert p.returncode != 0
+    lines = [x for x in p.stderr.splitlines() if x.startswith("opsynth: error:")]
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    return lines[0]
+
+
+def test_unknown_stage():
+    p = opsynth("sampel", "runs/x")
+    assert p.returncode == 2 and "No such command 'sampel'" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_unknown_preset():
+    assert "choose one of" in _one_error_line(opsynth("run", "--preset", "nope"))
+
+
+@pytest.mark.parametrize("text, fragment", [("[run\n", "not valid TOML"), ("[run]\nn = 'x'\n", "[run] n"),
+                                            ("[sample]\nmax_ops = 9\n", "max_ops")])
+def test_malformed_config(tmp_path, text, fragment):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    line = _one_error_line(opsynth("run", "--config", str(cfg), "--out", str(tmp_path / "r")))
+    assert fragment in line and str(cfg) in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_config_file(tmp_path):
+    assert "does not exist" in _one_error_line(opsynth("run", "--config", str(tmp_path / "none.toml")))
+
+
+def test_stage_on_a_directory_that_is_not_a_run(tmp_path):
+    assert "not a run directory" in _one_error_line(opsynth("filter", str(tmp_path)))
+
+
+def test_stage_before_its_input_exists(tmp_path):
+    RunDir(tmp_path / "r").init(load_preset("demo"))
+    line = _one_error_line(opsynth("filter", str(tmp_path / "r")))
+    assert "opsynth profile" in line
+
+
+def test_run_directory_from_a_different_config_is_refused_and_kept(tmp_path):
+    rd = RunDir(tmp_path / "r")
+    rd.init(load_preset("demo"))
+    before = (tmp_path / "r" / "config.toml").read_text()
+    line = _one_error_line(opsynth("run", "--preset", "demo", "--seed", "99", "--out", str(tmp_path / "r")))
+    assert "different config" in line and "seed" in line
+    assert (tmp_path / "r" / "config.toml").read_text() == before
+
+
+def test_bad_gpu_list(tmp_path):
+    RunDir(tmp_path / "r").init(load_preset("demo"))
+    assert "--gpus" in _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "zero"))
