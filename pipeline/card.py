@@ -1,0 +1,270 @@
+"""The dataset card (README.md): Hub YAML metadata matching the files, then how the data was made and how to use it.
+
+The YAML header is built from the same Arrow schemas the parquet files are written with, so the
+`dataset_info` features cannot drift from the files. Usage snippets name the repository as
+REPO_PLACEHOLDER; `hub.push` substitutes the real id in the uploaded copy.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from typing import Any
+
+REPO_PLACEHOLDER = "ORG/NAME"
+
+# name -> (data_files path, arrow schema getter name in pipeline.publish)
+CONFIGS = {
+    "default": ("data/train-*", "PUBLISHED"),
+    "contamination": ("contamination/contamination.parquet", "PUBLISHED_CONTAMINATION"),
+    "rejections": ("rejections/rejections.parquet", "REJECTIONS"),
+    "rejection_summary": ("rejections/summary.parquet", "REJECTION_SUMMARY"),
+}
+
+
+def size_category(n: int) -> str:
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")]
+    return next((label for bound, label in bounds if n < bound), "1M<n<10M")
+
+
+def _num_rows(manifest: dict[str, Any], config: str) -> int:
+    if config == "default":
+        return int(manifest["rows"])
+    if config == "contamination":
+        return int(manifest.get("contamination_rows", 0))
+    if config == "rejections":
+        return sum(r["count"] for r in manifest.get("rejections", []))
+    if config == "rejection_summary":
+        return len(manifest.get("rejections", []))
+    raise KeyError(config)
+
+
+def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The YAML metadata block as a dict (license, categories, configs, dataset_info)."""
+    from datasets import Features
+
+    from pipeline import publish
+
+    cfg = manifest["config"]
+    configs, infos = [], []
+    for name, (path, schema_name) in CONFIGS.items():
+        entry: dict[str, Any] = {"config_name": name, "data_files": [{"split": "train", "path": path}]}
+        if name == "default":
+            entry["default"] = True
+        configs.append(entry)
+        features = Features.from_arrow_schema(getattr(publish, schema_name))._to_yaml_list()
+        infos.append({"config_name": name, "features": features,
+                      "splits": [{"name": "train", "num_examples": _num_rows(manifest, name)}]})
+    return {
+        "license": cfg["publish"]["license"],
+        "pretty_name": cfg["publish"]["name"],
+        "language": ["en"],
+        "task_categories": ["text-generation"],
+        "tags": ["code", "cuda", "triton", "gpu-kernels", "pytorch", "kernelbench", "synthetic"],
+        "size_categories": [size_category(int(manifest["rows"]))],
+        "configs": configs,
+        "dataset_info": infos,
+    }
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None else f"{x:.{digits}g}"
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _glance(rows: list[dict[str, Any]]) -> list[str]:
+    n = len(rows)
+    eager = [r["eager_ms"] for r in rows if r.get("eager_ms")]
+    speed = [r["compile_speedup"] for r in rows if r.get("compile_speedup")]
+    ops = Counter(r["num_ops"] for r in rows)
+    gpus = sorted({r["gpu"] for r in rows if r.get("gpu")})
+    out = ["| | |", "|---|---|", f"| tasks | {n:,} |",
+           "| operators per task | " + ", ".join(f"{k}: {100 * v / n:.1f}%" for k, v in sorted(ops.items())) + " |",
+           f"| DAGs (branches, residuals, several inputs) | {100 * sum(bool(r.get('is_dag')) for r in rows) / n:.1f}% |",
+           f"| distinct operators | {len({o for r in rows for o in r['ops_list']})} |",
+           f"| measured on | {', '.join(gpus) or 'not profiled'} |",
+           f"| median eager runtime | {_fmt(_median(eager))} ms |"]
+    if speed:
+        out.append(f"| torch.compile faster than eager | {100 * sum(s > 1 for s in speed) / len(speed):.1f}% of tasks "
+                   f"(median speedup {_fmt(_median(speed))}x) |")
+    return out
+
+
+def _funnel(manifest: dict[str, Any]) -> list[str]:
+    out = ["| step | tasks |", "|---|---:|"]
+    out += [f"| {s['step']} | {s['tasks']:,} |" for s in manifest["funnel"]]
+    out.append(f"| **published** | **{manifest['rows']:,}** |")
+    if manifest.get("rejections"):
+        out += ["", "Rejections by first stage and reason (full list: `rejections/rejections.parquet`):", "",
+                "| stage | reason | tasks |", "|---|---|---:|"]
+        out += [f"| {r['stage']} | {r['reason_kind']} | {r['count']:,} |" for r in manifest["rejections"][:20]]
+    return out
+
+
+def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    n = len(rows)
+    stages = set(manifest.get("stages_run", []))
+    cfg = manifest["config"]
+    f = cfg["filter"]
+    ops = Counter(r["num_ops"] for r in rows)
+    depth = ", ".join(f"{k}: {100 * v / n:.1f}%" for k, v in sorted(ops.items()))
+    gpus = ", ".join(manifest.get("gpu") or []) or "n/a"
+    dag = 100 * sum(bool(r.get("is_dag")) for r in rows) / n
+    yes_no = {True: "yes", False: "not run for this release"}
+    return [
+        "| | CUDA-Agent-Ops-6K | this dataset |",
+        "|---|---|---|",
+        f"| tasks | 6,000 | {n:,} |",
+        "| columns | `ops`, `data_source`, `code` | the same three (same types), then typed metadata |",
+        f"| graph shapes | chains only | chains and DAGs ({dag:.1f}% DAGs) |",
+        f"| operators per task | 1: 3.4%, 2: 83.8%, 3: 7.6%, 4: 2.8%, 5: 1.2% | {depth} |",
+        f"| runtime window | eager 1-100 ms on H20 (not published) | eager {f['min_eager_ms']:g}-{f['max_eager_ms']:g} ms "
+        f"on {gpus}; eager and compile times in every row |",
+        "| decontamination vs KernelBench | AST similarity > 0.9, levels 1-3 | "
+        + ("AST similarity, traced operator signature and MinHash, every level; scores and nearest problem per row"
+           if "decontaminate" in stages else "not run for this release") + " |",
+        "| deduplication inside the dataset | none (352 byte-identical duplicates found by audits) | "
+        + ("exact, structural (graph hash) and MinHash near-duplicates" if "dedupe" in stages
+           else "not run for this release") + " |",
+        f"| `ops` checked against the ATen ops that ran | no (550 mislabelled rows found by audits) | "
+        f"{yes_no[bool(f.get('require_label_match')) and 'filter' in stages]} |",
+        "| determinism, input sensitivity, degenerate outputs | partly (output checks) | "
+        f"{yes_no['filter' in stages]}; flags per row |",
+        "| alternative input shapes | no | `shape_variants` per row |",
+        "| provenance | none | seed, opsynth/torch versions, config and file hashes in `manifest.json` |",
+        f"| license | CC-BY-4.0 | {cfg['publish']['license'].upper()} |",
+    ]
+
+
+def _usage() -> str:
+    r = REPO_PLACEHOLDER
+    return f"""```python
+from datasets import load_dataset
+
+ds = load_dataset("{r}", split="train")              # code written for Ops-6K works as is
+row = ds[0]
+ns = {{}}
+exec(row["code"], ns)                                   # KernelBench's harness loads tasks this way
+model = ns["Model"](*ns["get_init_inputs"]())
+out = model(*ns["get_inputs"]())
+
+# stream without downloading everything
+for row in load_dataset("{r}", split="train", streaming=True).take(4):
+    print(row["task_id"], row["ops"], row["eager_ms"])
+
+# audit tables
+contamination = load_dataset("{r}", "contamination", split="train")
+rejections = load_dataset("{r}", "rejections", split="train")
+```
+
+```sql
+-- DuckDB, straight from the Hub
+SELECT data_source, count(*) AS tasks, median(eager_ms) AS eager_ms, median(compile_speedup) AS speedup
+FROM 'hf://datasets/{r}/data/*.parquet' GROUP BY 1 ORDER BY 1;
+
+SELECT kb_nearest, max(kb_ast_similarity) FROM 'hf://datasets/{r}/contamination/*.parquet'
+GROUP BY 1 ORDER BY 2 DESC LIMIT 10;
+```
+
+```python
+import polars as pl
+df = pl.read_parquet("hf://datasets/{r}/data/*.parquet")
+```"""
+
+
+def _columns() -> list[str]:
+    from pipeline.publish import COLUMNS
+
+    out = ["| column | type | meaning |", "|---|---|---|"]
+    out += [f"| `{name}` | {t} | {doc} |" for name, (t, doc) in COLUMNS.items()]
+    return out
+
+
+def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
+    """The full README.md text."""
+    import yaml
+
+    cfg = manifest["config"]
+    name = cfg["publish"]["name"]
+    header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
+    plots = [f"![{title}]({path})" for path, title in plot_files.values()]
+    refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
+    body = [
+        f"# {name}",
+        "",
+        f"{manifest['rows']:,} GPU-kernel optimization tasks in the KernelBench format, built by "
+        f"[opsynth](https://github.com/opsynth/opsynth) {manifest['opsynth_version']}. Each task is a small PyTorch "
+        "program (`Model`, `get_inputs`, `get_init_inputs`) fusing sampled operators; a model being trained must "
+        "write a faster CUDA or Triton kernel for it. The columns `ops`, `data_source` and `code` have the same "
+        "names and types as in "
+        "[CUDA-Agent-Ops-6K](https://huggingface.co/datasets/BytedTsinghua-SIA/CUDA-Agent-Ops-6K), so training "
+        "code written for it runs unchanged; every row also carries measured runtimes, provenance, "
+        "contamination scores against KernelBench and alternative input shapes.",
+        "",
+        "## At a glance",
+        "",
+        *_glance(rows),
+        "",
+        "## How it was built",
+        "",
+        "1. **sample**: operator graphs (chains and DAGs, "
+        f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
+        "operators, shapes propagated on the meta device, sizes chosen for a target runtime.",
+        f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`).",
+        "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
+        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
+        f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
+        "compile must run and agree, deterministic, input-sensitive, not degenerate, `ops` labels match the trace.",
+        f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
+        f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
+        f"{cfg['decontaminate']['minhash_threshold']:g}).",
+        "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), MinHash near "
+        "duplicates.",
+        "",
+        "Funnel of this release:",
+        "",
+        *_funnel(manifest),
+        "",
+        f"Reproduce: `opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X` with the "
+        "config and versions recorded in `manifest.json`.",
+        "",
+        "## Compared with CUDA-Agent-Ops-6K",
+        "",
+        *_comparison(manifest, rows),
+        "",
+        "## Usage",
+        "",
+        _usage(),
+        "",
+        "## Plots",
+        "",
+        *(plots or ["No measurements in this release, so no plots."]),
+        "",
+        "## Columns",
+        "",
+        *_columns(),
+        "",
+        "## Files",
+        "",
+        "- `data/train-*.parquet`: the tasks (zstd, small row groups for streaming)",
+        "- `contamination/contamination.parquet`: every decontaminated task with its nearest KernelBench problem "
+        "and scores; `published` says whether it is in `data/`",
+        "- `rejections/rejections.parquet`, `rejections/summary.parquet`: why each dropped task was dropped",
+        "- `manifest.json`: versions, devices, full config, seeds, references, funnel, file hashes",
+        "",
+        "## Limitations",
+        "",
+        "- Runtimes are specific to the device and software versions in `manifest.json`; re-measure before "
+        "comparing across machines.",
+        "- Synthetic tasks: operator combinations are sampled, not mined from real models.",
+        "",
+        "## License",
+        "",
+        f"{cfg['publish']['license'].upper()}. KernelBench (MIT) is used only as a decontamination reference; "
+        "no KernelBench code is included.",
+        "",
+    ]
+    return f"---\n{header}---\n\n" + "\n".join(body)

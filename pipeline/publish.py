@@ -1,0 +1,298 @@
+"""Publish a run as a Hub-ready dataset folder: parquet shards, audit tables, manifest, card and plots.
+
+Layout of the folder (what `hub.push` uploads, and what `load_dataset(folder)` reads):
+
+    data/train-00000-of-0000N.parquet   accepted tasks; `ops`, `data_source`, `code` first and typed as
+                                        in CUDA-Agent-Ops-6K (strings), typed metadata after them
+    contamination/contamination.parquet every decontaminated task, its nearest KernelBench problem and scores
+    rejections/rejections.parquet       every dropped task: the first stage that dropped it and why
+    rejections/summary.parquet          the same, counted per stage and reason
+    manifest.json                       versions, GPU, config, seeds, references, funnel counts, file hashes
+    README.md + plots/*.png             the dataset card
+
+The folder is built beside its destination under a temporary name and renamed when complete, so a
+failure never leaves a half-written dataset where a reader (or a later push) would find it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import OpsynthError
+from pipeline.schema import CONTAMINATION
+from pipeline.selection import STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
+from pipeline.store import RunDir
+
+STR_LIST = pa.list_(pa.string())
+
+# column -> (arrow type, description); order is the published column order
+COLUMNS: dict[str, tuple[pa.DataType, str]] = {
+    "ops": (pa.string(), "operator names as a JSON list string, exactly as in CUDA-Agent-Ops-6K"),
+    "data_source": (pa.string(), "`torch#k`: k fused torch operators (Ops-6K convention)"),
+    "code": (pa.string(), "the KernelBench-format module (Model, get_inputs, get_init_inputs)"),
+    "task_id": (pa.string(), "content id: sha256 of the canonical graph and sizes (16 hex chars)"),
+    "name": (pa.string(), "KernelBench-style name, e.g. Conv2d_GroupNorm_GELU"),
+    "ops_list": (STR_LIST, "`ops` as a list"),
+    "num_ops": (pa.int32(), "number of operators in the graph"),
+    "categories": (STR_LIST, "catalog categories of the operators"),
+    "is_dag": (pa.bool_(), "true for graphs with branches, residuals or several inputs"),
+    "graph": (pa.string(), "the operator graph, JSON node-link"),
+    "graph_hash": (pa.string(), "canonical graph hash at these sizes (structural dedupe key)"),
+    "aten_ops": (STR_LIST, "ATen ops that actually ran in forward, in order"),
+    "eager_ms": (pa.float64(), "median eager runtime, ms"),
+    "eager_iqr_ms": (pa.float64(), "interquartile range of the eager runtime, ms"),
+    "compile_ms": (pa.float64(), "median torch.compile runtime, ms"),
+    "compile_speedup": (pa.float64(), "eager_ms / compile_ms (> 1: compile is faster)"),
+    "compile_ok": (pa.bool_(), "torch.compile ran"),
+    "compile_agrees_1e4": (pa.bool_(), "compile output matches eager at atol=rtol=1e-4"),
+    "compile_agrees_1e2": (pa.bool_(), "compile output matches eager at atol=rtol=1e-2 (Ops-6K verifier)"),
+    "deterministic": (pa.bool_(), "two runs on the same input agree"),
+    "flops": (pa.int64(), "floating-point operations of one forward (cost model)"),
+    "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),
+    "arithmetic_intensity": (pa.float64(), "flops / bytes_moved"),
+    "peak_memory_bytes": (pa.int64(), "peak memory measured during forward"),
+    "gpu": (pa.string(), "device the runtimes were measured on"),
+    "torch_version": (pa.string(), "torch version of the measurement"),
+    "tf32": (pa.bool_(), "TF32 matmuls/convolutions were enabled while timing"),
+    "kb_nearest": (pa.string(), "nearest KernelBench problem (level/name)"),
+    "kb_ast_similarity": (pa.float64(), "AST similarity to the nearest KernelBench problem (Ops-6K dropped > 0.9)"),
+    "kb_op_signature_match": (pa.bool_(), "same traced operator sequence as a KernelBench problem"),
+    "kb_minhash_jaccard": (pa.float64(), "MinHash Jaccard estimate to the nearest KernelBench problem"),
+    "shape_variants": (pa.string(), "JSON list of alternative sizes {CONSTANT: value} the task also runs on"),
+    "composer": (pa.string(), "template (deterministic renderer) or llm"),
+    "seed": (pa.int64(), "sampling seed of this task"),
+    "opsynth_version": (pa.string(), "opsynth version that built the row"),
+}
+PUBLISHED = pa.schema([(name, t) for name, (t, _) in COLUMNS.items()])
+
+REJECTIONS = pa.schema([("task_id", pa.string()), ("name", pa.string()), ("stage", pa.string()),
+                        ("reason_kind", pa.string()), ("reason", pa.string())])
+REJECTION_SUMMARY = pa.schema([("stage", pa.string()), ("reason_kind", pa.string()), ("count", pa.int64())])
+PUBLISHED_CONTAMINATION = CONTAMINATION.append(pa.field("published", pa.bool_()))
+
+ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
+
+
+def opsynth_version() -> str:
+    import importlib.metadata as md
+
+    try:
+        return md.version("opsynth")
+    except md.PackageNotFoundError:
+        return "unknown"
+
+
+def _finite(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[str, Any] | None,
+                  version: str) -> dict[str, Any]:
+    """One published row from a task's records; missing stages leave their columns null."""
+    m, c = meas or {}, cont or {}
+    eager, comp = _finite(m.get("eager_ms")), _finite(m.get("compile_ms"))
+    flops, moved = task.get("flops"), task.get("bytes_moved")
+    ops = list(task.get("ops") or [])
+    return {
+        "ops": json.dumps(ops),
+        "data_source": task.get("data_source") or f"torch#{len(ops)}",
+        "code": task["code"],
+        "task_id": task["task_id"],
+        "name": task.get("name"),
+        "ops_list": ops,
+        "num_ops": task.get("num_ops") if task.get("num_ops") is not None else len(ops),
+        "categories": task.get("categories"),
+        "is_dag": task.get("is_dag"),
+        "graph": task.get("graph"),
+        "graph_hash": task.get("graph_hash"),
+        # what ran on the device beats what the meta-device trace predicted
+        "aten_ops": m.get("aten_ops") or task.get("aten_ops"),
+        "eager_ms": eager,
+        "eager_iqr_ms": _finite(m.get("eager_iqr_ms")),
+        "compile_ms": comp,
+        "compile_speedup": eager / comp if eager and comp else None,
+        "compile_ok": m.get("compile_ok"),
+        "compile_agrees_1e4": m.get("compile_agrees_1e4"),
+        "compile_agrees_1e2": m.get("compile_agrees_1e2"),
+        "deterministic": m.get("deterministic"),
+        "flops": flops,
+        "bytes_moved": moved,
+        "arithmetic_intensity": flops / moved if flops is not None and moved else None,
+        "peak_memory_bytes": m.get("peak_memory_bytes"),
+        "gpu": m.get("gpu") or (m.get("device") if m else None),
+        "torch_version": m.get("torch_version"),
+        "tf32": m.get("tf32"),
+        "kb_nearest": c.get("kb_nearest"),
+        "kb_ast_similarity": _finite(c.get("kb_ast_similarity")),
+        "kb_op_signature_match": c.get("kb_op_signature_match"),
+        "kb_minhash_jaccard": _finite(c.get("kb_minhash_jaccard")),
+        "shape_variants": task.get("shape_variants"),
+        "composer": task.get("composer"),
+        "seed": task.get("seed"),
+        "opsynth_version": version,
+    }
+
+
+def _by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["task_id"]: r for r in rows}  # a re-measured task: the last record wins
+
+
+def funnel(rd: RunDir, tasks: list[dict[str, Any]], measurements: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Tasks left after each step: sampled, profiled ok, then each deciding stage that ran."""
+    out = [{"step": "sampled", "tasks": len(tasks)}]
+    if measurements is not None:
+        ok = sum(1 for r in _by_task(measurements).values() if r.get("status") == "ok")
+        out.append({"step": "profiled (ran ok)", "tasks": ok})
+    verdicts = verdicts_by_task(rd)
+    ran: list[str] = []
+    for stage in stages_run(rd):
+        ran.append(stage)
+        kept = sum(1 for t in tasks if all(verdicts.get(t["task_id"], {}).get(s, (False, ""))[0] for s in ran))
+        out.append({"step": f"kept after {stage}", "tasks": kept})
+    return out
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_page_index=True)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _gather(rd: RunDir) -> dict[str, Any]:
+    """Everything the folder is made of, read once; raises on a run that cannot be published."""
+    cfg = rd.load_config()
+    tasks = rd.read_rows("tasks")
+    if not tasks:
+        raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth sample {rd.path}` first")
+    if rd.read_table("verdicts") is None:
+        raise OpsynthError(f"{rd.path} has no verdicts yet (nothing filtered); run `opsynth filter {rd.path}` first")
+    meas_t, cont_t = rd.read_table("measurements"), rd.read_table("contamination")
+    measurements = meas_t.to_pylist() if meas_t is not None else None
+    contamination = cont_t.to_pylist() if cont_t is not None else None
+    verdicts = verdicts_by_task(rd)
+    stages = stages_run(rd)
+    accepted = [t for t in tasks if all(verdicts.get(t["task_id"], {}).get(s, (False, ""))[0] for s in stages)]
+    if not accepted:
+        raise OpsynthError(f"{rd.path}: no task was accepted by {', '.join(stages)}; nothing to publish "
+                           f"(see the rejection reasons with `opsynth report {rd.path}`)")
+    return {"cfg": cfg, "tasks": tasks, "accepted": accepted, "measurements": measurements,
+            "contamination": contamination, "stages": stages}
+
+
+def build_rows(rd: RunDir) -> list[dict[str, Any]]:
+    """The published rows of a run (accepted tasks joined with their measurements and contamination)."""
+    g = _gather(rd)
+    return _rows(g)
+
+
+def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
+    meas = _by_task(g["measurements"] or [])
+    cont = _by_task(g["contamination"] or [])
+    version = opsynth_version()
+    return [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
+
+
+def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
+    from pipeline import card, plots
+
+    cfg = g["cfg"]
+    rows = _rows(g)
+    table = pa.Table.from_pylist(rows, schema=PUBLISHED)
+    n_shards = max(1, math.ceil(len(rows) / cfg.publish.shard_rows))
+    per = math.ceil(len(rows) / n_shards)
+    for i in range(n_shards):
+        _write_parquet(table.slice(i * per, per), tmp / "data" / f"train-{i:05d}-of-{n_shards:05d}.parquet")
+
+    accepted_ids = {t["task_id"] for t in g["accepted"]}
+    cont_rows = [{**{k: r.get(k) for k in CONTAMINATION.names}, "published": r["task_id"] in accepted_ids}
+                 for r in (g["contamination"] or [])]
+    _write_parquet(pa.Table.from_pylist(cont_rows, schema=PUBLISHED_CONTAMINATION),
+                   tmp / "contamination" / "contamination.parquet")
+
+    first = first_rejection(rd)
+    rej = [{"task_id": t["task_id"], "name": t.get("name"), "stage": first[t["task_id"]][0],
+            "reason_kind": first[t["task_id"]][1].split(" (")[0], "reason": first[t["task_id"]][1]}
+           for t in g["tasks"] if t["task_id"] in first]
+    rej.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), r["reason_kind"], r["task_id"]))
+    _write_parquet(pa.Table.from_pylist(rej, schema=REJECTIONS), tmp / "rejections" / "rejections.parquet")
+    counts: dict[tuple[str, str], int] = {}
+    for r in rej:
+        counts[(r["stage"], r["reason_kind"])] = counts.get((r["stage"], r["reason_kind"]), 0) + 1
+    summary = [{"stage": s, "reason_kind": k, "count": c} for (s, k), c in counts.items()]
+    summary.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), -r["count"], r["reason_kind"]))
+    _write_parquet(pa.Table.from_pylist(summary, schema=REJECTION_SUMMARY), tmp / "rejections" / "summary.parquet")
+
+    manifest = _manifest(rd, g, rows, summary)
+    manifest["contamination_rows"] = len(cont_rows)
+    plot_files = plots.render_all(rows, tmp / "plots")
+    files = {}
+    for p in sorted(tmp.rglob("*")):
+        if p.is_file():
+            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+    manifest["files"] = files
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    (tmp / "README.md").write_text(card.render(manifest, rows, plot_files))
+    return manifest
+
+
+def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
+              summary: list[dict[str, Any]]) -> dict[str, Any]:
+    cfg = g["cfg"]
+    run_manifest = rd.manifest()
+    meas = g["measurements"] or []
+    seeds = sorted({r["seed"] for r in rows if r.get("seed") is not None})
+    refs = sorted({r.get("reference") for r in (g["contamination"] or []) if r.get("reference")})
+    import torch  # noqa: F401 - the version that publishes; the measuring one is in each row
+
+    return {
+        "name": cfg.publish.name,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "opsynth_version": opsynth_version(),
+        "torch_version": sorted({r["torch_version"] for r in meas if r.get("torch_version")}) or [torch.__version__],
+        "gpu": sorted({r.get("gpu") or r.get("device") for r in meas if r.get("gpu") or r.get("device")}),
+        "host": run_manifest.get("host"),
+        "config": cfg.to_dict(),
+        "seeds": {"run_seed": cfg.run.seed, "task_seeds": [seeds[0], seeds[-1]] if seeds else None},
+        "reference": {"configured": list(cfg.decontaminate.reference), "used": refs},
+        "stages_run": g["stages"],
+        "funnel": funnel(rd, g["tasks"], g["measurements"]),
+        "rejections": summary,
+        "rows": len(rows),
+        "stage_records": run_manifest.get("stages", {}),
+    }
+
+
+def publish(rd: RunDir, out_dir: Path | None = None) -> Path:
+    """Write the Hub-ready folder (default rd.path / "dataset") atomically and return its path."""
+    out = Path(out_dir) if out_dir is not None else rd.path / "dataset"
+    if out.exists() and not out.is_dir():
+        raise OpsynthError(f"{out} exists and is not a folder; pass another --to OUTDIR")
+    g = _gather(rd)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        _write_folder(rd, g, tmp)
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,222 @@
+"""publish(): the Hub-ready folder read back with datasets (map and streaming), polars, DuckDB and exec."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_preset
+from pipeline.errors import OpsynthError
+from pipeline.publish import PUBLISHED, publish
+from pipeline.schema import CONTAMINATION, MEASUREMENTS, TASKS
+from pipeline.store import RunDir
+
+CODE = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+
+batch_size = 4
+in_features = 8
+out_features = {k}
+
+def get_inputs():
+    return [torch.rand(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features]
+"""
+
+
+def _task(i: int) -> dict:
+    return {"task_id": f"{i:016x}", "name": "Linear_ReLU", "code": CODE.format(k=3 + i),
+            "ops": ["nn.Linear", "torch.relu"], "categories": ["gemm", "activation"], "data_source": "torch#2",
+            "num_ops": 2, "is_dag": i % 2 == 1, "graph": json.dumps({"nodes": [], "links": []}),
+            "graph_hash": f"h{i}", "aten_ops": ["aten.addmm", "aten.relu"], "flops": 1000 * (i + 1),
+            "bytes_moved": 500, "predicted_ms": 0.5, "predicted_peak_bytes": 4096,
+            "shape_variants": json.dumps([{"batch_size": 8}]), "composer": "template", "composer_note": "",
+            "seed": 100 + i}
+
+
+def _measurement(i: int) -> dict:
+    return {"task_id": f"{i:016x}", "status": "ok", "device": "cpu", "gpu": "cpu", "torch_version": "2.13.0",
+            "eager_ms": 0.5 * (i + 1), "compile_ms": 0.25 * (i + 1), "compile_ok": True,
+            "compile_agrees_1e4": True, "compile_agrees_1e2": True, "deterministic": True,
+            "peak_memory_bytes": 2048, "aten_ops": ["aten.addmm", "aten.relu"]}
+
+
+def _contamination(i: int) -> dict:
+    return {"task_id": f"{i:016x}", "contaminated": i == 2, "kb_nearest": "level1/9_Matmul",
+            "kb_ast_similarity": 0.95 if i == 2 else 0.3, "kb_op_signature_match": False,
+            "kb_minhash_jaccard": 0.1, "detectors_fired": ["ast"] if i == 2 else [], "reference": "builtin"}
+
+
+def make_run(tmp_path: Path, n: int = 4, measurements: bool = True, contamination: bool = True,
+             shard_rows: int = 5000, keep_all: bool = False) -> RunDir:
+    """Tasks 0..n-1; the filter drops task 3, decontamination drops task 2 (unless keep_all)."""
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, shard_rows=shard_rows))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    rd.write_shard("tasks", 0, [_task(i) for i in range(n)], TASKS)
+    if measurements:
+        rd.write_shard("measurements", 0, [_measurement(i) for i in range(n)], MEASUREMENTS)
+    rd.write_verdicts("filter", [{"task_id": f"{i:016x}", "keep": keep_all or i != 3,
+                                  "reason": "" if keep_all or i != 3 else "eager runtime below window (0.01 ms)"}
+                                 for i in range(n)])
+    if contamination:
+        rd.write_shard("contamination", 0, [_contamination(i) for i in range(n)], CONTAMINATION)
+        rd.write_verdicts("decontaminate", [{"task_id": f"{i:016x}", "keep": keep_all or i != 2,
+                                             "reason": "" if keep_all or i != 2 else "kernelbench ast (0.95)"}
+                                            for i in range(n)])
+    return rd
+
+
+def _card_meta(folder: Path) -> dict:
+    from huggingface_hub import DatasetCard
+
+    return DatasetCard.load(folder / "README.md").data.to_dict()
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("pub")
+    return publish(make_run(tmp), tmp / "out")
+
+
+def test_load_dataset_matches_card_and_ops6k_columns(published: Path):
+    from datasets import Features, load_dataset
+
+    ds = load_dataset(str(published), split="train")
+    assert ds.column_names[:3] == ["ops", "data_source", "code"]
+    assert ds.column_names == PUBLISHED.names
+    assert sorted(ds["task_id"]) == [f"{0:016x}", f"{1:016x}"]  # 2 filtered, 3 decontaminated out
+    row = ds[0]
+    assert isinstance(row["ops"], str) and json.loads(row["ops"]) == row["ops_list"] == ["nn.Linear", "torch.relu"]
+    assert row["ops"] == '["nn.Linear", "torch.relu"]'
+    assert row["compile_speedup"] == pytest.approx(2.0)
+    assert row["arithmetic_intensity"] == pytest.approx(row["flops"] / 500)
+    meta = _card_meta(published)
+    info = {i["config_name"]: i for i in meta["dataset_info"]}
+    assert Features._from_yaml_list(info["default"]["features"]) == ds.features
+    assert info["default"]["splits"][0]["num_examples"] == len(ds)
+    assert meta["license"] == "cc-by-4.0" and meta["size_categories"] == ["n<1K"]
+    for name in ("contamination", "rejections", "rejection_summary"):
+        sub = load_dataset(str(published), name, split="train")
+        assert Features._from_yaml_list(info[name]["features"]) == sub.features
+        assert info[name]["splits"][0]["num_examples"] == len(sub)
+
+
+def test_streaming_reads_the_same_rows(published: Path):
+    from datasets import load_dataset
+
+    stream = load_dataset(str(published), split="train", streaming=True)
+    rows = list(stream)
+    assert [r["task_id"] for r in rows] == [f"{0:016x}", f"{1:016x}"]
+    assert rows[1]["is_dag"] is True and rows[1]["eager_ms"] == pytest.approx(1.0)
+
+
+def test_polars_duckdb_and_exec(published: Path):
+    import duckdb
+    import polars as pl
+    import torch
+
+    df = pl.read_parquet(published / "data" / "*.parquet")
+    assert df.schema["ops_list"] == pl.List(pl.String) and df.schema["eager_ms"] == pl.Float64
+    con = duckdb.connect()
+    got = con.execute(f"SELECT count(*), sum(num_ops) FROM '{published}/data/*.parquet'").fetchone()
+    assert got == (2, 4)
+    cont = con.execute(f"SELECT task_id, published FROM '{published}/contamination/*.parquet' "
+                       "WHERE contaminated").fetchall()
+    assert cont == [(f"{2:016x}", False)]
+    rej = con.execute(f"SELECT stage, reason_kind, count FROM '{published}/rejections/summary.parquet' "
+                      "ORDER BY stage").fetchall()
+    assert rej == [("decontaminate", "kernelbench ast", 1), ("filter", "eager runtime below window", 1)]
+    code = df["code"][1]
+    ns: dict = {}
+    exec(code, ns)
+    model = ns["Model"](*ns["get_init_inputs"]())
+    out = model(*ns["get_inputs"]())
+    assert out.shape == (4, 4) and torch.all(out >= 0)
+
+
+def test_manifest_card_and_plots(published: Path):
+    m = json.loads((published / "manifest.json").read_text())
+    assert [s["tasks"] for s in m["funnel"]] == [4, 4, 3, 2]
+    assert m["config"]["name"] == "demo" and m["seeds"]["task_seeds"] == [100, 101]
+    assert m["reference"]["used"] == ["builtin"] and m["gpu"] == ["cpu"]
+    for rel, info in m["files"].items():
+        assert (published / rel).stat().st_size == info["bytes"]
+    readme = (published / "README.md").read_text()
+    for name in ("runtime", "ops_per_task", "categories", "compile_speedup"):
+        png = published / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 100_000
+        assert f"(plots/{name}.png)" in readme
+    assert "| kept after decontaminate | 2 |" in readme and "CUDA-Agent-Ops-6K" in readme
+    assert "hf://datasets/ORG/NAME/data/*.parquet" in readme
+    assert not list(published.parent.glob(".out.*"))  # no temp folder left beside it
+
+
+def test_missing_stages_give_null_columns(tmp_path: Path):
+    from datasets import load_dataset
+
+    out = publish(make_run(tmp_path, measurements=False, contamination=False))
+    assert out == tmp_path / "run" / "dataset"
+    ds = load_dataset(str(out), split="train")
+    assert len(ds) == 3 and set(ds["eager_ms"]) == {None} and set(ds["kb_nearest"]) == {None}
+    assert ds.features["eager_ms"].dtype == "float64"  # typed even when all null
+    assert not (out / "plots" / "runtime.png").exists() and (out / "plots" / "ops_per_task.png").exists()
+    assert "(plots/runtime.png)" not in (out / "README.md").read_text()
+
+
+def test_shards_split_by_shard_rows(tmp_path: Path):
+    import pyarrow.parquet as pq
+
+    out = publish(make_run(tmp_path, n=5, keep_all=True, shard_rows=2), tmp_path / "ds")
+    files = sorted(p.name for p in (out / "data").glob("*.parquet"))
+    assert files == [f"train-{i:05d}-of-00003.parquet" for i in range(3)]
+    assert sum(pq.read_metadata(out / "data" / f).num_rows for f in files) == 5
+    assert pq.read_metadata(out / "data" / files[0]).row_group(0).column(0).compression == "ZSTD"
+
+
+def test_nothing_accepted_or_missing_tables_publish_nothing(tmp_path: Path):
+    rd = make_run(tmp_path, n=1)
+    rd.write_verdicts("filter", [{"task_id": f"{0:016x}", "keep": False, "reason": "degenerate (zero)"}])
+    with pytest.raises(OpsynthError, match="no task was accepted"):
+        publish(rd, tmp_path / "out")
+    bare = RunDir(tmp_path / "bare")
+    bare.init(load_preset("demo"))
+    with pytest.raises(OpsynthError, match="no tasks/ table"):
+        publish(bare, tmp_path / "out")
+    bare.write_shard("tasks", 0, [_task(0)], TASKS)
+    with pytest.raises(OpsynthError, match="no verdicts"):
+        publish(bare, tmp_path / "out")
+    with pytest.raises(OpsynthError, match="not a run directory"):
+        publish(RunDir(tmp_path / "nowhere"), tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_failure_keeps_the_previous_folder(tmp_path: Path, monkeypatch):
+    from pipeline import card
+
+    rd = make_run(tmp_path)
+    out = publish(rd, tmp_path / "ds")
+    before = (out / "README.md").read_text()
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(card, "render", boom)
+    with pytest.raises(RuntimeError):
+        publish(rd, out)
+    assert (out / "README.md").read_text() == before and len(list((out / "data").glob("*.parquet"))) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "run"]
