@@ -1,0 +1,419 @@
+"""Executors that map pipeline.harness over tasks: local worker processes per GPU, or Ray actors.
+
+Local: one group of long-lived worker processes per GPU (`CUDA_VISIBLE_DEVICES` set in each worker's
+environment before torch loads), each running pipeline/harness.py as a script. Workers of one GPU share
+a file lock that their timed runs hold, so compilation overlaps timing without disturbing it. The
+parent enforces the per-task wall-clock timeout (the clock stops while a worker waits for the lock),
+kills the worker's whole process group on timeout, and replaces any worker that dies, hangs or reports a
+poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error).
+
+Ray: one actor per GPU (`num_gpus=1`, never a fraction: shared GPUs ruin timings), each running a local
+executor over its own GPU, so isolation and lock behave exactly as on one box.
+
+Inline (`kind="inline"`): the harness in this process, no isolation; for debugging only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import OpsynthError
+
+HARNESS = Path(__file__).resolve().with_name("harness.py")
+STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA context on a cold machine
+MAX_STARTUP_FAILURES = 3  # consecutive workers that die before `ready`: the environment is broken
+
+
+def _base(task: dict, device: str, status: str, error: str, wall_s: float) -> dict:
+    return {"task_id": task.get("task_id"), "status": status, "error": error[:300], "device": device,
+            "wall_s": wall_s}
+
+
+class Executor:
+    """Maps the harness over task dicts; see `imap_unordered`. Also a context manager."""
+
+    def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
+        """tasks: dicts with task_id, code, flops, bytes_moved (code already passed static check).
+        Yields one measurement dict per task (keys = pipeline.schema.MEASUREMENTS names, plus
+        achieved_tflops, achieved_tbps, roofline_fraction, gpu_busy_s where measured) as each finishes,
+        including failures (status timeout|crashed|oom|error|early_reject with a one-line `error`)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Executor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Worker:
+    """One harness process: its pipes, its partial output line, the task it runs and that task's clock."""
+
+    def __init__(self, group: str, env: dict, cfg: dict, log_dir: Path, serial: int) -> None:
+        self.group = group
+        self.log_path = log_dir / f"worker-{group}-{serial}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen([sys.executable, "-P", str(HARNESS)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self._log, env=env,
+                                     start_new_session=True)  # own process group: kill takes compilers too
+        self.buf = b""
+        self.ready = False
+        self.started = time.monotonic()
+        self.task: dict | None = None
+        self.task_start = 0.0
+        self.deadline = 0.0
+        self.wait_since: float | None = None
+        self.killed = False
+        self._write(cfg)
+
+    def _write(self, msg: dict) -> bool:
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def start(self, task: dict, timeout_s: float) -> bool:
+        self.task, self.task_start = task, time.monotonic()
+        self.deadline, self.wait_since = self.task_start + timeout_s, None
+        return self._write(task)
+
+    def read(self) -> tuple[list[dict], bool]:
+        """Messages available now, and whether the pipe reached end of file."""
+        try:
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)  # type: ignore[union-attr]
+        except BlockingIOError:
+            return [], False
+        if not chunk:
+            return [], True
+        self.buf += chunk
+        *lines, self.buf = self.buf.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()], False
+
+    def kill(self) -> None:
+        self.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.reap()
+
+    def reap(self) -> int:
+        with contextlib.suppress(Exception):
+            self.proc.stdin.close()  # type: ignore[union-attr]
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            rc = self.proc.wait()
+        with contextlib.suppress(Exception):
+            self.proc.stdout.close()  # type: ignore[union-attr]
+        self._log.close()
+        return rc
+
+    def log_tail(self) -> str:
+        try:
+            lines = [ln.strip() for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        # faulthandler's "Fatal Python error: Segmentation fault" says more than the traceback lines below it
+        fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
+        return (fatal or lines or [""])[-1][:200]
+
+
+def _death(w: _Worker, rc: int) -> tuple[str, str]:
+    """(status, error) for a worker that died while running a task."""
+    if rc < 0:
+        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else str(-rc)
+        if -rc == signal.SIGKILL:
+            return "oom", "worker killed by SIGKILL (likely the kernel's out-of-memory killer)"
+        tail = w.log_tail()
+        return "crashed", f"worker died with signal {name}" + (f": {tail}" if tail else "")
+    tail = w.log_tail()
+    return "crashed", f"worker exited with code {rc}" + (f": {tail}" if tail else "")
+
+
+def visible_gpus() -> list[str]:
+    """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every device torch counts."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [g.strip() for g in env.split(",") if g.strip()]
+    import torch  # device_count reads NVML and does not create a CUDA context
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class LocalExecutor(Executor):
+    """Worker processes on this machine: `workers` per GPU on cuda, `workers` in all on cpu."""
+
+    def __init__(self, device: str = "cpu", workers: int = 2, gpus: list[int] | list[str] | None = None,
+                 settings: dict | None = None) -> None:
+        if device not in ("cpu", "cuda"):
+            raise OpsynthError(f"device must be 'cpu' or 'cuda' (got {device!r})")
+        if workers < 1:
+            raise OpsynthError(f"workers must be >= 1 (got {workers})")
+        self.device, self.workers_per_group = device, workers
+        self.settings = dict(settings or {})
+        self.timeout_s = float(self.settings.get("timeout_s", 120.0))
+        if device == "cuda":
+            groups = [str(g) for g in gpus] if gpus is not None else visible_gpus()
+            if not groups:
+                raise OpsynthError("device 'cuda' but no GPU is visible; pass --device cpu or check CUDA_VISIBLE_DEVICES")
+        else:
+            groups = ["cpu"]
+        self.groups = groups
+        self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
+        total = workers * len(groups)
+        self.threads = max(1, (os.cpu_count() or 1) // total)
+        self.sel = selectors.DefaultSelector()
+        self.workers: list[_Worker] = []
+        self.startup_failures = 0
+        self._serial = 0
+        self.closed = False
+        for g in groups:
+            for _ in range(workers):
+                self._spawn(g)
+
+    def _spawn(self, group: str) -> _Worker:
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
+        env["OMP_NUM_THREADS"] = str(self.threads)
+        env["PYTHONUNBUFFERED"] = "1"
+        cfg = {"device": self.device, "settings": self.settings, "lock_path": str(self.tmp / f"gpu-{group}.lock"),
+               "threads": self.threads}
+        self._serial += 1
+        w = _Worker(group, env, cfg, self.tmp, self._serial)
+        os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
+        self.sel.register(w.proc.stdout, selectors.EVENT_READ, w)
+        self.workers.append(w)
+        return w
+
+    def _retire(self, w: _Worker, kill: bool) -> int:
+        with contextlib.suppress(KeyError, ValueError):
+            self.sel.unregister(w.proc.stdout)
+        rc = w.proc.returncode if w.proc.returncode is not None else 0
+        if kill:
+            w.kill()
+            rc = w.proc.returncode
+        else:
+            rc = w.reap()
+        self.workers.remove(w)
+        if not self.closed:
+            self._spawn(w.group)
+        return rc
+
+    def _startup_failed(self, w: _Worker, why: str) -> None:
+        self.startup_failures += 1
+        tail = w.log_tail()
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
+            self.close()
+            raise OpsynthError(f"profile workers fail to start ({why}: {tail or 'no output'}); "
+                               f"check that `python {HARNESS}` runs here (torch installed, GPU visible)")
+
+    def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
+        if self.closed:
+            raise OpsynthError("this executor is closed; make a new one")
+        it = iter(tasks)
+        exhausted = False
+        try:
+            while True:
+                for w in list(self.workers):
+                    if exhausted:
+                        break
+                    if w.ready and w.task is None:
+                        task = next(it, None)
+                        if task is None:
+                            exhausted = True
+                            break
+                        if not w.start(task, self.timeout_s):
+                            w.task = None
+                            yield self._dead(w, task)
+                if exhausted and all(w.task is None for w in self.workers):
+                    return
+                now = time.monotonic()
+                waits = [w.deadline - now for w in self.workers if w.task is not None and w.wait_since is None]
+                for key, _ in self.sel.select(max(0.0, min([1.0, *waits]))):
+                    w = key.data
+                    if w not in self.workers:
+                        continue
+                    msgs, eof = w.read()
+                    for msg in msgs:
+                        out = self._on_message(w, msg)
+                        if out is not None:
+                            yield out
+                    if eof:
+                        if w.task is not None:
+                            yield self._dead(w, w.task)
+                        else:
+                            if not w.ready:
+                                self._startup_failed(w, "exited before it was ready")
+                            self._retire(w, kill=False)
+                now = time.monotonic()
+                for w in list(self.workers):
+                    if w.task is not None and w.wait_since is None and now > w.deadline:
+                        task, w.task = w.task, None
+                        self._retire(w, kill=True)
+                        yield _base(task, self.device, "timeout", f"timed out after {self.timeout_s:g}s",
+                                    now - w.task_start)
+                    elif not w.ready and now - w.started > STARTUP_TIMEOUT_S:
+                        self._startup_failed(w, f"not ready after {STARTUP_TIMEOUT_S:g}s")
+                        self._retire(w, kill=True)
+        finally:
+            # a consumer that stops early leaves tasks in flight: their workers are replaced
+            for w in list(self.workers):
+                if w.task is not None and not self.closed:
+                    w.task = None
+                    self._retire(w, kill=True)
+
+    def _on_message(self, w: _Worker, msg: dict) -> dict | None:
+        if msg.get("ready"):
+            w.ready = True
+            self.startup_failures = 0
+        elif msg.get("event") == "lock_wait":
+            w.wait_since = time.monotonic()
+        elif msg.get("event") == "lock_held" and w.wait_since is not None:
+            w.deadline += time.monotonic() - w.wait_since
+            w.wait_since = None
+        elif "result" in msg and w.task is not None:
+            w.task = None
+            if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
+                self._retire(w, kill=False)
+            return msg["result"]
+        return None
+
+    def _dead(self, w: _Worker, task: dict) -> dict:
+        w.task = None
+        rc = self._retire(w, kill=False)
+        status, error = _death(w, rc)
+        return _base(task, self.device, status, error, time.monotonic() - w.task_start)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for w in list(self.workers):
+            with contextlib.suppress(Exception):
+                self.sel.unregister(w.proc.stdout)
+            if w.task is None:
+                w.reap()  # closing stdin ends the serve loop
+            else:
+                w.kill()
+        self.workers.clear()
+        self.sel.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class InlineExecutor(Executor):
+    """The harness in this process: no isolation, no timeout. For debugging a single task."""
+
+    def __init__(self, device: str = "cpu", settings: dict | None = None) -> None:
+        from pipeline import harness
+
+        self.h = harness.Harness(device, dict(settings or {}) | {"memory_limit_gb": 0})
+
+    def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
+        for task in tasks:
+            m = self.h.profile(task)
+            m.pop("_fatal", None)
+            yield m
+
+
+class _RayAgent:
+    """Ray actor body: a local executor over the GPU Ray gave this actor (or the CPU)."""
+
+    def __init__(self, device: str, workers: int, settings: dict) -> None:
+        self.ex = LocalExecutor(device=device, workers=workers, settings=settings)
+
+    def run(self, tasks: list[dict]) -> list[dict]:
+        return list(self.ex.imap_unordered(tasks))
+
+    def close(self) -> None:
+        self.ex.close()
+
+
+class RayExecutor(Executor):
+    """One actor per GPU of a Ray cluster (`num_gpus=1`), each running `workers` harness processes."""
+
+    def __init__(self, device: str = "cpu", workers: int = 2, gpus: list[int] | None = None,
+                 ray_address: str | None = None, settings: dict | None = None) -> None:
+        from pipeline.errors import require
+
+        ray = require("ray", "ray")
+        self.ray, self.device = ray, device
+        self.owns_ray = not ray.is_initialized()
+        if self.owns_ray:
+            ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        n_gpu = int(ray.cluster_resources().get("GPU", 0))
+        n = len(gpus) if gpus else n_gpu
+        if device == "cuda" and n == 0:
+            raise OpsynthError("executor 'ray' with device 'cuda' but the Ray cluster has no GPU; "
+                               "start Ray nodes with GPUs or pass --device cpu")
+        self._agent = ray.remote(num_gpus=1 if n_gpu else 0, num_cpus=0)(_RayAgent)
+        self._args = (device, workers, dict(settings or {}))
+        self.actors = [self._agent.remote(*self._args) for _ in range(max(1, n))]
+        self.chunk = workers
+
+    def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
+        ray, it = self.ray, iter(tasks)
+        inflight: dict[Any, tuple[Any, list[dict]]] = {}
+
+        def submit(actor: Any) -> bool:
+            chunk = [t for _, t in zip(range(self.chunk), it, strict=False)]
+            if chunk:
+                inflight[actor.run.remote(chunk)] = (actor, chunk)
+            return bool(chunk)
+
+        for actor in self.actors:  # two chunks per actor keep its workers fed while results travel
+            submit(actor) and submit(actor)
+        while inflight:
+            done, _ = ray.wait(list(inflight), num_returns=1)
+            actor, chunk = inflight.pop(done[0])
+            try:
+                results = ray.get(done[0])
+            except Exception as e:  # noqa: BLE001 - an actor (or its node) died: those tasks crashed
+                results = [_base(t, self.device, "crashed", f"ray actor failed: {type(e).__name__}", 0.0)
+                           for t in chunk]
+                idx = self.actors.index(actor)
+                with contextlib.suppress(Exception):
+                    ray.kill(actor)
+                self.actors[idx] = actor = self._agent.remote(*self._args)
+            yield from results
+            submit(actor)
+
+    def close(self) -> None:
+        for a in self.actors:
+            with contextlib.suppress(Exception):
+                self.ray.get(a.close.remote(), timeout=60)
+                self.ray.kill(a)
+        self.actors = []
+        if self.owns_ray:
+            self.ray.shutdown()
+
+
+def make_executor(kind: str = "local", device: str = "cpu", workers: int = 2, gpus: list[int] | None = None,
+                  ray_address: str | None = None, settings: dict | None = None) -> Executor:
+    """An executor for the profile stage. settings: dataclasses.asdict(ProfileSection) plus
+    "window_ms": [min_eager_ms, max_eager_ms] (early reject) and "seed" (weights seed)."""
+    if kind == "local":
+        return LocalExecutor(device=device, workers=workers, gpus=gpus, settings=settings)
+    if kind == "ray":
+        return RayExecutor(device=device, workers=workers, gpus=gpus, ray_address=ray_address, settings=settings)
+    if kind == "inline":
+        return InlineExecutor(device=device, settings=settings)
+    raise OpsynthError(f"unknown executor {kind!r}; choose local, ray or inline")

@@ -1,0 +1,465 @@
+"""What a profile worker does with one task: load it, check it, time it. Imports torch and stdlib only.
+
+This file runs on a bare GPU image as a script (`python harness.py`), started by pipeline.executors,
+and speaks JSON lines: the first stdin line is the worker config ({"device", "settings", "lock_path"}),
+then one task per line; it answers {"ready": ...} once torch and the device are up, {"event": ...}
+while it waits for or holds the GPU lock (so the parent's timeout clock skips lock waits), and one
+{"result": measurement} per task. The protocol uses a duplicate of the original stdout; fd 1 is pointed
+at stderr so a task that prints cannot corrupt it. Nothing here imports pipeline/, operators/ or filters/.
+
+Per task: exec the module as KernelBench does, weights from one seed, inputs drawn on the CPU and moved
+to the device; a quick eager run (early reject far outside the window); determinism (two eager runs on
+the same inputs); input sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed;
+peak memory; eager timing; then `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with
+eager on every draw at 1e-4 and 1e-2, graph breaks, and compiled timing. All device work runs under an
+exclusive per-GPU file lock; loading, model construction and compilation (CPU work) run outside it, so
+several workers per GPU overlap compile with their neighbours' timed runs without disturbing them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import fcntl
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
+_SKIP_OPS = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
+# Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
+_FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
+               "unspecified launch failure", "CUBLAS_STATUS_EXECUTION_FAILED", "cudaError", "CUDNN_STATUS_EXECUTION")
+DEFAULT_PEAKS = {"cuda": (60.0, 4.3)}  # (fp32 TFLOP/s without TF32, copy TB/s) of an H200; see docs/gpu-notes.md
+
+
+class TaskError(Exception):
+    """A task outcome other than ok, with its measurement status."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _classify(e: BaseException) -> tuple[str, bool]:
+    """(status, fatal) for an exception raised by task code; fatal: the CUDA context is poisoned."""
+    msg = str(e)
+    if isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in msg or "can't allocate memory" in msg:
+        return "oom", False
+    if any(m in msg for m in _FATAL_CUDA):
+        return "crashed", True
+    return "error", False
+
+
+class GpuLock:
+    """Exclusive lock on one GPU shared by the workers of that GPU: flock, so a killed holder frees it."""
+
+    def __init__(self, path: str | None, notify: Callable[[str], None]) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.notify = notify
+        self.held = False
+        self.held_s = 0.0
+        self._since = 0.0
+
+    def acquire(self) -> None:
+        if self.held:
+            return
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                self.notify("lock_wait")
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                self.notify("lock_held")
+        self.held, self._since = True, time.perf_counter()
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held_s += time.perf_counter() - self._since
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        self.held = False
+
+    @contextlib.contextmanager
+    def hold(self):
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class _Recorder(TorchDispatchMode):
+    """ATen ops executed, in order, and the peak bytes of live tensors they created (CPU memory estimate)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+        self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
+        self.live = 0
+        self.peak = 0
+
+    def _drop(self, ptr: int) -> None:
+        entry = self._refs.get(ptr)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.live -= entry[1]
+            del self._refs[ptr]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket).replace("::", ".")
+        if not name.startswith("aten."):
+            name = f"aten.{name}" if "." not in name else name
+        if name not in _SKIP_OPS:
+            self.ops.append(name)
+        out = func(*args, **(kwargs or {}))
+        for t in _tensors(out):
+            try:
+                st = t.untyped_storage()
+                ptr, nbytes = st.data_ptr(), st.nbytes()
+            except (RuntimeError, NotImplementedError):
+                continue
+            entry = self._refs.setdefault(ptr, [0, nbytes])
+            if entry[0] == 0:
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+            entry[0] += 1
+            weakref.finalize(t, self._drop, ptr)
+        return out
+
+
+def _tensors(obj: Any) -> list:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for o in obj for t in _tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors(o)]
+    return []
+
+
+def _to(obj: Any, device: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to(o, device) for o in obj)
+    return obj
+
+
+def _flat(out: Any) -> Any:
+    ts = _tensors(out)
+    if not ts:
+        raise TaskError("error", f"forward returned no tensor ({type(out).__name__})")
+    return torch.cat([t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32)
+                      for t in ts])
+
+
+def degenerate(flat: Any) -> str:
+    """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
+    if flat.numel() == 0:
+        return "empty"
+    if not bool(torch.isfinite(flat).all()):
+        return "nonfinite"
+    amax = float(flat.abs().max())
+    if amax == 0.0:
+        return "zero"
+    if amax < 1e-4:
+        return "tiny"
+    if flat.numel() > 1 and float(flat.max()) == float(flat.min()):
+        return "constant"
+    # share of the most common value, exact up to 1M elements, on an even stride above that
+    sample = flat[:: max(1, flat.numel() // 1_000_000)]
+    counts = torch.unique(sample, return_counts=True)[1]
+    if sample.numel() > 1 and float(counts.max()) / sample.numel() > 0.99:
+        return "saturated"
+    return ""
+
+
+def max_diff(a: Any, b: Any) -> float:
+    if a.shape != b.shape:
+        return math.inf
+    d = (a - b).abs()
+    d = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(d), d)
+    return float(d.max()) if d.numel() else 0.0
+
+
+def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
+    """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
+    if out.shape != ref.shape:
+        return math.inf, math.inf, False, False
+    err = (out - ref).abs()
+    abs_err = float(err.max()) if err.numel() else 0.0
+    rel_err = float((err / ref.abs().clamp_min(1e-8)).max()) if err.numel() else 0.0
+    return (abs_err, rel_err, bool(torch.allclose(out, ref, atol=1e-4, rtol=1e-4)),
+            bool(torch.allclose(out, ref, atol=1e-2, rtol=1e-2)))
+
+
+def _quantiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return xs[0], 0.0
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q2, q3 - q1
+
+
+class _LockedBackend:
+    """A torch.compile backend that compiles (CPU work) without the GPU lock and takes it before the
+    compiled graph first runs; everything else is delegated, so it behaves as the inner backend."""
+
+    def __init__(self, inner: Any, lock: GpuLock) -> None:
+        self._inner, self._lock = inner, lock
+
+    def __call__(self, gm, example_inputs):
+        self._lock.release()
+        try:
+            return self._inner(gm, example_inputs)
+        finally:
+            self._lock.acquire()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class Harness:
+    """One worker's state: torch, the device, the L2 flush buffer, the GPU lock; `profile` runs one task."""
+
+    def __init__(self, device: str, settings: dict, lock_path: str | None = None,
+                 notify: Callable[[str], None] = lambda _: None) -> None:
+        self.s = settings
+        self.cuda = device.startswith("cuda")
+        self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
+        self.lock = GpuLock(lock_path, notify)
+        self.torch_version = torch.__version__
+        limit = float(settings.get("memory_limit_gb", 0) or 0)
+        if self.cuda:
+            torch.cuda.init()
+            props = torch.cuda.get_device_properties(self.device)
+            self.gpu = props.name
+            if limit > 0:
+                torch.cuda.set_per_process_memory_fraction(min(1.0, limit * 2**30 / props.total_memory), self.device)
+            self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
+            torch.zeros(1, device=self.device).sum().item()  # context and allocator warm
+        else:
+            self.gpu = ""
+            self.flush = None
+            if limit > 0:
+                cap = int(limit * 2**30)
+                resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+        self.peaks = settings.get("peaks") or DEFAULT_PEAKS.get("cuda" if self.cuda else "cpu")
+
+    def tf32(self) -> bool:
+        if not self.cuda:
+            return False
+        return bool(torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32)
+
+    def _sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def _time(self, fn: Callable, args: tuple, done_runs: int) -> tuple[float, float, int]:
+        """Median and IQR in ms over timed runs, each after an L2 flush on the GPU; runs until the IQR is
+        under iqr_target of the median (at least min_runs, at most max_runs or max_timing_s)."""
+        s = self.s
+        for _ in range(max(0, int(s["warmup"]) - done_runs)):  # runs just before on the same inputs count
+            fn(*args)
+        self._sync()
+        times: list[float] = []
+        batch, max_runs = int(s["min_runs"]), int(s["max_runs"])
+        budget_end = time.perf_counter() + float(s.get("max_timing_s", 10.0))
+        while True:
+            if self.cuda:
+                events = []
+                for _ in range(batch):
+                    self.flush.zero_()
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn(*args)
+                    end.record()
+                    events.append((start, end))
+                torch.cuda.synchronize(self.device)
+                times += [a.elapsed_time(b) for a, b in events]
+            else:
+                for _ in range(batch):
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    times.append((time.perf_counter() - t0) * 1e3)
+            med, iqr = _quantiles(times)
+            if iqr <= float(s["iqr_target"]) * med or len(times) >= max_runs or time.perf_counter() > budget_end:
+                return med, iqr, len(times)
+            batch = min(max(batch, len(times) // 2), max_runs - len(times))
+
+    def _quick_ms(self, model: Any, x: tuple) -> tuple[Any, float]:
+        out = model(*x)  # the first run also pays lazy init (cuDNN/cuBLAS handles)
+        self._sync()
+        t0 = time.perf_counter()
+        model(*x)
+        self._sync()
+        return out, (time.perf_counter() - t0) * 1e3
+
+    def profile(self, task: dict) -> dict:
+        """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
+        `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
+        t0 = time.perf_counter()
+        self.lock.held_s = 0.0
+        m: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
+                             "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
+                             "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
+        try:
+            with torch.no_grad():
+                self._profile(task, m)
+        except Exception as e:  # noqa: BLE001 - whatever the task does is a result
+            status, fatal = (e.status, False) if isinstance(e, TaskError) else _classify(e)
+            m.update(status=status, error=str(e) if isinstance(e, TaskError) else one_line(e), _fatal=fatal)
+        finally:
+            self.lock.release()
+        if self.cuda and not m["_fatal"]:
+            with contextlib.suppress(Exception):
+                torch.cuda.empty_cache()
+        m["wall_s"] = time.perf_counter() - t0
+        m["gpu_busy_s"] = self.lock.held_s
+        return m
+
+    def _profile(self, task: dict, m: dict) -> None:
+        s, dev = self.s, self.device
+        ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
+        exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
+        seed = int(s.get("seed", 42))
+        torch.manual_seed(seed)
+        model = ns["Model"](*ns["get_init_inputs"]())
+        draws = []
+        for k in range(int(s["input_draws"])):
+            torch.manual_seed(seed + 1 + k)
+            draws.append(tuple(ns["get_inputs"]()))
+
+        with self.lock.hold():
+            base = torch.cuda.memory_allocated(dev) if self.cuda else 0
+            model = model.to(dev)
+            x0 = _to(draws[0], dev)
+            if self.cuda:
+                torch.cuda.reset_peak_memory_stats(dev)
+            out0, quick = self._quick_ms(model, x0)
+            if self.cuda:
+                m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev) - base)
+            lo, hi = s.get("window_ms") or (0.0, math.inf)
+            factor = float(s.get("early_reject_factor", 10.0))
+            if quick > hi * factor or quick < lo / factor:
+                m["eager_ms"] = quick
+                side = f"> {hi * factor:g}" if quick > hi * factor else f"< {lo / factor:g}"
+                raise TaskError("early_reject", f"quick eager run {quick:.4g} ms {side} ms (window {lo:g}-{hi:g} ms "
+                                                f"x/÷ {factor:g})")
+            rec = _Recorder()
+            with rec:
+                out1 = model(*x0)
+            m["aten_ops"] = rec.ops
+            if not self.cuda:
+                resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(),
+                                                                      *_tensors(x0)])
+                m["peak_memory_bytes"] = int(resident + rec.peak)
+            ref = [_flat(out0)]
+            m["determinism_max_diff"] = max_diff(ref[0], _flat(out1))  # NaN at the same place counts as equal
+            m["deterministic"] = m["determinism_max_diff"] == 0.0
+            del out1
+            xs = [x0] + [_to(d, dev) for d in draws[1:]]
+            ref += [_flat(model(*x)) for x in xs[1:]]
+            m["input_min_pairwise_diff"] = min(max_diff(ref[i], ref[j])
+                                               for i in range(len(ref)) for j in range(i + 1, len(ref)))
+            m["degenerate"] = degenerate(ref[0])
+            m["output_numel"] = int(ref[0].numel())
+            med, iqr, n = self._time(model, x0, done_runs=2 + len(xs))
+            m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
+            self._roofline(task, m)
+
+        if not s.get("compile", True):
+            return
+        self._compile(model, xs, ref, m)
+
+    def _compile(self, model: Any, xs: list, ref: list, m: dict) -> None:
+        import torch._dynamo as dynamo
+
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        backend_name = self.s.get("compile_backend", "inductor")
+        if backend_name == "inductor":
+            inner = torch._TorchCompileInductorWrapper(None, None, None)
+        else:
+            inner = dynamo.lookup_backend(backend_name)
+        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock))
+        try:
+            outs = [_flat(compiled(*xs[0]))]  # compiles without the lock, runs with it
+        except Exception as e:  # noqa: BLE001 - a compile failure is a measurement
+            status, fatal = _classify(e)
+            if fatal or status == "oom":
+                raise
+            m.update(compile_ok=False, compile_error=one_line(e))
+            m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
+            return
+        with self.lock.hold():
+            outs += [_flat(compiled(*x)) for x in xs[1:]]
+            m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
+            errs = [agreement(o, r) for o, r in zip(outs, ref, strict=True)]
+            m.update(compile_ok=True, compile_error="",
+                     compile_max_abs_err=max(e[0] for e in errs), compile_max_rel_err=max(e[1] for e in errs),
+                     compile_agrees_1e4=all(e[2] for e in errs), compile_agrees_1e2=all(e[3] for e in errs))
+            med, iqr, n = self._time(compiled, xs[0], done_runs=len(xs))
+            m.update(compile_ms=med, compile_iqr_ms=iqr, compile_runs=n)
+
+    def _roofline(self, task: dict, m: dict) -> None:
+        sec = m["eager_ms"] * 1e-3
+        flops, nbytes = task.get("flops"), task.get("bytes_moved")
+        if sec <= 0:
+            return
+        if flops:
+            m["achieved_tflops"] = flops / sec / 1e12
+        if nbytes:
+            m["achieved_tbps"] = nbytes / sec / 1e12
+        if self.peaks and (flops or nbytes):
+            floor_s = max((flops or 0) / (self.peaks[0] * 1e12), (nbytes or 0) / (self.peaks[1] * 1e12))
+            m["roofline_fraction"] = floor_s / sec
+
+
+def serve() -> None:
+    """Script side of the local executor's worker protocol (see the module docstring)."""
+    faulthandler.enable()
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+
+    def send(msg: dict) -> None:
+        proto.write(json.dumps(msg, default=str) + "\n")
+        proto.flush()
+
+    cfg = json.loads(sys.stdin.readline())
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg["threads"]))
+    h = Harness(cfg["device"], cfg["settings"], cfg.get("lock_path"), notify=lambda ev: send({"event": ev}))
+    send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        result = h.profile(json.loads(line))
+        fatal = result.pop("_fatal", False)
+        send({"result": result, "fatal": fatal})
+        if fatal:  # a poisoned CUDA context: exit without teardown; the parent starts a fresh worker
+            proto.flush()
+            os._exit(3)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    serve()

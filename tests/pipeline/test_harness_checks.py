@@ -1,0 +1,88 @@
+"""Each check of the harness fires on a task built to trip it, and stays quiet on a clean one."""
+
+import dataclasses
+
+import pytest
+
+from pipeline.config import ProfileSection
+from pipeline.harness import Harness, degenerate
+
+TEMPLATE = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(16))
+        self.drop = nn.Dropout(0.5)
+    def forward(self, x):
+        return {expr}
+def get_inputs():
+    return [torch.rand(32, 16)]
+def get_init_inputs():
+    return []
+'''
+
+
+def run(expr, **kw):
+    s = dataclasses.asdict(ProfileSection())
+    s.update(memory_limit_gb=0, compile=False, warmup=1, min_runs=3, max_runs=5, window_ms=[0.0, 1e9], seed=0)
+    s.update(kw)
+    return Harness("cpu", s).profile({"task_id": "t", "code": TEMPLATE.replace("{expr}", expr),
+                                      "flops": 512, "bytes_moved": 4096})
+
+
+@pytest.fixture(scope="module")
+def clean():
+    return run("torch.sin(x * self.w) + x")
+
+
+def test_clean_task_passes_every_check(clean):
+    assert clean["status"] == "ok" and clean["degenerate"] == "" and clean["deterministic"]
+    assert clean["input_min_pairwise_diff"] > 0.1 and clean["output_numel"] == 32 * 16
+    assert clean["determinism_max_diff"] == 0.0 and clean["eager_runs"] >= 3
+    assert clean["aten_ops"] == ["aten.mul", "aten.sin", "aten.add"]
+    assert clean["peak_memory_bytes"] >= 3 * 32 * 16 * 4  # input, product, sine (the sum is the output)
+
+
+@pytest.mark.parametrize("expr, flag", [
+    ("x * 0", "zero"),
+    ("x * 1e-6", "tiny"),
+    ("torch.ones_like(x) * self.w.sum()", "constant"),
+    ("torch.log(x - 2)", "nonfinite"),
+    ("F.pad(x[:1, :4], (0, 508), value=1.0)", "saturated"),
+])
+def test_degenerate_outputs_are_flagged(expr, flag):
+    r = run(expr)
+    assert r["status"] == "ok" and r["degenerate"] == flag
+
+
+def test_input_insensitive_output_is_caught():
+    r = run("self.w.expand(32, 16) + 0 * x")
+    assert r["input_min_pairwise_diff"] == 0.0
+
+
+def test_stochastic_op_is_not_deterministic(clean):
+    r = run("self.drop(x)")  # train mode, as KernelBench runs the reference
+    assert not r["deterministic"] and r["determinism_max_diff"] > 0
+
+
+def test_early_reject_outside_the_window():
+    r = run("x + 1", window_ms=[1e6, 1e7])
+    assert r["status"] == "early_reject" and "<" in r["error"] and r["eager_ms"] > 0
+    assert r.get("compile_ok") is None  # nothing after the quick run
+
+
+def test_degenerate_helper_on_tensors():
+    import torch
+
+    assert degenerate(torch.tensor([1.0, 2.0, float("inf")])) == "nonfinite"
+    assert degenerate(torch.tensor([0.5, 0.25])) == ""
+
+
+def test_compile_agreement_and_graph_breaks():
+    r = run("torch.sin(x) * (2 if x.sum().item() > 0 else 3)", compile=True)
+    assert r["status"] == "ok" and r["compile_ok"], r
+    assert r["compile_agrees_1e4"] and r["compile_agrees_1e2"] and r["compile_max_abs_err"] < 1e-5
+    assert r["graph_breaks"] >= 1 and r["compile_ms"] > 0 and r["compile_runs"] >= 3

@@ -1,0 +1,77 @@
+"""Planted failures among good tasks: each bad task costs itself alone, with the right status."""
+
+import dataclasses
+
+from pipeline.config import ProfileSection
+from pipeline.executors import make_executor
+
+GOOD = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+    def forward(self, x):
+        return torch.tanh(self.lin(x)) + {k}
+N = 16
+def get_inputs():
+    return [torch.rand(8, N)]
+def get_init_inputs():
+    return [N]
+'''
+
+BAD_FORWARD = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        {body}
+def get_inputs():
+    return [torch.rand(4, 4)]
+def get_init_inputs():
+    return []
+'''
+
+PLANTS = {
+    "segfault": ("import ctypes; ctypes.string_at(0)", "crashed"),
+    "hang": ("while True: pass", "timeout"),
+    "oom": ("return torch.empty(2**31, dtype=torch.float64)", "oom"),
+    "raises": ("raise ValueError('planted')", "error"),
+}
+
+
+def settings(**kw):
+    s = dataclasses.asdict(ProfileSection())
+    s.update(timeout_s=8.0, memory_limit_gb=3.0, compile=False, warmup=1, min_runs=3, max_runs=5,
+             window_ms=[0.0, 1e9], seed=0)
+    s.update(kw)
+    return s
+
+
+def tasks():
+    good = [{"task_id": f"good{k}", "code": GOOD.replace("{k}", str(k)), "flops": 4096, "bytes_moved": 2048}
+            for k in range(4)]
+    bad = [{"task_id": name, "code": BAD_FORWARD.replace("{body}", body), "flops": 0, "bytes_moved": 0}
+           for name, (body, _) in PLANTS.items()]
+    # interleave so a bad task lands between good ones on every worker
+    return [t for pair in zip(good, bad, strict=True) for t in pair]
+
+
+def test_planted_failures_cost_one_task_each():
+    with make_executor("local", device="cpu", workers=2, settings=settings()) as ex:
+        results = {r["task_id"]: r for r in ex.imap_unordered(tasks())}
+        # the workers that replaced the dead ones still work
+        again = list(ex.imap_unordered([{"task_id": "after", "code": GOOD.replace("{k}", "9"),
+                                         "flops": 1, "bytes_moved": 1}]))
+    assert sorted(results) == sorted(t["task_id"] for t in tasks())
+    for name, (_, status) in PLANTS.items():
+        assert results[name]["status"] == status, results[name]
+        assert results[name]["error"] and "\n" not in results[name]["error"]
+    assert "SIGSEGV" in results["segfault"]["error"]
+    for k in range(4):
+        r = results[f"good{k}"]
+        assert r["status"] == "ok", r
+        assert r["deterministic"] and r["degenerate"] == "" and r["input_min_pairwise_diff"] > 0
+        assert r["eager_ms"] > 0 and r["eager_runs"] >= 3 and r["aten_ops"][:2] == ["aten.t", "aten.addmm"]
+    assert again[0]["status"] == "ok"
