@@ -22,7 +22,7 @@ RETRY_BASE_S = 2.0  # waits 2, 4, 8, 16 s: rides out a Hub blip without hammerin
 T = TypeVar("T")
 
 
-def check_repo_id(repo_id: str) -> str:
+def validate_repo_id(repo_id: str) -> str:
     if not isinstance(repo_id, str) or not REPO_ID.match(repo_id) or ".." in repo_id or "--" in repo_id:
         raise OpsynthError(f"repo id {repo_id!r} is not ORG/NAME (letters, digits, '-', '_', '.'); "
                            "pass e.g. --repo-id my-org/opsynth-ops")
@@ -117,7 +117,7 @@ def _operations(files: list[tuple[str, Path]], repo_id: str) -> list[Any]:
 def push(folder: Path, repo_id: str, private: bool = False, revision: str | None = None, dry_run: bool = False,
          endpoint: str | None = None, token: str | None = None) -> str:
     """Upload `folder` to the dataset repo `repo_id` in one commit; returns the commit URL (or the dry-run listing)."""
-    check_repo_id(repo_id)
+    validate_repo_id(repo_id)
     files = files_to_upload(Path(folder))
     if dry_run:
         return _listing(files, repo_id, revision, private)

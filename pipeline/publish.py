@@ -164,7 +164,9 @@ def funnel(rd: RunDir, tasks: list[dict[str, Any]], measurements: list[dict[str,
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_page_index=True)
+    # content-defined pages let the Hub's Xet storage dedupe unchanged rows when a new release is pushed
+    pq.write_table(table, path, compression="zstd", row_group_size=ROW_GROUP_ROWS, write_page_index=True,
+                   use_content_defined_chunking=True)
 
 
 def _sha256(path: Path) -> str:
@@ -280,13 +282,14 @@ def publish(rd: RunDir, out_dir: Path | None = None) -> Path:
     out = Path(out_dir) if out_dir is not None else rd.path / "dataset"
     if out.exists() and not out.is_dir():
         raise OpsynthError(f"{out} exists and is not a folder; pass another --to OUTDIR")
+    t0 = time.time()
     g = _gather(rd)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        _write_folder(rd, g, tmp)
+        manifest = _write_folder(rd, g, tmp)
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         if out.exists():
             os.replace(out, old)
@@ -295,4 +298,5 @@ def publish(rd: RunDir, out_dir: Path | None = None) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    rd.record_stage("publish", time.time() - t0, rows=manifest["rows"], folder=str(out))
     return out

@@ -169,8 +169,9 @@ def test_manifest_card_and_plots(published: Path):
 def test_missing_stages_give_null_columns(tmp_path: Path):
     from datasets import load_dataset
 
-    out = publish(make_run(tmp_path, measurements=False, contamination=False))
-    assert out == tmp_path / "run" / "dataset"
+    rd = make_run(tmp_path, measurements=False, contamination=False)
+    out = publish(rd)
+    assert out == tmp_path / "run" / "dataset" and rd.manifest()["stages"]["publish"]["rows"] == 3
     ds = load_dataset(str(out), split="train")
     assert len(ds) == 3 and set(ds["eager_ms"]) == {None} and set(ds["kb_nearest"]) == {None}
     assert ds.features["eager_ms"].dtype == "float64"  # typed even when all null
