@@ -221,3 +221,21 @@ def test_failure_keeps_the_previous_folder(tmp_path: Path, monkeypatch):
         publish(rd, out)
     assert (out / "README.md").read_text() == before and len(list((out / "data").glob("*.parquet"))) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "run"]
+
+
+def test_card_usage_snippets_run_against_the_folder(published: Path):
+    import re
+
+    import duckdb
+
+    readme = (published / "README.md").read_text()
+    blocks = re.findall(r"```(python|sql)\n(.*?)```", readme, flags=re.DOTALL)
+    python_block = blocks[0][1].replace("ORG/NAME", str(published))
+    ns: dict = {}
+    exec(python_block, ns)  # load_dataset, exec of a row, streaming, audit configs, as a user would
+    assert ns["out"].shape[0] == 4 and len(ns["rejections"]) == 2 and len(ns["contamination"]) == 4
+    sql = blocks[1][1].replace("hf://datasets/ORG/NAME", str(published))
+    statements = [s for s in (x.strip() for x in re.sub(r"--.*", "", sql).split(";")) if s]
+    con = duckdb.connect()
+    assert con.execute(statements[0]).fetchall() == [("torch#2", 2, 0.75, 2.0)]
+    assert con.execute(statements[1]).fetchall()[0] == ("level1/9_Matmul", 0.95)
