@@ -96,7 +96,7 @@ def _glance(rows: list[dict[str, Any]]) -> list[str]:
 def _funnel(manifest: dict[str, Any]) -> list[str]:
     out = ["| step | tasks |", "|---|---:|"]
     out += [f"| {s['step']} | {s['tasks']:,} |" for s in manifest["funnel"]]
-    out.append(f"| **published** | **{manifest['rows']:,}** |")
+    out.append(f"| **published** | **{manifest.get('sample_of') or manifest['rows']:,}** |")
     if manifest.get("rejections"):
         out += ["", "Rejections by first stage and reason (full list: `rejections/rejections.parquet`):", "",
                 "| stage | reason | tasks |", "|---|---|---:|"]
@@ -203,6 +203,8 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "[CUDA-Agent-Ops-6K](https://huggingface.co/datasets/BytedTsinghua-SIA/CUDA-Agent-Ops-6K), so training "
         "code written for it runs unchanged; every row also carries measured runtimes, provenance, "
         "contamination scores against KernelBench and alternative input shapes.",
+        *(["", f"**This folder is a sample: {manifest['rows']:,} of the {manifest['sample_of']:,} accepted tasks "
+             "of the run below.**"] if manifest.get("sample_of") else []),
         "",
         "## At a glance",
         "",

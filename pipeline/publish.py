@@ -173,7 +173,7 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _gather(rd: RunDir) -> dict[str, Any]:
+def _gather(rd: RunDir, limit: int | None = None) -> dict[str, Any]:
     """Everything the folder is made of, read once; raises on a run that cannot be published."""
     cfg = rd.load_config()
     tasks = rd.read_rows("tasks")
@@ -190,8 +190,9 @@ def _gather(rd: RunDir) -> dict[str, Any]:
     if not accepted:
         raise OpsynthError(f"{rd.path}: no task was accepted by {', '.join(stages)}; nothing to publish "
                            f"(see the rejection reasons with `opsynth report {rd.path}`)")
-    return {"cfg": cfg, "tasks": tasks, "accepted": accepted, "measurements": measurements,
-            "contamination": contamination, "stages": stages}
+    return {"cfg": cfg, "tasks": tasks, "accepted": accepted[:limit] if limit else accepted,
+            "accepted_total": len(accepted), "measurements": measurements, "contamination": contamination,
+            "stages": stages}
 
 
 def build_rows(rd: RunDir) -> list[dict[str, Any]]:
@@ -273,17 +274,21 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "funnel": funnel(rd, g["tasks"], g["measurements"]),
         "rejections": summary,
         "rows": len(rows),
+        "sample_of": g["accepted_total"] if g["accepted_total"] != len(rows) else None,
         "stage_records": run_manifest.get("stages", {}),
     }
 
 
-def publish(rd: RunDir, out_dir: Path | None = None) -> Path:
-    """Write the Hub-ready folder (default rd.path / "dataset") atomically and return its path."""
+def publish(rd: RunDir, out_dir: Path | None = None, limit: int | None = None) -> Path:
+    """Write the Hub-ready folder (default rd.path / "dataset") atomically and return its path.
+
+    `limit` keeps only the first accepted tasks (a small sample of a release, e.g. data/sample/).
+    """
     out = Path(out_dir) if out_dir is not None else rd.path / "dataset"
     if out.exists() and not out.is_dir():
         raise OpsynthError(f"{out} exists and is not a folder; pass another --to OUTDIR")
     t0 = time.time()
-    g = _gather(rd)
+    g = _gather(rd, limit)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
