@@ -86,6 +86,8 @@ class FakeLLM:
         self.requests: list[str] = []
         self.fail_first: dict[str, int] = {}  # name -> 503s before answering
         self.delay_s: dict[str, float] = {}
+        self.inflight = self.max_inflight = 0
+        self.lock = threading.Lock()
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -117,7 +119,12 @@ class FakeLLM:
                 if fake.fail_first.get(name, 0) > 0:
                     fake.fail_first[name] -= 1
                     return self._send(503, {"error": {"message": "overloaded"}})
+                with fake.lock:
+                    fake.inflight += 1
+                    fake.max_inflight = max(fake.max_inflight, fake.inflight)
                 time.sleep(fake.delay_s.get(name, 0.0))
+                with fake.lock:
+                    fake.inflight -= 1
                 content = ANSWERS.get(name, ANSWERS["Good"])
                 return self._send(200, {"id": "c1", "object": "chat.completion", "created": 0,
                                         "model": req["model"], "choices": [{
@@ -185,13 +192,14 @@ def test_accepts_good_answers_and_falls_back_with_reasons(llm: FakeLLM, tmp_path
     assert "***" in by["BadKey"]["composer_note"]  # the echoed key was scrubbed, not just absent
 
 
-def test_cache_hit_sends_no_request(llm: FakeLLM, tmp_path: Path):
-    rows = [_row("Good", 0), _row("WrongOps", 1)]
-    first = compose_rows(rows, _settings(llm), tmp_path)
-    assert sorted(llm.requests) == ["Good", "WrongOps"]
+def test_concurrent_requests_and_cache_hit_sends_no_request(llm: FakeLLM, tmp_path: Path):
+    rows = [_row("Good", 0), _row("WrongOps", 1), _row("Other", 2)]
+    llm.delay_s = {"Good": 0.5, "WrongOps": 0.5, "Other": 0.5}
+    first = compose_rows(rows, _settings(llm, concurrency=2), tmp_path)
+    assert sorted(llm.requests) == ["Good", "Other", "WrongOps"] and llm.max_inflight == 2
     second = compose_rows(rows, _settings(llm), tmp_path)
-    assert len(llm.requests) == 2 and second == first
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert len(llm.requests) == 3 and second == first
+    assert len(list(tmp_path.glob("*.json"))) == 3
 
 
 def test_retry_then_success_budget_and_timeout(llm: FakeLLM, tmp_path: Path):
