@@ -175,11 +175,17 @@ df = pl.read_parquet("hf://datasets/{r}/data/*.parquet")
 ```"""
 
 
+def _type_name(t) -> str:
+    import pyarrow as pa
+
+    return f"list[{_type_name(t.value_type)}]" if pa.types.is_list(t) else str(t).replace("double", "float64")
+
+
 def _columns() -> list[str]:
     from pipeline.publish import COLUMNS
 
     out = ["| column | type | meaning |", "|---|---|---|"]
-    out += [f"| `{name}` | {t} | {doc} |" for name, (t, doc) in COLUMNS.items()]
+    out += [f"| `{name}` | {_type_name(t)} | {doc} |" for name, (t, doc) in COLUMNS.items()]
     return out
 
 
@@ -189,6 +195,11 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
 
     cfg = manifest["config"]
     name = cfg["publish"]["name"]
+    ran = set(manifest.get("stages_run", []))
+
+    def skipped(stage: str) -> str:
+        return "" if stage in ran else " *(not run for this release)*"
+
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
     refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
@@ -196,7 +207,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         f"# {name}",
         "",
         f"{manifest['rows']:,} GPU-kernel optimization tasks in the KernelBench format, built by "
-        f"[opsynth](https://github.com/opsynth/opsynth) {manifest['opsynth_version']}. Each task is a small PyTorch "
+        f"opsynth {manifest['opsynth_version']}. Each task is a small PyTorch "
         "program (`Model`, `get_inputs`, `get_init_inputs`) fusing sampled operators; a model being trained must "
         "write a faster CUDA or Triton kernel for it. The columns `ops`, `data_source` and `code` have the same "
         "names and types as in "
@@ -219,12 +230,13 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
         "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
         f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
-        "compile must run and agree, deterministic, input-sensitive, not degenerate, `ops` labels match the trace.",
+        "compile must run and agree, deterministic, input-sensitive, not degenerate, `ops` labels match the trace."
+        + skipped("filter"),
         f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
         f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
-        f"{cfg['decontaminate']['minhash_threshold']:g}).",
+        f"{cfg['decontaminate']['minhash_threshold']:g})." + skipped("decontaminate"),
         "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), MinHash near "
-        "duplicates.",
+        "duplicates." + skipped("dedupe"),
         "",
         "Funnel of this release:",
         "",
