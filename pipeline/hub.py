@@ -35,12 +35,28 @@ def files_to_upload(folder: Path) -> list[tuple[str, Path]]:
     if not (folder / "README.md").is_file() or not list((folder / "data").glob("*.parquet")):
         raise OpsynthError(f"{folder} is not a published dataset folder (no README.md or data/*.parquet); "
                            "run `opsynth publish RUN_DIR --to FOLDER` first")
+    _check_manifest(folder)
     out = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)
         if p.is_file() and not any(part.startswith(".") for part in rel.parts):
             out.append((rel.as_posix(), p))
     return out
+
+
+def _check_manifest(folder: Path) -> None:
+    """Refuse a folder whose files no longer match the hashes publish recorded (edited or half-copied)."""
+    import hashlib
+    import json
+
+    path = folder / "manifest.json"
+    if not path.is_file():
+        return
+    for rel, info in json.loads(path.read_text()).get("files", {}).items():
+        p = folder / rel
+        if not p.is_file() or hashlib.sha256(p.read_bytes()).hexdigest() != info["sha256"]:
+            raise OpsynthError(f"{p} is missing or changed since it was published; "
+                               "run `opsynth publish` again to rebuild the folder")
 
 
 def resolve_token(token: str | None) -> str:

@@ -191,3 +191,15 @@ def test_bad_repo_id(bad: str, folder: Path):
 def test_not_a_dataset_folder(tmp_path: Path):
     with pytest.raises(OpsynthError, match="not a published dataset folder"):
         hub.push(tmp_path, "my-org/ops", dry_run=True)
+
+
+def test_changed_folder_is_refused(folder: Path):
+    import hashlib
+
+    png = folder / "plots" / "runtime.png"
+    files = {"plots/runtime.png": {"sha256": hashlib.sha256(png.read_bytes()).hexdigest()}}
+    (folder / "manifest.json").write_text(json.dumps({"files": files}))
+    assert "manifest.json" in hub.push(folder, "my-org/ops", dry_run=True)
+    png.write_bytes(b"truncated")
+    with pytest.raises(OpsynthError, match="changed since it was published"):
+        hub.push(folder, "my-org/ops", dry_run=True)
