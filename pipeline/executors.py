@@ -226,6 +226,22 @@ class LocalExecutor(Executor):
             raise OpsynthError(f"profile workers fail to start ({why}: {tail or 'no output'}); "
                                f"check that `python {HARNESS}` runs here (torch installed, GPU visible)")
 
+    def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> int:
+        """Block until every worker has torch and its device up (benchmarks time the steady state);
+        returns how many are ready."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end and not all(w.ready for w in self.workers):
+            for key, _ in self.sel.select(0.5):
+                w = key.data
+                if w in self.workers:
+                    msgs, eof = w.read()
+                    for msg in msgs:
+                        self._on_message(w, msg)
+                    if eof:
+                        self._startup_failed(w, "exited before it was ready")
+                        self._retire(w, kill=False)
+        return sum(w.ready for w in self.workers)
+
     def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
         if self.closed:
             raise OpsynthError("this executor is closed; make a new one")

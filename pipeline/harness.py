@@ -285,16 +285,14 @@ class Harness:
         budget_end = time.perf_counter() + float(s.get("max_timing_s", 10.0))
         while True:
             if self.cuda:
-                events = []
-                for _ in range(batch):
+                for _ in range(batch):  # synchronized per run as KernelBench does: launch gaps count
                     self.flush.zero_()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
                     fn(*args)
                     end.record()
-                    events.append((start, end))
-                torch.cuda.synchronize(self.device)
-                times += [a.elapsed_time(b) for a, b in events]
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
             else:
                 for _ in range(batch):
                     t0 = time.perf_counter()

@@ -1,0 +1,319 @@
+"""Measure the profile stage itself on a GPU: throughput, the KernelBench-style serial loop it replaces,
+timing agreement, repeatability, planted failures, multi-GPU scaling, and KernelBench levels 1-3 through
+the profile and filter checks. Runs on the bare GPU image: torch, pyarrow and stdlib, plus this repo's
+executor, harness, config and filters (all stdlib-only).
+
+    python benchmarks/profile_bench.py --tasks .carry/bench_tasks.parquet --device cuda --workers 12 \
+        --phases opsynth,kbloop,repeat,planted --out $OUT
+    python benchmarks/profile_bench.py --kernelbench .carry/kernelbench_main.parquet --phases kernelbench --out $OUT
+    python benchmarks/profile_bench.py --tasks ... --phases scaling --gpus 0,1 --out $OUT
+
+Writes OUT/profile_<phase>.json (figures) and OUT/profile_<phase>_rows.jsonl (one measurement per task);
+the summary table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from filters.base import decide  # noqa: E402
+from filters.degenerate import input_sensitive, not_degenerate  # noqa: E402
+from filters.determinism import compiles_and_agrees, deterministic  # noqa: E402
+from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok  # noqa: E402
+from pipeline.config import load_preset  # noqa: E402
+from pipeline.executors import make_executor  # noqa: E402
+
+# the filter stage's checks, labels aside (label truth needs the catalog, which is not on the GPU image)
+CHECKS = (ran_ok, eager_in_window, compiles_and_agrees, deterministic, input_sensitive, not_degenerate,
+          peak_memory_under_cap)
+
+PLANTED = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        {body}
+def get_inputs():
+    return [torch.rand(1024, 1024)]
+def get_init_inputs():
+    return []
+'''
+PLANTS = {
+    "plant_segfault": ("import ctypes; ctypes.string_at(0)", "crashed"),
+    "plant_hang": ("while True: pass", "timeout"),
+    "plant_gpu_oom": ("return torch.empty(2**40, device=x.device)", "oom"),
+    "plant_device_assert": ("return x.view(-1)[torch.tensor([2**40], device=x.device)] + x.sum()", "crashed"),
+    "plant_raises": ("raise ValueError('planted')", "error"),
+}
+GOOD = PLANTED.replace("{body}", "return torch.tanh(x @ x) * 2")
+
+
+def settings_for(preset: str, seed: int, **over) -> tuple[dict, object]:
+    cfg = load_preset(preset)
+    s = {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
+         "seed": seed}
+    s.update(over)
+    return s, cfg.filter
+
+
+def fresh_caches(tag: str) -> dict:
+    """Cold inductor and Triton caches, so no run profits from another's compiled kernels."""
+    d = tempfile.mkdtemp(prefix=f"opsynth-cache-{tag}-")
+    return {"TORCHINDUCTOR_CACHE_DIR": f"{d}/inductor", "TRITON_CACHE_DIR": f"{d}/triton"}
+
+
+def run_executor(tasks: list[dict], device: str, workers: int, gpus: list[int] | None, settings: dict,
+                 env: dict) -> tuple[list[dict], dict]:
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        t0 = time.perf_counter()
+        with make_executor("local", device=device, workers=workers, gpus=gpus, settings=settings) as ex:
+            ready = ex.wait_ready()
+            t1 = time.perf_counter()
+            rows = list(ex.imap_unordered(tasks))
+            t2 = time.perf_counter()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return rows, {"startup_s": t1 - t0, "wall_s": t2 - t1, "workers_ready": ready}
+
+
+def verdicts(rows: list[dict], fsec) -> tuple[int, Counter]:
+    reasons: Counter = Counter()
+    kept = 0
+    for m in rows:
+        keep, why = decide(m, CHECKS, fsec)
+        kept += keep
+        if not keep:
+            reasons[why.split(" (")[0].split(":")[0]] += 1
+    return kept, reasons
+
+
+def load_tasks(path: str, n: int) -> list[dict]:
+    cols = [c for c in ("task_id", "code", "flops", "bytes_moved", "ops") if c in pq.read_schema(path).names]
+    return pq.read_table(path, columns=cols).to_pylist()[:n]
+
+
+def machine(device: str) -> dict:
+    import torch
+
+    info = {"torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "commit": os.environ.get("OPSYNTH_COMMIT", "unknown")}
+    if device == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus"] = torch.cuda.device_count()
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def write(out: Path, name: str, figures: dict, rows: list[dict] | None = None) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"profile_{name}.json").write_text(json.dumps(figures, indent=2, default=str))
+    if rows is not None:
+        with open(out / f"profile_{name}_rows.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps(r, default=str) + "\n")
+
+
+def phase_opsynth(a, tasks, settings, fsec) -> tuple[dict, list[dict]]:
+    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    rows, t = run_executor(tasks, a.device, a.workers, gpus, settings, fresh_caches("opsynth"))
+    kept, reasons = verdicts(rows, fsec)
+    n = len(rows)
+    status = Counter(r["status"] for r in rows)
+    busy = sum(r.get("gpu_busy_s") or 0 for r in rows)
+    fig = {"tasks": n, "accepted": kept, "status": dict(status), "rejections": dict(reasons.most_common()),
+           **t, "gpu_s_per_task": t["wall_s"] / n, "gpu_s_per_accepted": t["wall_s"] / max(kept, 1),
+           "gpu_s_per_task_with_startup": (t["wall_s"] + t["startup_s"]) / n,
+           "tasks_per_hour": n / t["wall_s"] * 3600, "lock_held_s_per_task": busy / n,
+           "gpu_lock_utilisation": busy / t["wall_s"]}
+    return fig, rows
+
+
+def phase_kbloop(a, tasks, out: Path) -> tuple[dict, list[dict]]:
+    path = out / "kbloop_rows.jsonl"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "kernelbench_loop.py"), a.tasks, str(path), "--device", a.device,
+           "--n", str(a.kb_n), "--budget-s", str(a.kb_budget_s)]
+    env = {**os.environ, **fresh_caches("kbloop"), "CUDA_VISIBLE_DEVICES": a.gpus.split(",")[0]}
+    subprocess.run(cmd, env=env, check=True)
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    walls = [r["wall_s"] for r in rows]
+    return {"tasks": len(rows), "s_per_task": statistics.fmean(walls) if walls else None,
+            "status": dict(Counter(r["status"] for r in rows)),
+            "correct_1e4": sum(bool(r.get("correct_1e4")) for r in rows)}, rows
+
+
+def phase_agree(ops_rows: list[dict], kb_rows: list[dict], n: int) -> dict:
+    ops = {r["task_id"]: r for r in ops_rows if r.get("status") == "ok" and r.get("eager_ms")}
+    pairs = [(ops[k["task_id"]]["eager_ms"], k["eager_mean_ms"]) for k in kb_rows
+             if k.get("status") == "ok" and k["task_id"] in ops][:n]
+    diffs = [abs(o - k) / k for o, k in pairs]
+    return {"pairs": len(pairs), "within_5pct": sum(d <= 0.05 for d in diffs),
+            "median_rel_diff": statistics.median(diffs) if diffs else None, "max_rel_diff": max(diffs, default=None),
+            "rows": [{"opsynth_median_ms": o, "kb_mean_ms": k} for o, k in pairs]}
+
+
+def phase_repeat(a, ops_rows, tasks, settings) -> tuple[dict, list[dict]]:
+    ok = [r for r in ops_rows if r.get("status") == "ok" and r.get("eager_ms")][: a.repeat_n]
+    by_id = {t["task_id"]: t for t in tasks}
+    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    again, t = run_executor([by_id[r["task_id"]] for r in ok], a.device, a.workers, gpus, settings, {})
+    second = {r["task_id"]: r for r in again}
+    diffs = [abs(second[r["task_id"]]["eager_ms"] - r["eager_ms"]) / r["eager_ms"] for r in ok
+             if second.get(r["task_id"], {}).get("eager_ms")]
+    cdiffs = [abs(second[r["task_id"]]["compile_ms"] - r["compile_ms"]) / r["compile_ms"] for r in ok
+              if r.get("compile_ms") and second.get(r["task_id"], {}).get("compile_ms")]
+    return {"tasks": len(diffs), "median_eager_rel_diff": statistics.median(diffs) if diffs else None,
+            "p90_eager_rel_diff": sorted(diffs)[int(0.9 * (len(diffs) - 1))] if diffs else None,
+            "median_compile_rel_diff": statistics.median(cdiffs) if cdiffs else None,
+            "wall_s": t["wall_s"]}, again
+
+
+def phase_planted(a, settings) -> tuple[dict, list[dict]]:
+    tasks = [{"task_id": f"good{k}", "code": GOOD, "flops": 2 * 1024**3, "bytes_moved": 8 * 1024**2} for k in range(4)]
+    tasks += [{"task_id": name, "code": PLANTED.replace("{body}", body), "flops": 0, "bytes_moved": 0}
+              for name, (body, _) in PLANTS.items()]
+    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    # compile off: the plants test isolation, and a cold first compile could outlast the short timeout
+    s = {**settings, "timeout_s": a.planted_timeout_s, "window_ms": [0.0, 1e9], "compile": False}
+    rows, t = run_executor(tasks, a.device, 3, gpus, s, {})
+    got = {r["task_id"]: r["status"] for r in rows}
+    want = {f"good{k}": "ok" for k in range(4)} | {n: st for n, (_, st) in PLANTS.items()}
+    if a.device == "cpu":  # an out-of-range index is a plain IndexError on the CPU
+        want["plant_device_assert"] = "error"
+    return {"expected": want, "got": got, "all_as_expected": got == want,
+            "errors": {r["task_id"]: r["error"] for r in rows if r["status"] != "ok"}, **t}, rows
+
+
+def phase_scaling(a, tasks, settings) -> dict:
+    gpus = [int(g) for g in a.gpus.split(",")]
+    out = {}
+    for k in (1, len(gpus)):
+        rows, t = run_executor(tasks, a.device, a.workers, gpus[:k], settings, fresh_caches(f"scale{k}"))
+        out[f"{k}_gpu"] = {**t, "tasks_per_hour": len(rows) / t["wall_s"] * 3600,
+                           "status": dict(Counter(r["status"] for r in rows))}
+    out["speedup"] = out[f"{len(gpus)}_gpu"]["tasks_per_hour"] / out["1_gpu"]["tasks_per_hour"]
+    return out
+
+
+def phase_kernelbench(a, settings, fsec) -> tuple[dict, list[dict]]:
+    rows = pq.read_table(a.kernelbench).to_pylist()
+    tasks = [{"task_id": f"level{r['level']}/{r['name']}", "code": r["code"], "flops": 0, "bytes_moved": 0}
+             for r in rows if int(r["level"]) in (1, 2, 3)]
+    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    deadline = time.monotonic() + a.kb_budget_s
+
+    def feed():
+        for t in tasks:
+            if time.monotonic() > deadline:
+                return
+            yield t
+
+    res, t = run_executor(feed(), a.device, a.workers, gpus, settings, fresh_caches("kernelbench"))
+    per_level: dict = {}
+    for m in res:
+        keep, why = decide(m, CHECKS, fsec)
+        m["keep"], m["reason"] = keep, why
+        lvl = m["task_id"].split("/")[0]
+        d = per_level.setdefault(lvl, {"profiled": 0, "kept": 0, "reasons": Counter()})
+        d["profiled"] += 1
+        d["kept"] += keep
+        if not keep:
+            d["reasons"][why.split(" (")[0].split(":")[0]] += 1
+    for d in per_level.values():
+        d["reasons"] = dict(d["reasons"].most_common())
+    return {"problems": len(tasks), "profiled": len(res), **t, "per_level": per_level,
+            "rejected": {m["task_id"]: m["reason"] for m in res if not m["keep"]}}, res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", default=".carry/bench_tasks.parquet")
+    ap.add_argument("--kernelbench", default=".carry/kernelbench_main.parquet")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--gpus", default="0")
+    ap.add_argument("--workers", type=int, default=12)
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--preset", default="h200")
+    ap.add_argument("--seed", type=int, default=42)
+    ap.add_argument("--phases", default="opsynth,kbloop,repeat,planted")
+    ap.add_argument("--kb-n", type=int, default=40)
+    ap.add_argument("--kb-budget-s", type=float, default=150.0)
+    ap.add_argument("--agree-n", type=int, default=30)
+    ap.add_argument("--repeat-n", type=int, default=50)
+    ap.add_argument("--planted-timeout-s", type=float, default=15.0)
+    ap.add_argument("--out", default="benchmarks/results")
+    a = ap.parse_args()
+    out = Path(a.out)
+    phases = a.phases.split(",")
+    settings, fsec = settings_for(a.preset, a.seed)
+    head = {"command": " ".join(sys.argv), "machine": machine(a.device), "workers_per_gpu": a.workers,
+            "preset": a.preset}
+    table = []
+    if "planted" in phases:
+        fig, rows = phase_planted(a, settings)
+        write(out, "planted", {**head, **fig}, rows)
+        table.append(f"planted failures as expected: {fig['all_as_expected']}  {fig['got']}")
+    if any(p in phases for p in ("opsynth", "kbloop", "repeat", "scaling")):
+        tasks = load_tasks(a.tasks, a.n)
+    if "opsynth" in phases:
+        fig, ops_rows = phase_opsynth(a, tasks, settings, fsec)
+        write(out, "opsynth", {**head, **fig}, ops_rows)
+        table.append(f"opsynth: {fig['tasks']} tasks in {fig['wall_s']:.1f}s (+{fig['startup_s']:.1f}s startup), "
+                     f"accepted {fig['accepted']}, {fig['gpu_s_per_task']:.3f} GPU-s/task, "
+                     f"{fig['gpu_s_per_accepted']:.3f} GPU-s/accepted, {fig['tasks_per_hour']:.0f} tasks/h, "
+                     f"lock held {fig['lock_held_s_per_task']:.3f} s/task; status {fig['status']}; "
+                     f"rejections {fig['rejections']}")
+    if "kbloop" in phases:
+        kfig, kb_rows = phase_kbloop(a, tasks, out)
+        ops_fig = json.loads((out / "profile_opsynth.json").read_text())
+        kfig["ratio_per_task"] = kfig["s_per_task"] / ops_fig["gpu_s_per_task"] if kfig["s_per_task"] else None
+        ops_rows = [json.loads(x) for x in (out / "profile_opsynth_rows.jsonl").read_text().splitlines()]
+        kfig["agreement"] = phase_agree(ops_rows, kb_rows, a.agree_n)
+        write(out, "kbloop", {**head, **kfig})
+        ag = kfig["agreement"]
+        table.append(f"kernelbench loop: {kfig['tasks']} tasks, {kfig['s_per_task']:.2f} s/task; "
+                     f"opsynth is {kfig['ratio_per_task']:.1f}x faster per task")
+        table.append(f"timing agreement: {ag['within_5pct']}/{ag['pairs']} within 5%, median diff "
+                     f"{ag['median_rel_diff']}, max {ag['max_rel_diff']}")
+    if "repeat" in phases:
+        ops_rows = [json.loads(x) for x in (out / "profile_opsynth_rows.jsonl").read_text().splitlines()]
+        fig, rows = phase_repeat(a, ops_rows, tasks, settings)
+        write(out, "repeat", {**head, **fig}, rows)
+        table.append(f"repeatability: {fig['tasks']} tasks, median eager run-to-run diff "
+                     f"{fig['median_eager_rel_diff']}, p90 {fig['p90_eager_rel_diff']}")
+    if "scaling" in phases:
+        fig = phase_scaling(a, tasks, settings)
+        write(out, "scaling", {**head, **fig})
+        table.append(f"scaling: {json.dumps(fig)}")
+    if "kernelbench" in phases:
+        fig, rows = phase_kernelbench(a, settings, fsec)
+        write(out, "kernelbench", {**head, **fig}, rows)
+        table.append(f"kernelbench L1-3: {fig['profiled']}/{fig['problems']} profiled in {fig['wall_s']:.0f}s; "
+                     + "; ".join(f"{k}: kept {v['kept']}/{v['profiled']} {v['reasons']}"
+                                 for k, v in sorted(fig["per_level"].items())))
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
