@@ -262,11 +262,14 @@ def main() -> None:
     ap.add_argument("--agree-n", type=int, default=30)
     ap.add_argument("--repeat-n", type=int, default=50)
     ap.add_argument("--planted-timeout-s", type=float, default=15.0)
+    ap.add_argument("--timeout-s", type=float, default=0.0, help="override the preset's per-task timeout")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
     out = Path(a.out)
     phases = a.phases.split(",")
     settings, fsec = settings_for(a.preset, a.seed)
+    if a.timeout_s:
+        settings["timeout_s"] = a.timeout_s
     head = {"command": " ".join(sys.argv), "machine": machine(a.device), "workers_per_gpu": a.workers,
             "preset": a.preset}
     table = []
