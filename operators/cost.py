@@ -1,0 +1,133 @@
+"""A light TorchDispatchMode for the meta device: records each ATen op with its FLOPs and bytes.
+
+One pass gives the ATen trace (the truth behind the `ops` labels), FlopCounterMode's FLOP formulas
+(matmul, convolution, attention), the bytes each kernel reads and writes, and the output sizes for a
+peak-memory bound. Pointwise ops take a fast path: meta kernels for them are Python reference
+decompositions costing ~1 ms each, while their output is just the broadcast shape with a dtype we
+learn once per (op, dtypes) on 0-d probes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+from operators.trace import _SKIP
+
+_POINTWISE = torch.Tag.pointwise
+# layout-only ops: no kernel launch, no traffic
+VIEW_OPS = frozenset({
+    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.t", "aten.transpose",
+    "aten.permute", "aten.unsqueeze", "aten.squeeze", "aten.as_strided", "aten.slice", "aten.select",
+    "aten.alias", "aten.detach", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
+    "aten.narrow", "aten.diagonal", "aten.movedim", "aten.unfold", "aten.view_as_real", "aten.lift_fresh",
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.tensor_split", "aten.expand_as",
+})
+
+
+@dataclass
+class OpCost:
+    name: str            # aten overload packet, e.g. aten.convolution
+    flops: int
+    act_bytes: int       # bytes of activations read and written (scale with the batch)
+    fixed_bytes: int     # bytes of parameters and buffers read (do not scale)
+    out_bytes: int
+    view: bool
+
+
+def _name(func) -> str:
+    name = str(func.overloadpacket).replace("::", ".")
+    return name if name.startswith(("aten.", "prim")) else f"aten.{name}"
+
+
+class CostMode(TorchDispatchMode):
+    """Records OpCost per ATen call; `fixed_ids` are ids of parameter/buffer tensors."""
+
+    _dtype_cache: dict = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[OpCost] = []
+        self.fixed_ids: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = self._fast_pointwise(func, args, kwargs)
+        if out is None:
+            out = func(*args, **kwargs)
+        name = _name(func)
+        if name in _SKIP:
+            return out
+        view = name in VIEW_OPS or func.is_view
+        flops = 0
+        packet = func.overloadpacket
+        if packet in flop_registry:
+            flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
+        act = fixed = 0
+        if not view:
+            for a in _tensors(args, kwargs):
+                if id(a) in self.fixed_ids:
+                    fixed += _nbytes(a)
+                else:
+                    act += _nbytes(a)
+        out_bytes = sum(_nbytes(t) for t in _tensors((out,), {}))
+        self.records.append(OpCost(name, flops, act + (0 if view else out_bytes), fixed, 0 if view else out_bytes, view))
+        return out
+
+    def _fast_pointwise(self, func, args, kwargs):
+        if _POINTWISE not in func.tags or kwargs or func._schema.is_mutable:
+            return None
+        ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if not ts or any(a.dim() and not a.is_contiguous() for a in ts):
+            return None
+        key = (func, tuple(a if not isinstance(a, torch.Tensor) else (a.dtype, a.dim() == 0) for a in args))
+        try:
+            dtype = self._dtype_cache.get(key)
+        except TypeError:  # an unhashable scalar argument
+            return None
+        if dtype is None:
+            probe = [torch.empty((), dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
+            dtype = self._dtype_cache[key] = func(*probe).dtype
+        shape = torch.broadcast_shapes(*[a.shape for a in ts])
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _tensors(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            yield a
+        elif isinstance(a, list | tuple):
+            yield from (t for t in a if isinstance(t, torch.Tensor))
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def aten_names(records: list[OpCost]) -> list[str]:
+    return [r.name for r in records]
+
+
+def predict_ms(records: list[OpCost], bandwidth_gbps: float, tflops: float, launch_us: float,
+               batch_scale: float = 1.0) -> float:
+    """Per-kernel roofline: max(compute, traffic) + launch overhead, summed; views are free.
+
+    `batch_scale` extrapolates to another batch size: FLOPs and activation bytes scale, weights do not.
+    """
+    t = 0.0
+    for r in records:
+        if r.view:
+            continue
+        compute = r.flops * batch_scale / (tflops * 1e12)
+        traffic = (r.act_bytes * batch_scale + r.fixed_bytes) / (bandwidth_gbps * 1e9)
+        t += max(compute, traffic) + launch_us * 1e-6
+    return t * 1e3
+
+
+def peak_bytes(records: list[OpCost], input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
+    """Upper bound on peak memory: inputs, weights and every intermediate alive at once."""
+    outs = sum(r.out_bytes for r in records)
+    return int((input_bytes + outs) * batch_scale + fixed_bytes)

@@ -1,0 +1,377 @@
+"""Operator graphs on networkx: building them op by op on the meta device, and re-running them at new sizes.
+
+A graph's nodes are its tensors: input nodes (`kind="input"`: shape expressions over module-level
+constants, how get_inputs draws them) and op nodes (`kind="op"`: the catalog name, sampled params, the
+rendered constructor/attribute/call expressions, the traced ATen ops and the output shape). Edges run
+from each argument to the op, with the argument's key. Graph attributes hold the constants, the
+__init__ argument names and the output node. `execute` evaluates exactly the strings `render` writes.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterable
+from types import SimpleNamespace
+from typing import Any
+
+import networkx as nx
+import torch
+import torch.nn as nn
+import torch.nn.functional as F  # noqa: N812 - the spelling task code uses
+
+from operators.cost import CostMode, OpCost
+from operators.spec import DOMAINS, Code, Dim, OpSpec, Reject, accepts, out_domain
+
+BASE_NS = {"torch": torch, "nn": nn, "F": F, "math": math}
+_CODE: dict[str, Any] = {}
+_MODULES: dict[tuple, Any] = {}
+DIM_NAMES = {
+    2: ("batch_size", "in_features"),
+    3: ("batch_size", "in_channels", "length"),
+    4: ("batch_size", "in_channels", "height", "width"),
+    5: ("batch_size", "in_channels", "depth", "height", "width"),
+}
+SEQ_NAMES = ("batch_size", "seq_len", "embed_dim")
+TOKEN_NAMES = ("batch_size", "seq_len")
+
+
+class OpFailed(Exception):
+    """The operator cannot take this input (its call failed on meta, or its sampler rejected it)."""
+
+
+def compiled(expr: str):
+    code = _CODE.get(expr)
+    if code is None:
+        if len(_CODE) > 50_000:
+            _CODE.clear()
+        code = _CODE[expr] = compile(expr, "<op>", "eval")
+    return code
+
+
+def draw_expr(draw: str, shape: str, fmt: dict[str, str] | None = None) -> str:
+    if draw.startswith("randint:"):
+        high = draw.split(":", 1)[1].format(**(fmt or {}))
+        return f"torch.randint(0, {high}, ({shape}))"
+    return {"randn": f"torch.randn({shape})", "rand": f"torch.rand({shape})",
+            "rand1": f"torch.rand({shape}) + 1.0",
+            "sign": f"torch.randint(0, 2, ({shape})).float() * 2 - 1"}[draw]
+
+
+def shape_tuple(exprs: Iterable[str]) -> str:
+    exprs = list(exprs)
+    return ", ".join(exprs) + ("," if len(exprs) == 1 else "")
+
+
+class GraphBuilder:
+    """Grows one graph op by op, evaluating every op on meta as it is added (under one CostMode)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.g = nx.DiGraph(constants={}, init_args=[], output="")
+        self.values: dict[str, torch.Tensor] = {}
+        self.dims: dict[str, tuple[Dim, ...]] = {}
+        self.domain: dict[str, str] = {}
+        self.self_ns = SimpleNamespace()
+        self.mode = CostMode()
+        self.counts: dict[str, int] = {}
+
+    # ---- naming
+    def _unique(self, stem: str) -> str:
+        n = self.counts.get(stem, 0) + 1
+        self.counts[stem] = n
+        return stem if n == 1 else f"{stem}_{n}"
+
+    def const(self, name: str, value: int) -> Dim:
+        consts = self.g.graph["constants"]
+        if name in consts and consts[name] == value:
+            return Dim(value, name)
+        base, n = name, 1
+        while name in consts:
+            n += 1
+            name = f"{base}_{n}"
+        consts[name] = value
+        return Dim(value, name)
+
+    def checkpoint(self) -> tuple:
+        return (dict(self.g.graph["constants"]), dict(self.counts), len(self.mode.records), list(self.g.nodes),
+                set(vars(self.self_ns)))
+
+    def rollback(self, cp: tuple) -> None:
+        consts, counts, n_rec, nodes, attrs = cp
+        for attr in set(vars(self.self_ns)) - attrs:
+            delattr(self.self_ns, attr)
+        self.g.graph["constants"].clear()
+        self.g.graph["constants"].update(consts)
+        self.counts = counts
+        del self.mode.records[n_rec:]
+        keep = set(nodes)
+        for node in list(self.g.nodes):
+            if node not in keep:
+                self.g.remove_node(node)
+                self.values.pop(node, None)
+                self.dims.pop(node, None)
+
+    # ---- inputs
+    def add_input(self, names: tuple[str, ...], sizes: list[int], draw: str, high: str = "") -> str:
+        dims = tuple(self.const(n, s) for n, s in zip(names, sizes, strict=True))
+        return self._input(dims, draw if not high else f"randint:{high}")
+
+    def _input(self, dims: tuple[Dim, ...], draw: str) -> str:
+        n_inputs = sum(1 for _, d in self.g.nodes(data=True) if d["kind"] == "input")
+        var = self._unique("xyzuvw"[n_inputs] if n_inputs < 6 else "inp")
+        shape = [d.expr for d in dims]
+        expr = draw_expr(draw, shape_tuple(shape))
+        t = eval(compiled(expr), {**BASE_NS, **self.g.graph["constants"]})  # noqa: S307 - our own expression
+        t = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        self.g.add_node(var, kind="input", shape_expr=shape, draw=draw, expr=expr, shape=list(t.shape),
+                        dtype=str(t.dtype).replace("torch.", ""))
+        self.values[var], self.dims[var] = t, dims
+        self.domain[var] = {"randn": "any", "rand": "unit", "rand1": "pos", "sign": "any"}.get(draw, "any")
+        return var
+
+    # ---- ops
+    def try_op(self, spec: OpSpec, x: str, join_with: str | None = None, preserve: bool = False,
+               bias: bool = False) -> str:
+        """Add `spec` applied to x; its operand `y` is `join_with` (another node), a learned tensor
+        broadcast against x (`bias`), or else a fresh input. Raise OpFailed and leave no trace."""
+        if not accepts(spec, len(self.dims[x]), self.domain[x]):
+            raise OpFailed("rank or domain")
+        dims = self.dims[x]
+        cp = self.checkpoint()
+        try:
+            return self._add_op(spec, x, dims, join_with, preserve, bias)
+        except Exception as e:  # noqa: BLE001 - any failure of the op on meta means: resample
+            self.rollback(cp)
+            raise OpFailed(f"{spec.name}: {type(e).__name__}: {str(e)[:200]}") from None
+
+    def _add_op(self, spec: OpSpec, x: str, dims: tuple[Dim, ...], join_with: str | None, preserve: bool,
+                bias: bool) -> str:
+        try:
+            params = spec.params(self.rng, dims)
+        except Reject as e:
+            raise OpFailed(str(e)) from None
+        if spec.token_input in self.g.graph["constants"]:  # the vocabulary the index input was drawn from
+            params[spec.token_input] = self.g.graph["constants"][spec.token_input]
+        var = self._unique(spec.short)
+        ctx_init: dict[str, str] = {"N": dims[0].expr, "C": dims[min(1, len(dims) - 1)].expr, "L": dims[-1].expr,
+                                    "R": str(len(dims))}
+        ctx_call: dict[str, str] = {"N": self._size(x, dims, 0), "C": self._size(x, dims, min(1, len(dims) - 1)),
+                                    "L": self._size(x, dims, len(dims) - 1), "R": str(len(dims))}
+        for i, d in enumerate(dims):
+            ctx_init[f"d{i}"], ctx_call[f"d{i}"] = d.expr, self._size(x, dims, i)
+        new_consts: list[Dim] = []
+        rendered: dict[str, Any] = {}
+        for key, value in params.items():
+            if key in spec.consts and isinstance(value, int) and not isinstance(value, bool):
+                d = self.const(key, value)
+                new_consts.append(d)
+                rendered[key] = d.expr
+            else:
+                rendered[key] = _literal(value)
+        ctx_init.update(rendered)
+        ctx_call.update(rendered)
+        consts_ns = {**BASE_NS, **self.g.graph["constants"]}
+        node: dict[str, Any] = {"kind": "op", "op": spec.name, "category": spec.category,
+                                "params": {k: _jsonable(v) for k, v in params.items()}, "attr": "", "init": "",
+                                "tensors": [], "args": {"x": x}}
+        with torch.device("meta"):
+            if spec.init:
+                attr = self._unique(f"attr_{spec.short}")[5:]
+                node["attr"], node["init"] = attr, spec.init.format(**ctx_init)
+                setattr(self.self_ns, attr, build_module(node["init"], consts_ns))
+                ctx_call["m"] = f"self.{attr}"
+            for key, template in spec.attrs:
+                attr = self._unique(f"attr_{var}_{key}")[5:]
+                expr = template.format(**ctx_init)
+                node["tensors"].append([attr, expr])
+                setattr(self.self_ns, attr, eval(compiled(expr), consts_ns))  # noqa: S307
+                ctx_call[key] = f"self.{attr}"
+            for operand in spec.operands:
+                if operand.key == "y" and join_with is not None:
+                    other = join_with
+                elif operand.key == "y" and bias:
+                    attr, expr = self._bias(var, dims)
+                    node["tensors"].append([attr, expr])
+                    setattr(self.self_ns, attr, eval(compiled(expr), consts_ns))  # noqa: S307
+                    ctx_call["y"] = f"self.{attr}"
+                    continue
+                else:
+                    other = self._operand(operand, dims, {**ctx_init, "N": dims[0].expr})
+                node["args"][operand.key] = other
+                ctx_call[operand.key] = other
+        ctx_call["x"] = x
+        node["call"] = spec.call.format(**ctx_call)
+        self.mode.fixed_ids = {id(t) for t in self._fixed_tensors()}
+        ns = {**BASE_NS, "self": self.self_ns, **self.values}
+        with self.mode, torch.no_grad():
+            first = len(self.mode.records)
+            out = eval(compiled(node["call"]), ns)  # noqa: S307 - rendered from the catalog
+        if not isinstance(out, torch.Tensor):
+            raise OpFailed("output is not a tensor")
+        if preserve and tuple(out.shape) != tuple(self.values[x].shape):
+            raise OpFailed("shape not preserved")
+        if not out.is_floating_point():
+            raise OpFailed("non-float output")
+        node["aten"] = [r.name for r in self.mode.records[first:]]
+        if not any(not r.view for r in self.mode.records[first:]) and spec.category not in ("shape", "indexing"):
+            raise OpFailed("no kernel runs")
+        node["shape"] = list(out.shape)
+        self.g.add_node(var, **node)
+        for key, src in node["args"].items():
+            self.g.add_edge(src, var, arg=key)
+        self.values[var] = out
+        self.dims[var] = _out_dims(dims, tuple(out.shape), new_consts)
+        self.domain[var] = out_domain(spec, self.domain[x])
+        return var
+
+    def _size(self, x: str, dims: tuple[Dim, ...], i: int) -> str:
+        return dims[i].expr if dims[i].expr.isdigit() else f"{x}.size({i})"
+
+    def _operand(self, operand, dims: tuple[Dim, ...], ctx: dict[str, str]) -> str:
+        if operand.shape == "same":
+            new_dims = dims
+        else:
+            exprs = [e.strip() for e in operand.shape.format(**ctx).strip("()").split(",") if e.strip()]
+            consts = self.g.graph["constants"]
+            new_dims = tuple(Dim(int(eval(compiled(e), dict(consts))), e) for e in exprs)  # noqa: S307
+        draw = operand.draw
+        if draw.startswith("randint:"):
+            draw = "randint:" + draw.split(":", 1)[1].format(**ctx)
+        return self._input(new_dims, draw)
+
+    def _fixed_tensors(self):
+        for v in vars(self.self_ns).values():
+            if isinstance(v, nn.Module):
+                yield from v.parameters()
+                yield from v.buffers()
+            elif isinstance(v, torch.Tensor):
+                yield v
+
+    def _bias(self, var: str, dims: tuple[Dim, ...]) -> tuple[str, str]:
+        """A learned tensor broadcast against x (a per-channel or per-feature bias or scale)."""
+        shape = [dims[1].expr] + ["1"] * (len(dims) - 2) if len(dims) > 2 else [dims[-1].expr]
+        attr = self._unique(f"attr_{var}_param")[5:]
+        return attr, f"nn.Parameter(torch.randn({shape_tuple(shape)}) * 0.1)"
+
+    def finish(self, output: str) -> nx.DiGraph:
+        g = self.g
+        g.graph["output"] = output
+        init_names: set[str] = set()
+        for _, d in g.nodes(data=True):
+            if d["kind"] == "op":
+                for expr in [d["init"], *(e for _, e in d["tensors"])]:
+                    if expr:
+                        init_names.update(compiled(expr).co_names)
+        g.graph["init_args"] = [c for c in g.graph["constants"] if c in init_names]
+        return g
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, Dim):
+        return value.expr
+    if isinstance(value, Code):
+        return str(value)
+    return repr(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Dim):
+        return value.value
+    if isinstance(value, Code):
+        return str(value)
+    if isinstance(value, tuple):
+        return list(value)
+    return value
+
+
+def _out_dims(dims: tuple[Dim, ...], shape: tuple[int, ...], new: list[Dim]) -> tuple[Dim, ...]:
+    """Carry dimension names through an op where the size clearly is the same dimension."""
+    out = []
+    named = {d.value: d for d in dims if not d.expr.isdigit()}
+    unique = {v: d for v, d in named.items() if sum(1 for e in dims if e.value == v) == 1}
+    for i, s in enumerate(shape):
+        if len(shape) == len(dims) and dims[i].value == s:
+            out.append(dims[i])
+        elif i == 0 and dims and dims[0].value == s:
+            out.append(dims[0])
+        elif any(c.value == s for c in new):
+            out.append(next(c for c in new if c.value == s))
+        elif s in unique and len(shape) != len(dims):
+            out.append(unique[s])
+        else:
+            out.append(Dim(s, str(s)))
+    return tuple(out)
+
+
+def build_module(init: str, consts_ns: dict[str, Any]) -> nn.Module:
+    """Construct an nn module on meta; instances are cached by expression and the constants it reads."""
+    code = compiled(init)
+    key = (init, tuple(consts_ns.get(n) for n in code.co_names if n in consts_ns and n not in BASE_NS))
+    m = _MODULES.get(key)
+    if m is None:
+        if len(_MODULES) > 5000:
+            _MODULES.clear()
+        with torch.device("meta"):
+            m = _MODULES[key] = eval(code, consts_ns)  # noqa: S307
+    return m
+
+
+def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = None) -> tuple[torch.Tensor, dict]:
+    """Run the graph on meta with the given constants; returns the output and the meta tensors by node."""
+    ns = {**BASE_NS, **constants}
+    holder = SimpleNamespace()
+    values: dict[str, torch.Tensor] = {}
+    fixed: list[torch.Tensor] = []
+    with torch.device("meta"):
+        for var, d in g.nodes(data=True):
+            if d["kind"] == "input":
+                t = eval(compiled(d["expr"]), ns)  # noqa: S307
+                values[var] = torch.empty(t.shape, dtype=t.dtype, device="meta")
+            else:
+                if d["init"]:
+                    m = build_module(d["init"], ns)
+                    setattr(holder, d["attr"], m)
+                    fixed += [*m.parameters(), *m.buffers()]
+                for attr, expr in d["tensors"]:
+                    t = eval(compiled(expr), ns)  # noqa: S307
+                    setattr(holder, attr, t)
+                    fixed.append(t)
+    if mode is not None:
+        mode.fixed_ids = {id(t) for t in fixed}
+    fwd = {**BASE_NS, "self": holder}
+    order = [v for v, d in g.nodes(data=True) if d["kind"] == "op"]
+    with torch.no_grad():
+        ctx = mode if mode is not None else _Null()
+        with ctx:
+            for var in order:
+                fwd.update(values)
+                values[var] = eval(compiled(g.nodes[var]["call"]), fwd)  # noqa: S307
+    return values[g.graph["output"]], values
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def is_dag(g: nx.DiGraph) -> bool:
+    """True unless the graph is one input feeding a simple chain of single-input ops."""
+    inputs = [n for n, d in g.nodes(data=True) if d["kind"] == "input"]
+    return len(inputs) > 1 or any(g.out_degree(n) > 1 for n in g.nodes) or any(g.in_degree(n) > 1 for n in g.nodes)
+
+
+def op_nodes(g: nx.DiGraph) -> list[str]:
+    return [n for n, d in g.nodes(data=True) if d["kind"] == "op"]
+
+
+def records_cost(records: list[OpCost]) -> tuple[int, int]:
+    flops = sum(r.flops for r in records)
+    moved = sum(r.act_bytes + r.fixed_bytes for r in records if not r.view)
+    return flops, moved
+
+
+DOMAIN_ORDER = DOMAINS

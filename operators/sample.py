@@ -1,0 +1,374 @@
+"""The sampler's public entry: `sample_tasks` draws graphs, sizes them, renders them and checks their labels.
+
+A task is drawn from an RNG seeded by (seed, index) and, on retry, (seed, index, attempt): whatever else
+runs, index i always gives the same task. Chains apply ops one after another; DAGs take one of three
+shapes: a residual (x -> body -> join(x, body)), two branches that rejoin, or two inputs that meet,
+each with a trunk before and a tail after. Every op is evaluated on meta as it is added; an op that
+fails there is resampled, never written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+
+from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
+from operators.cost import CostMode, peak_bytes, predict_ms
+from operators.graph import (
+    DIM_NAMES,
+    SEQ_NAMES,
+    TOKEN_NAMES,
+    GraphBuilder,
+    OpFailed,
+    execute,
+    is_dag,
+    op_nodes,
+    records_cost,
+)
+from operators.labels import check_labels
+from operators.render import render, task_name
+from operators.sizing import base_sizes, per_sample_budget, solve_batch
+from operators.spec import accepts
+
+MAX_ATTEMPTS = 40
+OP_TRIES = 24
+SPATIAL = ("length", "height", "width", "depth", "seq_len")
+
+
+class TaskRejected(Exception):
+    """This draw cannot become a task (no op fits, off the runtime window, labels disagree)."""
+
+
+@dataclass
+class Stats:
+    """Why draws were thrown away; the benchmark reports these."""
+
+    attempts: int = 0
+    duplicates: int = 0
+    label_mismatches: int = 0
+    rejected: dict | None = None
+
+    def reject(self, why: str) -> None:
+        self.rejected = self.rejected or {}
+        key = why.split(":")[0]
+        self.rejected[key] = self.rejected.get(key, 0) + 1
+
+
+@lru_cache(maxsize=16)
+def _pool(categories: tuple[str, ...], weights: tuple[tuple[str, float], ...]) -> tuple:
+    specs = sampleable(categories)
+    by_cat: dict[str, list[OpSpec]] = {}
+    by_join: dict[str, list[OpSpec]] = {}
+    for s in specs:
+        by_cat.setdefault(s.category, []).append(s)
+        if s.join:
+            by_join.setdefault(s.category, []).append(s)
+    w = dict(weights)
+    cats = [c for c in CATEGORIES if c in by_cat and w.get(c, 1.0) > 0]
+    jcats = [c for c in cats if c in by_join]
+    return cats, [w.get(c, 1.0) for c in cats], by_cat, jcats, [w.get(c, 1.0) for c in jcats], by_join
+
+
+class _Draw:
+    def __init__(self, cfg, rng: random.Random) -> None:
+        self.cfg, self.rng = cfg, rng
+        pool = _pool(tuple(cfg.categories), tuple(sorted(cfg.category_weights.items())))
+        self.cats, self.weights, self.by_cat, self.jcats, self.jweights, self.by_join = pool
+        self.b = GraphBuilder(rng)
+
+    def pick(self, rank: int | None, domain: str, last: bool, join: bool = False) -> OpSpec:
+        """Category by weight, then an operator uniformly within it; rank None: a first operator."""
+        cats, weights, by_cat = (self.jcats, self.jweights, self.by_join) if join else (
+            self.cats, self.weights, self.by_cat)
+        if not cats:
+            raise TaskRejected("no join operator in the allowed categories")
+        for _ in range(64):
+            spec = self.rng.choice(by_cat[self.rng.choices(cats, weights)[0]])
+            if spec.terminal and not last:
+                continue
+            if rank is None:
+                return spec
+            if spec.token_input or not accepts(spec, rank, domain):
+                continue
+            return spec
+        raise TaskRejected("no operator fits")
+
+    def start(self) -> str:
+        """Create the input from a first operator's needs and apply it; returns the op's node."""
+        for _ in range(OP_TRIES):
+            spec = self.pick(None, "any", last=self.k == 1)
+            cp = self.b.checkpoint()
+            rank = 2 if spec.token_input else self.rng.choice(spec.ranks)
+            layout = "tokens" if spec.token_input else (spec.layout if rank == 3 else "channels")
+            per = per_sample_budget(self.rng, self.target_ms, self.cfg.bandwidth_gbps, self.k) * self.shrink
+            sizes = base_sizes(self.rng, rank, layout, per)
+            batch = self.rng.choice([8, 16, 32])
+            names = TOKEN_NAMES if layout == "tokens" else SEQ_NAMES if layout == "seq" else DIM_NAMES[rank]
+            if spec.token_input:
+                x = self._token_input(spec, names, [batch, *sizes])
+            else:
+                draw = "rand" if spec.needs != "any" else self.rng.choice(["randn", "randn", "rand"])
+                x = self.b.add_input(names, [batch, *sizes], draw)
+            self.x = x
+            try:
+                return self.b.try_op(spec, x)
+            except OpFailed:
+                self.b.rollback(cp)
+        raise TaskRejected("no first operator fits")
+
+    def _token_input(self, spec: OpSpec, names: tuple[str, ...], sizes: list[int]) -> str:
+        """Index input for an embedding: its range is the vocabulary the op's sampler draws, as a constant."""
+        vocab = spec.params(random.Random(self.rng.random()), ())[spec.token_input]
+        self.b.const(spec.token_input, vocab)
+        return self.b.add_input(names, sizes, "randint", high=spec.token_input)
+
+    def op(self, x: str, last: bool, preserve: bool = False) -> str:
+        rank, dom = len(self.b.dims[x]), self.b.domain[x]
+        for _ in range(OP_TRIES):
+            spec = self.pick(rank, dom, last)
+            try:
+                return self.b.try_op(spec, x, preserve=preserve, bias=spec.join and self.rng.random() < 0.5)
+            except OpFailed:
+                continue
+        raise TaskRejected("no operator fits the tensor")
+
+    def join(self, a: str, b: str, last: bool) -> str:
+        rank, dom = len(self.b.dims[a]), self.b.domain[a]
+        for _ in range(OP_TRIES):
+            spec = self.pick(rank, dom, last, join=True)
+            try:
+                return self.b.try_op(spec, a, join_with=b)
+            except OpFailed:
+                continue
+        raise TaskRejected("no join fits")
+
+
+def _split(rng: random.Random, n: int, parts: int) -> list[int]:
+    cuts = sorted(rng.randint(0, n) for _ in range(parts - 1))
+    return [b - a for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+
+
+def build_graph(cfg, rng: random.Random, k: int, dag: bool, target_ms: float, shrink: float = 1.0) -> GraphBuilder:
+    d = _Draw(cfg, rng)
+    d.k, d.target_ms, d.shrink = k, target_ms, shrink
+    if not dag:
+        cur = d.start()
+        for j in range(1, k):
+            cur = d.op(cur, last=j == k - 1)
+        d.b.finish(cur)
+        return d.b
+    pattern = rng.choice(["residual", "branch", "inputs"])
+    if pattern == "branch" and k < 3:
+        pattern = "residual"
+    rest = k - 1  # ops besides the join
+    need = 2 if pattern == "branch" else 1
+    trunk, tail, extra = _split(rng, rest - need, 3)
+    b1 = 1 + extra if pattern != "branch" else 1 + extra // 2
+    b2 = 0 if pattern == "residual" else (1 + extra - extra // 2 if pattern == "branch" else rng.randint(0, extra))
+    if pattern == "inputs":
+        b1 = 1 + extra - b2
+    if pattern == "inputs":
+        a = d.start()
+        for _ in range(trunk + b1 - 1):
+            a = d.op(a, last=False)
+        x = d.x
+        y = d.b._input(d.b.dims[x], d.b.g.nodes[x]["draw"])
+        d.b.domain[y] = d.b.domain[x]
+        bb = y
+        for _ in range(b2):
+            bb = d.op(bb, last=False, preserve=True)
+        cp = d.b.checkpoint()
+        try:
+            cur = d.join(a, bb, last=tail == 0)
+        except TaskRejected:
+            d.b.rollback(cp)
+            raise
+    else:
+        if trunk:
+            h = d.start()
+            for _ in range(trunk - 1):
+                h = d.op(h, last=False)
+            a = d.op(h, last=False, preserve=True)
+        else:
+            a = d.start()
+            h = d.x
+            if d.b.values[a].shape != d.b.values[h].shape:
+                raise TaskRejected("first op changes the shape")
+        for _ in range(b1 - 1):
+            a = d.op(a, last=False, preserve=True)
+        bb = h
+        for _ in range(b2):
+            bb = d.op(bb, last=False, preserve=True)
+        cur = d.join(a, bb, last=tail == 0)
+    for j in range(tail):
+        cur = d.op(cur, last=j == tail - 1)
+    d.b.finish(cur)
+    return d.b
+
+
+def single_op_graph(spec: OpSpec, rng: random.Random, rank: int) -> nx.DiGraph:
+    """One operator on a small input of `rank` (catalog validation, label pins, tests)."""
+    b = GraphBuilder(rng)
+    layout = "tokens" if spec.token_input else (spec.layout if rank == 3 else "channels")
+    sizes = base_sizes(rng, 2 if spec.token_input else rank, layout, rng.choice([256, 1024, 4096]))
+    names = TOKEN_NAMES if layout == "tokens" else SEQ_NAMES if layout == "seq" else DIM_NAMES[rank]
+    if spec.token_input:
+        b.const(spec.token_input, spec.params(random.Random(rng.random()), ())[spec.token_input])
+        x = b.add_input(names, [4, *sizes], "randint", high=spec.token_input)
+    else:
+        x = b.add_input(names, [4, *sizes], "rand" if spec.needs != "any" else "randn")
+    out = b.try_op(spec, x)
+    return b.finish(out)
+
+
+def _hashes(g: nx.DiGraph) -> tuple[str, str]:
+    """(canonical graph hash over ops, params and shapes; task_id over that hash and the constants)."""
+    h = nx.DiGraph()
+    for n, d in g.nodes(data=True):
+        if d["kind"] == "input":
+            label = f"input|{d['draw']}|{d['shape']}"
+        else:
+            label = f"{d['op']}|{json.dumps(d['params'], sort_keys=True)}|{d['call'].count('self.')}|{d['shape']}"
+        h.add_node(n, label=label)
+    for u, v, d in g.edges(data=True):
+        h.add_edge(u, v, arg=d["arg"])
+    wl = nx.weisfeiler_lehman_graph_hash(h, node_attr="label", edge_attr="arg", iterations=3)
+    shapes = json.dumps(sorted(g.graph["constants"].items()))
+    task_id = hashlib.sha256(f"{wl}|{shapes}".encode()).hexdigest()[:16]
+    return wl, task_id
+
+
+def _graph_json(g: nx.DiGraph) -> str:
+    return json.dumps(nx.node_link_data(g, edges="edges"), sort_keys=True)
+
+
+def _variants(g: nx.DiGraph, consts: dict[str, int]) -> list[dict[str, int]]:
+    """Two other size settings the task runs on (verified on meta), smaller than the sampled one."""
+    batch = consts.get("batch_size", 1)
+    spatial = {n: consts[n] for n in SPATIAL if n in consts}
+    cands = []
+    if spatial:
+        cands.append({"batch_size": max(1, batch // 2), **{n: max(4, v * 3 // 4) for n, v in spatial.items()}})
+    cands += [{"batch_size": max(1, batch // 2)}, {"batch_size": max(1, batch // 4)},
+              {"batch_size": max(1, batch - 1)}]
+    if spatial:
+        cands.append({n: max(4, v // 2) for n, v in spatial.items()})
+    out: list[dict[str, int]] = []
+    for c in cands:
+        if c == {k: consts.get(k) for k in c} or c in out:
+            continue
+        try:
+            execute(g, {**consts, **c})
+        except Exception:  # noqa: BLE001 - a variant that does not run is skipped
+            continue
+        out.append(c)
+        if len(out) == 2:
+            break
+    return out
+
+
+def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = None) -> dict:
+    lo, hi = cfg.min_ops, cfg.max_ops
+    k = rng.choices(range(lo, hi + 1), cfg.depth_weights[lo - 1:hi])[0]
+    dag = k >= 2 and rng.random() < cfg.dag_share
+    target = math.exp(rng.uniform(math.log(cfg.target_min_ms), math.log(cfg.target_max_ms)))
+    cap = int(cfg.max_peak_memory_gb * 2**30)
+    bw, tf, launch = cfg.bandwidth_gbps, cfg.tflops_fp32, cfg.launch_overhead_us
+    shrink = 1.0
+    for _ in range(3):
+        b = build_graph(cfg, rng, k, dag, target, shrink)
+        g = b.g
+        consts = dict(g.graph["constants"])
+        batch0 = consts["batch_size"]
+        inputs_bytes = sum(v.numel() * v.element_size() for n, v in b.values.items() if g.nodes[n]["kind"] == "input")
+        fixed = sum(t.numel() * t.element_size() for t in b._fixed_tensors())
+        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch)
+        t1 = predict_ms(b.mode.records, bw, tf, launch, batch / batch0)
+        if batch == 1 and t1 > cfg.target_max_ms:
+            shrink *= cfg.target_max_ms / t1 / 2
+            continue
+        break
+    else:
+        raise TaskRejected("too slow even at batch 1")
+    consts["batch_size"] = batch
+    mode = CostMode()
+    try:
+        _, values = execute(g, consts, mode)
+    except Exception as e:  # noqa: BLE001
+        raise TaskRejected(f"sized graph fails on meta: {type(e).__name__}") from None
+    ms = predict_ms(mode.records, bw, tf, launch)
+    in_bytes = sum(values[n].numel() * values[n].element_size() for n, d in g.nodes(data=True) if d["kind"] == "input")
+    peak = peak_bytes(mode.records, in_bytes, fixed)
+    if not cfg.target_min_ms <= ms <= cfg.target_max_ms:
+        raise TaskRejected(f"off window: {ms:.3g} ms")
+    if peak > cap:
+        raise TaskRejected("over the memory cap")
+    g.graph["constants"] = consts
+    for n in op_nodes(g):
+        g.nodes[n]["shape"] = list(values[n].shape)
+    for n, d in g.nodes(data=True):
+        if d["kind"] == "input":
+            d["shape"] = list(values[n].shape)
+    ops = [g.nodes[n]["op"] for n in op_nodes(g)]
+    aten = [r.name for r in mode.records]
+    bad = check_labels(ops, aten)
+    if bad:
+        if stats:
+            stats.label_mismatches += 1
+        raise TaskRejected(f"labels: {bad[0]}")
+    out = g.graph["output"]
+    if any(out not in nx.descendants(g, n) for n in op_nodes(g) if n != out):
+        raise TaskRejected("dead op")
+    variants = _variants(g, consts)
+    if len(variants) < 2:
+        raise TaskRejected("fewer than two shape variants run")
+    graph_hash, task_id = _hashes(g)
+    flops, moved = records_cost(mode.records)
+    return {
+        "task_id": task_id, "name": task_name(g), "code": render(g), "ops": ops,
+        "categories": sorted({REGISTRY[o].category for o in ops}), "data_source": f"torch#{len(ops)}",
+        "num_ops": len(ops), "is_dag": is_dag(g), "graph": _graph_json(g), "graph_hash": graph_hash,
+        "aten_ops": aten, "flops": int(flops), "bytes_moved": int(moved), "predicted_ms": float(ms),
+        "predicted_peak_bytes": int(peak), "shape_variants": json.dumps(variants), "composer": "template",
+        "composer_note": "", "seed": task_seed,
+    }
+
+
+def task_seed(seed: int, index: int, attempt: int) -> int:
+    key = f"{seed}:{index}" if attempt == 0 else f"{seed}:{index}:{attempt}"
+    return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
+
+
+def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | None = None) -> list[dict]:
+    """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
+    retry). A task whose task_id is already in `seen` (same canonical graph at the same shapes) is resampled;
+    each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns)."""
+    from pipeline.errors import OpsynthError
+
+    stats = stats if stats is not None else Stats()
+    rows = []
+    for i in indices:
+        for attempt in range(MAX_ATTEMPTS):
+            ts = task_seed(seed, i, attempt)
+            stats.attempts += 1
+            try:
+                row = sample_one(cfg, random.Random(ts), ts, stats)
+            except TaskRejected as e:
+                stats.reject(str(e))
+                continue
+            if row["task_id"] in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(row["task_id"])
+            rows.append(row)
+            break
+        else:
+            raise OpsynthError(f"could not sample task {i} in {MAX_ATTEMPTS} attempts (last: {stats.rejected}); "
+                               "widen sample.categories or the runtime window")
+    return rows
