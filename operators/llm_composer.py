@@ -87,7 +87,27 @@ def _describe(row: dict[str, Any]) -> str:
         describe_graph = None
     if describe_graph is not None:
         return describe_graph(row)
-    return f"operators in order: {', '.join(row.get('ops') or [])}\ngraph (JSON node-link): {row.get('graph')}"
+    try:
+        return _describe_node_link(json.loads(row["graph"]))
+    except (KeyError, TypeError, ValueError):  # an unknown graph layout: give the model the raw graph
+        return f"operators in order: {', '.join(row.get('ops') or [])}\ngraph (JSON node-link): {row.get('graph')}"
+
+
+def _describe_node_link(g: dict[str, Any]) -> str:
+    """The sampler's node-link graph as lines a model reads easily: inputs, operators in order, output."""
+    lines = ["inputs:"]
+    nodes = g["nodes"]
+    for n in nodes:
+        if n.get("kind") == "input":
+            lines.append(f"- {n['id']}: {n.get('dtype', 'float32')} tensor of shape [{', '.join(map(str, n['shape_expr']))}]"
+                         f", drawn as {n['expr']}")
+    lines.append("operators, in this order:")
+    for n in nodes:
+        if n.get("kind") == "op":
+            how = f"module {n['init']} called as {n['call']}" if n.get("init") else n["call"]
+            lines.append(f"- {n['id']} = {n['op']}: {how} -> shape {list(n['shape'])}")
+    lines.append(f"output: {g['graph']['output']}")
+    return "\n".join(lines)
 
 
 def build_prompt(row: dict[str, Any]) -> str:
@@ -95,7 +115,7 @@ def build_prompt(row: dict[str, Any]) -> str:
     code = row["code"]
     sizes = "\n".join(f"{k} = {v!r}" for k, v in size_constants(code).items())
     return "\n\n".join([
-        f"Write a KernelBench-format PyTorch module named by this operator graph: {row.get('name') or 'task'} "
+        f"Write a KernelBench-format PyTorch module for the operator graph {row.get('name') or 'task'} "
         f"({row.get('num_ops') or len(row.get('ops') or [])} operators, {'DAG' if row.get('is_dag') else 'chain'}).",
         f"Graph:\n{_describe(row)}",
         f"Size constants (module level, exactly these):\n{sizes}",

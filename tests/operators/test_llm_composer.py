@@ -86,6 +86,7 @@ class FakeLLM:
         self.requests: list[str] = []
         self.fail_first: dict[str, int] = {}  # name -> 503s before answering
         self.delay_s: dict[str, float] = {}
+        self.answers = dict(ANSWERS)
         self.inflight = self.max_inflight = 0
         self.lock = threading.Lock()
         fake = self
@@ -108,7 +109,7 @@ class FakeLLM:
             def do_POST(self):
                 req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 prompt = req["messages"][-1]["content"]
-                name = re.search(r"named by this operator graph: (\w+)", prompt).group(1)
+                name = re.search(r"for the operator graph (\w+)", prompt).group(1)
                 fake.requests.append(name)
                 if self.path != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": "no such route"}})
@@ -125,7 +126,7 @@ class FakeLLM:
                 time.sleep(fake.delay_s.get(name, 0.0))
                 with fake.lock:
                     fake.inflight -= 1
-                content = ANSWERS.get(name, ANSWERS["Good"])
+                content = fake.answers.get(name, ANSWERS["Good"])
                 return self._send(200, {"id": "c1", "object": "chat.completion", "created": 0,
                                         "model": req["model"], "choices": [{
                                             "index": 0, "finish_reason": "stop",
@@ -229,3 +230,17 @@ def test_prompt_and_extraction():
     assert "only `import torch`" in p and "nn.Linear" in p
     assert extract_code("```py\nclass Model: pass\n```\nand ```python\nx = 1\n```") == "class Model: pass\n"
     assert extract_code("no code here") is None
+
+
+def test_real_sampled_rows(llm: FakeLLM, tmp_path: Path):
+    from operators.sample import sample_tasks
+    from pipeline.config import load_preset
+
+    rows = sample_tasks(load_preset("demo").sample, 0, range(2), set())
+    restyled = rows[0]["code"].replace("class Model(nn.Module):", "class Model(nn.Module):  # restyled")
+    llm.answers[rows[0]["name"]] = f"```python\n{restyled}```"  # rows[1] gets the Linear answer: wrong ops
+    out = compose_rows(rows, _settings(llm), tmp_path)
+    assert out[0]["composer"] == "llm" and out[0]["code"] == restyled and out[0]["task_id"] == rows[0]["task_id"]
+    assert out[1]["composer"] == "template" and out[1]["code"] == rows[1]["code"]
+    assert out[1]["composer_note"].startswith(("traced ops differ", "sizes differ"))
+    assert "operators, in this order:" in build_prompt(rows[1])
