@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -80,6 +81,7 @@ REJECTIONS = pa.schema([("task_id", pa.string()), ("name", pa.string()), ("stage
 REJECTION_SUMMARY = pa.schema([("stage", pa.string()), ("reason_kind", pa.string()), ("count", pa.int64())])
 PUBLISHED_CONTAMINATION = CONTAMINATION.append(pa.field("published", pa.bool_()))
 
+_TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
 
 
@@ -141,6 +143,11 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "seed": task.get("seed"),
         "opsynth_version": version,
     }
+
+
+def reason_kind(reason: str) -> str:
+    """The countable part of a reason: details in parentheses and task ids dropped."""
+    return _TASK_ID.sub("another task", reason.split(" (")[0])
 
 
 def _by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -227,7 +234,7 @@ def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
 
     first = first_rejection(rd)
     rej = [{"task_id": t["task_id"], "name": t.get("name"), "stage": first[t["task_id"]][0],
-            "reason_kind": first[t["task_id"]][1].split(" (")[0], "reason": first[t["task_id"]][1]}
+            "reason_kind": reason_kind(first[t["task_id"]][1]), "reason": first[t["task_id"]][1]}
            for t in g["tasks"] if t["task_id"] in first]
     rej.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), r["reason_kind"], r["task_id"]))
     _write_parquet(pa.Table.from_pylist(rej, schema=REJECTIONS), tmp / "rejections" / "rejections.parquet")
@@ -266,7 +273,8 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "opsynth_version": opsynth_version(),
         "torch_version": sorted({r["torch_version"] for r in meas if r.get("torch_version")}) or [torch.__version__],
         "gpu": sorted({r.get("gpu") or r.get("device") for r in meas if r.get("gpu") or r.get("device")}),
-        "host": run_manifest.get("host"),
+        # the host's name stays private; platform and package versions are what reproduce a row
+        "host": {k: v for k, v in (run_manifest.get("host") or {}).items() if k != "hostname"},
         "config": cfg.to_dict(),
         "seeds": {"run_seed": cfg.run.seed, "task_seeds": [seeds[0], seeds[-1]] if seeds else None},
         "reference": {"configured": list(cfg.decontaminate.reference), "used": refs},
