@@ -67,7 +67,7 @@ GOOD = PLANTED.replace("{body}", "return torch.tanh(x @ x) * 2")
 def settings_for(preset: str, seed: int, **over) -> tuple[dict, object]:
     cfg = load_preset(preset)
     s = {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
-         "seed": seed}
+         "seed": seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb}
     s.update(over)
     return s, cfg.filter
 

@@ -7,13 +7,15 @@ while it waits for or holds the GPU lock (so the parent's timeout clock skips lo
 {"result": measurement} per task. The protocol uses a duplicate of the original stdout; fd 1 is pointed
 at stderr so a task that prints cannot corrupt it. Nothing here imports pipeline/, operators/ or filters/.
 
-Per task: exec the module as KernelBench does, weights from one seed, inputs drawn on the CPU and moved
-to the device; a quick eager run (early reject far outside the window); determinism (two eager runs on
-the same inputs); input sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed;
-peak memory; eager timing; then `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with
-eager on every draw at 1e-4 and 1e-2, graph breaks, and compiled timing. All device work runs under an
-exclusive per-GPU file lock; loading, model construction and compilation (CPU work) run outside it, so
-several workers per GPU overlap compile with their neighbours' timed runs without disturbing them.
+Per task: exec the module as KernelBench does; weights and inputs from one seed, created on the GPU
+itself (KernelBench draws on the CPU and moves them: same shapes and distribution, other values, and a
+CPU draw of several GB per worker would exhaust host memory and time); a quick eager run (early reject
+far outside the window or over the memory cap); determinism (two eager runs on the same inputs); input
+sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed; peak memory; eager
+timing; then `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with eager on every draw at
+1e-4 and 1e-2, graph breaks, and compiled timing. All device work runs under an exclusive per-GPU file
+lock; loading and compilation (CPU work) run outside it, so several workers per GPU overlap compile with
+their neighbours' timed runs without disturbing them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
+SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
 _SKIP_OPS = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
 # Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
 _FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
@@ -168,8 +171,8 @@ def _flat(out: Any) -> Any:
     ts = _tensors(out)
     if not ts:
         raise TaskError("error", f"forward returned no tensor ({type(out).__name__})")
-    return torch.cat([t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32)
-                      for t in ts])
+    flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
+    return flat[0] if len(flat) == 1 else torch.cat(flat)  # one float output: a view, no copy
 
 
 def degenerate(flat: Any) -> str:
@@ -334,34 +337,36 @@ class Harness:
         m["gpu_busy_s"] = self.lock.held_s
         return m
 
+    def _device_ctx(self) -> Any:
+        """Where weights and inputs are created: on the GPU directly (far faster than a CPU draw of GBs
+        and no host-memory spike across workers), unless settings say draw_on_device=False."""
+        if self.cuda and self.s.get("draw_on_device", True):
+            return torch.device(self.device)
+        return contextlib.nullcontext()
+
+    def _draw(self, ns: dict, k: int) -> tuple:
+        torch.manual_seed(int(self.s.get("seed", 42)) + 1 + k)
+        with self._device_ctx():
+            return _to(tuple(ns["get_inputs"]()), self.device)
+
     def _profile(self, task: dict, m: dict) -> None:
         s, dev = self.s, self.device
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
         exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
-        seed = int(s.get("seed", 42))
-        torch.manual_seed(seed)
-        model = ns["Model"](*ns["get_init_inputs"]())
-        draws = []
-        for k in range(int(s["input_draws"])):
-            torch.manual_seed(seed + 1 + k)
-            draws.append(tuple(ns["get_inputs"]()))
-
+        draws = int(s["input_draws"])
         with self.lock.hold():
             base = torch.cuda.memory_allocated(dev) if self.cuda else 0
-            model = model.to(dev)
-            x0 = _to(draws[0], dev)
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
+            torch.manual_seed(int(s.get("seed", 42)))
+            with self._device_ctx():
+                model = ns["Model"](*ns["get_init_inputs"]())
+            model = model.to(dev)
+            x0 = self._draw(ns, 0)
             out0, quick = self._quick_ms(model, x0)
             if self.cuda:
                 m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev) - base)
-            lo, hi = s.get("window_ms") or (0.0, math.inf)
-            factor = float(s.get("early_reject_factor", 10.0))
-            if quick > hi * factor or quick < lo / factor:
-                m["eager_ms"] = quick
-                side = f"> {hi * factor:g}" if quick > hi * factor else f"< {lo / factor:g}"
-                raise TaskError("early_reject", f"quick eager run {quick:.4g} ms {side} ms (window {lo:g}-{hi:g} ms "
-                                                f"x/÷ {factor:g})")
+            self._early_reject(quick, m)
             rec = _Recorder()
             with rec:
                 out1 = model(*x0)
@@ -370,25 +375,46 @@ class Harness:
                 resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(),
                                                                       *_tensors(x0)])
                 m["peak_memory_bytes"] = int(resident + rec.peak)
-            ref = [_flat(out0)]
-            m["determinism_max_diff"] = max_diff(ref[0], _flat(out1))  # NaN at the same place counts as equal
+            ref0 = _flat(out0)
+            owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *_tensors(x0)]}
+            if ref0.numel() < 2**28 or ref0.untyped_storage().data_ptr() in owned:
+                ref0 = ref0.clone()  # the next run may write into the same buffer (in-place on an input, say)
+            del out0
+            m["determinism_max_diff"] = max_diff(ref0, _flat(out1))  # NaN at the same place counts as equal
             m["deterministic"] = m["determinism_max_diff"] == 0.0
             del out1
-            xs = [x0] + [_to(d, dev) for d in draws[1:]]
-            ref += [_flat(model(*x)) for x in xs[1:]]
-            m["input_min_pairwise_diff"] = min(max_diff(ref[i], ref[j])
-                                               for i in range(len(ref)) for j in range(i + 1, len(ref)))
-            m["degenerate"] = degenerate(ref[0])
-            m["output_numel"] = int(ref[0].numel())
-            med, iqr, n = self._time(model, x0, done_runs=2 + len(xs))
+            # other draws are kept as an even-strided sample of at most SAMPLE elements (all of a small output),
+            # so the checks need one output's memory, not input_draws of them
+            stride = max(1, ref0.numel() // SAMPLE)
+            subs = [ref0[::stride]]
+            for k in range(1, draws):
+                subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
+            m["input_min_pairwise_diff"] = min(max_diff(subs[i], subs[j])
+                                               for i in range(len(subs)) for j in range(i + 1, len(subs)))
+            m["degenerate"] = degenerate(ref0)
+            m["output_numel"] = int(ref0.numel())
+            med, iqr, n = self._time(model, x0, done_runs=2 + draws)
             m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
             self._roofline(task, m)
 
         if not s.get("compile", True):
             return
-        self._compile(model, xs, ref, m)
+        self._compile(model, ns, x0, ref0, subs, stride, m)
 
-    def _compile(self, model: Any, xs: list, ref: list, m: dict) -> None:
+    def _early_reject(self, quick: float, m: dict) -> None:
+        s = self.s
+        lo, hi = s.get("window_ms") or (0.0, math.inf)
+        factor = float(s.get("early_reject_factor", 10.0))
+        if quick > hi * factor or quick < lo / factor:
+            m["eager_ms"] = quick
+            side = f"> {hi * factor:g}" if quick > hi * factor else f"< {lo / factor:g}"
+            raise TaskError("early_reject", f"quick eager run {quick:.4g} ms {side} ms (window {lo:g}-{hi:g} ms, "
+                                            f"factor {factor:g})")
+        cap = s.get("max_peak_memory_gb")
+        if cap and (m.get("peak_memory_bytes") or 0) > float(cap) * 2**30:
+            raise TaskError("early_reject", f"peak memory {m['peak_memory_bytes'] / 2**30:.2f} GiB > {cap:g} GiB")
+
+    def _compile(self, model: Any, ns: dict, x0: tuple, ref0: Any, subs: list, stride: int, m: dict) -> None:
         import torch._dynamo as dynamo
 
         dynamo.reset()
@@ -400,7 +426,7 @@ class Harness:
             inner = dynamo.lookup_backend(backend_name)
         compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock))
         try:
-            outs = [_flat(compiled(*xs[0]))]  # compiles without the lock, runs with it
+            out = _flat(compiled(*x0))  # compiles without the lock, runs with it
         except Exception as e:  # noqa: BLE001 - a compile failure is a measurement
             status, fatal = _classify(e)
             if fatal or status == "oom":
@@ -409,13 +435,15 @@ class Harness:
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
             return
         with self.lock.hold():
-            outs += [_flat(compiled(*x)) for x in xs[1:]]
+            errs = [agreement(out, ref0)]
+            del out
+            for k in range(1, len(subs)):
+                errs.append(agreement(_flat(compiled(*self._draw(ns, k)))[::stride], subs[k]))
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
-            errs = [agreement(o, r) for o, r in zip(outs, ref, strict=True)]
             m.update(compile_ok=True, compile_error="",
                      compile_max_abs_err=max(e[0] for e in errs), compile_max_rel_err=max(e[1] for e in errs),
                      compile_agrees_1e4=all(e[2] for e in errs), compile_agrees_1e2=all(e[3] for e in errs))
-            med, iqr, n = self._time(compiled, xs[0], done_runs=len(xs))
+            med, iqr, n = self._time(compiled, x0, done_runs=len(subs))
             m.update(compile_ms=med, compile_iqr_ms=iqr, compile_runs=n)
 
     def _roofline(self, task: dict, m: dict) -> None:
