@@ -85,13 +85,17 @@ _TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
 
 
-def opsynth_version() -> str:
-    import importlib.metadata as md
+def _version(package: str) -> str:
+    import importlib.metadata as md  # not `import torch`: seconds to learn one string
 
     try:
-        return md.version("opsynth")
+        return md.version(package)
     except md.PackageNotFoundError:
         return "unknown"
+
+
+def opsynth_version() -> str:
+    return _version("opsynth")
 
 
 def _finite(x: Any) -> float | None:
@@ -265,13 +269,12 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
     meas = g["measurements"] or []
     seeds = sorted({r["seed"] for r in rows if r.get("seed") is not None})
     refs = sorted({r.get("reference") for r in (g["contamination"] or []) if r.get("reference")})
-    import torch  # noqa: F401 - the version that publishes; the measuring one is in each row
 
     return {
         "name": cfg.publish.name,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "opsynth_version": opsynth_version(),
-        "torch_version": sorted({r["torch_version"] for r in meas if r.get("torch_version")}) or [torch.__version__],
+        "torch_version": sorted({r["torch_version"] for r in meas if r.get("torch_version")}) or [_version("torch")],
         "gpu": sorted({r.get("gpu") or r.get("device") for r in meas if r.get("gpu") or r.get("device")}),
         # the host's name stays private; platform and package versions are what reproduce a row
         "host": {k: v for k, v in (run_manifest.get("host") or {}).items() if k != "hostname"},
