@@ -124,9 +124,10 @@ def run(
     _decontaminate(rd, cfg, None)
     _dedupe(rd, cfg)
     folder = _publish(rd, None)
-    _report(rd, None)
+    summary = _report(rd, None)
     rd.update_manifest(total_seconds=round(time.time() - t0, 2))
-    typer.echo(f"published {folder}")
+    typer.echo(summary.split("\n\n")[0])  # the funnel; `opsynth report DIR` prints the rest
+    typer.echo(f"published {folder} in {time.time() - t0:.0f}s")
 
 
 @app.command()
