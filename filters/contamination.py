@@ -1,0 +1,352 @@
+"""Fingerprints of a task's code and the three KernelBench contamination detectors.
+
+A fingerprint holds no source text, only what the detectors compare:
+
+- `ast`: the Model class (and any helper classes) as a pre-order sequence of normalized AST node tokens,
+  each hashed to uint32. User identifiers become `_`, literals become their type, torch/nn/F API names
+  are kept with their module prefix dropped (`torch.relu` and `F.relu` are one token), docstrings and
+  type annotations are dropped. AST similarity is difflib's ratio (2*matches/total, the usual
+  "AST similarity") over these sequences, so 0.9 means what it means with a ratio over the dumped AST.
+- `minhash`: datasketch MinHash (128 permutations) of 5-token shingles of the lexical token stream with
+  comments, docstrings and numeric/string literal values normalized away.
+- `ops`: the ATen ops that run in forward (traced on the meta device), normalized so module and
+  functional spellings agree (in-place `relu_` is `relu`; pure view/reshape/copy ops are dropped).
+
+The all-pairs comparison is vectorized: a sparse matmul over the multiset of AST tokens gives an upper
+bound on the ratio for every (task, reference) pair, and the exact ratio is computed only for pairs that
+could reach the threshold plus each task's best candidates, so no firing pair is ever missed.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import json
+import tokenize
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+NUM_PERM = 128
+SHINGLE = 5
+MINHASH_SEED = 1
+FINGERPRINT_VERSION = 1
+REFINE_TOP = 3  # exact AST ratio for this many best upper-bound candidates per task
+
+API_ROOTS = frozenset({"torch", "nn", "F", "functional", "math", "np", "numpy", "einops"})
+KEEP_NAMES = frozenset({"self", "super", "range", "len", "int", "float", "list", "tuple", "dict", "min",
+                        "max", "sum", "abs", "zip", "enumerate", "isinstance", "print", "None", "True",
+                        "False", "torch", "nn", "F", "math", "np"})
+# ATen ops that only change a tensor's metadata or copy it: renderers spell the same computation with or
+# without them (x.view vs torch.flatten, F.relu(inplace=True) vs torch.relu), so they carry no signal.
+NEUTRAL_OPS = frozenset({"view", "_unsafe_view", "reshape", "expand", "contiguous", "clone", "alias", "detach",
+                         "lift_fresh", "_to_copy", "copy", "unsqueeze", "squeeze", "flatten", "as_strided",
+                         "view_as", "expand_as", "reshape_as", "resolve_conj", "resolve_neg"})
+
+
+# ---- AST fingerprint -----------------------------------------------------------------------------
+def _dotted(node: ast.AST) -> list[str] | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(parts)]
+    return None
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _emit(node: ast.AST, out: list[str]) -> None:
+    if isinstance(node, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop | ast.boolop):
+        if not isinstance(node, ast.expr_context):
+            out.append(type(node).__name__)
+        return
+    if _is_docstring(node):
+        return
+    if isinstance(node, ast.Name):
+        out.append("Name:" + (node.id if node.id in KEEP_NAMES else "_"))
+    elif isinstance(node, ast.Attribute):
+        chain = _dotted(node)
+        if chain and chain[0] in API_ROOTS:
+            out.append("API:" + chain[-1])
+        elif chain and chain[0] == "self":
+            out.append("Self:_" + "".join(".attr" for _ in chain[2:]))
+        else:
+            out.append("Attr:" + node.attr)
+            _emit(node.value, out)
+    elif isinstance(node, ast.Constant):
+        out.append("Const:" + type(node.value).__name__)
+    elif isinstance(node, ast.arg):
+        out.append("arg")
+    elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        out.append("Def:" + (node.name if node.name in ("__init__", "forward") else "_"))
+        _emit(node.args, out)
+        for stmt in node.body:
+            _emit(stmt, out)
+    elif isinstance(node, ast.ClassDef):
+        out.append("Class")
+        for b in node.bases:
+            _emit(b, out)
+        for stmt in node.body:
+            _emit(stmt, out)
+    elif isinstance(node, ast.keyword):
+        out.append("kw:" + (node.arg or "**"))
+        _emit(node.value, out)
+    elif isinstance(node, ast.AnnAssign):  # `x: T = v` is `x = v`
+        out.append("Assign")
+        _emit(node.target, out)
+        if node.value is not None:
+            _emit(node.value, out)
+    else:
+        out.append(type(node).__name__)
+        for child in ast.iter_child_nodes(node):
+            _emit(child, out)
+
+
+def ast_tokens(code: str) -> list[str]:
+    """Normalized AST tokens of the module's classes (the Model class and its helpers); [] if unparsable."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    out: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            _emit(node, out)
+    return out
+
+
+def _h32(s: str) -> int:
+    return zlib.crc32(s.encode())
+
+
+def ast_fingerprint(code: str) -> np.ndarray:
+    return np.array([_h32(t) for t in ast_tokens(code)], dtype=np.uint32)
+
+
+def ast_ratio(a: Sequence[int], b: Sequence[int]) -> float:
+    """difflib ratio of two hashed token sequences: 2*matching/total, 0 when either is empty."""
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    return difflib.SequenceMatcher(None, list(a), list(b), autojunk=False).ratio()
+
+
+# ---- lexical tokens: MinHash and exact dedupe ---------------------------------------------------
+def code_tokens(code: str) -> list[str]:
+    """Lexical tokens with comments, docstrings and literal values removed; [] if it does not tokenize."""
+    out: list[str] = []
+    prev = tokenize.NEWLINE
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING,
+                            tokenize.ENDMARKER):
+                continue
+            if tok.type == tokenize.STRING and prev in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                prev = tok.type  # a docstring or bare string statement
+                continue
+            prev = tok.type
+            if tok.type == tokenize.NUMBER:
+                out.append("<num>")
+            elif tok.type == tokenize.STRING:
+                # short strings name things (a model id, an einsum equation) and separate problems
+                out.append(tok.string if len(tok.string) <= 40 else "<str>")
+            elif tok.type == tokenize.NEWLINE:
+                if out and out[-1] != ";":
+                    out.append(";")
+            else:
+                out.append(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return []
+    return out
+
+
+def exact_text(code: str) -> str:
+    """Code with comments, docstrings and whitespace normalized (literal values kept): the exact-dedupe key."""
+    out: list[str] = []
+    prev = tokenize.NEWLINE
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in (tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+                continue
+            if tok.type == tokenize.STRING and prev in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+                prev = tok.type
+                continue
+            prev = tok.type
+            out.append(";" if tok.type == tokenize.NEWLINE else tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return " ".join(code.split())
+    return " ".join(out)
+
+
+def _shingles(tokens: list[str]) -> list[bytes]:
+    if not tokens:
+        return []
+    if len(tokens) < SHINGLE:
+        return [" ".join(tokens).encode()]
+    return sorted({" ".join(tokens[i : i + SHINGLE]).encode() for i in range(len(tokens) - SHINGLE + 1)})
+
+
+def minhashes(codes: Sequence[str]) -> np.ndarray:
+    """(n, NUM_PERM) uint32 MinHash signatures; an empty or untokenizable source gets all-max values."""
+    from datasketch import MinHash
+
+    shingles = [_shingles(code_tokens(c)) for c in codes]
+    mhs = MinHash.bulk(shingles, num_perm=NUM_PERM, seed=MINHASH_SEED, scheme="affine32")
+    out = np.stack([m.hashvalues for m in mhs]).astype(np.uint32) if mhs else np.zeros((0, NUM_PERM), np.uint32)
+    return out
+
+
+def minhash_jaccard(a: np.ndarray, b: np.ndarray, chunk: int = 512) -> np.ndarray:
+    """Estimated Jaccard of every row of `a` against every row of `b`: (len(a), len(b)) float32."""
+    out = np.zeros((len(a), len(b)), dtype=np.float32)
+    empty_b = (b == np.uint32(0xFFFFFFFF)).all(axis=1)
+    for i in range(0, len(a), chunk):
+        block = a[i : i + chunk]
+        out[i : i + chunk] = (block[:, None, :] == b[None, :, :]).mean(axis=2)
+    out[:, empty_b] = 0.0  # an empty source matches nothing
+    out[(a == np.uint32(0xFFFFFFFF)).all(axis=1)] = 0.0
+    return out
+
+
+# ---- operator signature ---------------------------------------------------------------------------
+def normalize_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
+    """`aten.relu_` -> `relu`; metadata-only ops dropped."""
+    out = []
+    for op in ops or ():
+        name = op.split(".", 1)[1] if op.startswith(("aten.", "prim.")) else op
+        name = name.rstrip("_") if not name.startswith("_") else "_" + name[1:].rstrip("_")
+        if name and name not in NEUTRAL_OPS:
+            out.append(name)
+    return tuple(out)
+
+
+def signature_key(ops: Sequence[str]) -> str:
+    return json.dumps(list(ops), separators=(",", ":"))
+
+
+def multiset_key(ops: Sequence[str]) -> str:
+    return json.dumps(sorted(ops), separators=(",", ":"))
+
+
+# ---- fingerprints --------------------------------------------------------------------------------
+def fingerprints(codes: Sequence[str], ops: Sequence[Sequence[str] | None] | None = None) -> dict[str, Any]:
+    """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops."""
+    ops = ops if ops is not None else [None] * len(codes)
+    return {"ast": [ast_fingerprint(c) for c in codes], "minhash": minhashes(codes),
+            "ops": [normalize_ops(o) if o else () for o in ops]}
+
+
+# ---- the comparison -------------------------------------------------------------------------------
+def _bag_rows(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(row, feature) pairs of the multiset encoding: the k-th copy of token t is feature (t, k)."""
+    lens = np.array([len(s) for s in seqs], dtype=np.int64)
+    if lens.sum() == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.uint64)
+    row = np.repeat(np.arange(len(seqs)), lens)
+    tok = np.concatenate([np.asarray(s, dtype=np.uint64) for s in seqs])
+    order = np.lexsort((tok, row))
+    row, tok = row[order], tok[order]
+    idx = np.arange(len(tok))
+    start = np.r_[True, (row[1:] != row[:-1]) | (tok[1:] != tok[:-1])]
+    first = np.maximum.accumulate(np.where(start, idx, 0))
+    occ = (idx - first).astype(np.uint64)
+    return row, (tok << np.uint64(20)) | np.minimum(occ, np.uint64((1 << 20) - 1))
+
+
+class ReferenceMatrix:
+    """Reference fingerprints prepared for fast all-pairs comparison."""
+
+    def __init__(self, keys: list[str], ast_seqs: list[np.ndarray], minhash: np.ndarray,
+                 ops: list[tuple[str, ...]]):
+        from scipy import sparse
+
+        self.keys, self.ast, self.minhash = keys, ast_seqs, minhash
+        row, feat = _bag_rows(ast_seqs)
+        self.vocab, col = np.unique(feat, return_inverse=True)
+        self.mat = sparse.csr_matrix((np.ones(len(row), np.float32), (row, col)),
+                                     shape=(len(keys), len(self.vocab))).T.tocsr()
+        self.lens = np.array([len(s) for s in ast_seqs], dtype=np.float32)
+        self.by_sig: dict[str, list[int]] = {}
+        self.by_multiset: dict[str, list[int]] = {}
+        for i, o in enumerate(ops):
+            if o:
+                self.by_sig.setdefault(signature_key(o), []).append(i)
+                self.by_multiset.setdefault(multiset_key(o), []).append(i)
+
+    def ast_upper_bound(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
+        """Multiset Dice of AST tokens for every (task, reference): an upper bound on the difflib ratio."""
+        from scipy import sparse
+
+        row, feat = _bag_rows(seqs)
+        pos = np.searchsorted(self.vocab, feat)
+        pos = np.minimum(pos, len(self.vocab) - 1)
+        hit = self.vocab[pos] == feat
+        m = sparse.csr_matrix((np.ones(int(hit.sum()), np.float32), (row[hit], pos[hit])),
+                              shape=(len(seqs), len(self.vocab)))
+        inter = (m @ self.mat).toarray()
+        lens = np.array([len(s) for s in seqs], dtype=np.float32)
+        total = lens[:, None] + self.lens[None, :]
+        return np.where(total > 0, 2 * inter / np.maximum(total, 1), 0.0)
+
+
+def compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float = 0.9,
+            minhash_threshold: float = 0.7, use_op_signature: bool = True, chunk: int = 4096) -> list[dict]:
+    """Score every task against every reference problem; one dict per task with the nearest of each detector."""
+    n = len(task_fp["ast"])
+    out: list[dict] = []
+    for lo in range(0, n, chunk):
+        hi = min(n, lo + chunk)
+        seqs = task_fp["ast"][lo:hi]
+        bound = ref.ast_upper_bound(seqs)
+        jac = minhash_jaccard(task_fp["minhash"][lo:hi], ref.minhash)
+        top = np.argsort(-bound, axis=1)[:, :REFINE_TOP]
+        for j in range(hi - lo):
+            cand = set(top[j].tolist()) | set(np.nonzero(bound[j] >= ast_threshold)[0].tolist())
+            best_ast, best_ref = 0.0, -1
+            for r in sorted(cand, key=lambda r: -bound[j, r]):
+                if bound[j, r] <= best_ast:
+                    break  # the bound says no later candidate can beat the best exact ratio
+                s = ast_ratio(seqs[j], ref.ast[r])
+                if s > best_ast:
+                    best_ast, best_ref = s, r
+            mj = int(np.argmax(jac[j])) if jac.shape[1] else -1
+            best_jac = float(jac[j, mj]) if mj >= 0 else 0.0
+            ops = task_fp["ops"][lo + j]
+            sig_hits = ref.by_sig.get(signature_key(ops), []) if ops and use_op_signature else []
+            ms_hits = ref.by_multiset.get(multiset_key(ops), []) if ops and use_op_signature else []
+            fired = []
+            if best_ast >= ast_threshold:
+                fired.append("ast")
+            if sig_hits:
+                fired.append("op_signature")
+            if best_jac >= minhash_threshold:
+                fired.append("minhash")
+            key = ref.keys
+            sig_ref = max(sig_hits, key=lambda r: jac[j, r]) if sig_hits else (
+                max(ms_hits, key=lambda r: jac[j, r]) if ms_hits else -1)
+            if sig_hits:
+                nearest = sig_ref
+            else:  # the candidate with the most evidence over both text detectors
+                cands = {r for r in (best_ref, mj) if r >= 0}
+                nearest = max(cands, key=lambda r: (ast_ratio(seqs[j], ref.ast[r]) if r != best_ref else best_ast)
+                              + float(jac[j, r]), default=-1)
+            out.append({
+                "contaminated": bool(fired),
+                "kb_nearest": key[nearest] if nearest >= 0 else None,
+                "kb_ast_similarity": round(best_ast, 4),
+                "kb_ast_nearest": key[best_ref] if best_ref >= 0 else None,
+                "kb_op_signature_match": bool(sig_hits),
+                "kb_op_multiset_match": bool(ms_hits),
+                "kb_op_signature_nearest": key[sig_ref] if sig_ref >= 0 else None,
+                "kb_minhash_jaccard": round(best_jac, 4),
+                "kb_minhash_nearest": key[mj] if mj >= 0 else None,
+                "detectors_fired": fired,
+                "_nearest_index": nearest,
+            })
+    return out

@@ -1,0 +1,276 @@
+"""Reference benchmarks (KernelBench) as fingerprint indexes: loading sources and building the index.
+
+A reference is the Hub dataset `ScalingIntelligence/KernelBench` (all splits), a local parquet/jsonl
+with a `code` column, a folder of `.py` files, or an index file built here. An index holds, per
+problem, its name, level, AST fingerprint, traced operator signature and MinHash signature, plus the
+reference version it came from; never the source text, so it can ship in data/reference/ and make
+decontamination run offline and reproducibly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipeline.errors import OpsynthError
+
+REFERENCE_DIR = Path(__file__).resolve().parents[1] / "data" / "reference"
+BUILTIN = REFERENCE_DIR / "kernelbench_main.index.parquet"
+TRACE_TIMEOUT_S = 60.0
+
+INDEX_SCHEMA = pa.schema([
+    ("source", pa.string()),          # reference version, e.g. kernelbench_main@423217d9fda9
+    ("key", pa.string()),             # level2/17_Conv2d_InstanceNorm_Divide
+    ("level", pa.int64()),
+    ("problem_id", pa.int64()),
+    ("name", pa.string()),
+    ("ast", pa.list_(pa.uint32())),   # hashed normalized AST tokens of the Model class and helpers
+    ("minhash", pa.list_(pa.uint32())),
+    ("ops", pa.list_(pa.string())),   # normalized ATen signature of forward, [] when not traced
+    ("op_status", pa.string()),       # traced | text-only: why
+    ("code_sha256", pa.string()),     # identifies the exact source without storing it
+    ("fingerprint_version", pa.int32()),
+])
+
+
+# ---- reading raw references ---------------------------------------------------------------------
+def _source_label(path: Path) -> tuple[str, str]:
+    """(short label, description) from a SOURCE.md next to the file, else the file name and its hash."""
+    desc = ""
+    src = path.parent / "SOURCE.md" if path.is_file() else path / "SOURCE.md"
+    if src.exists():
+        for line in src.read_text().splitlines():
+            if path.name in line:
+                desc = " ".join(c.strip() for c in line.strip("|").split("|")[1:2])
+                break
+    commit = re.search(r"\b([0-9a-f]{40})\b", desc)
+    if commit:
+        return f"{path.stem}@{commit.group(1)[:12]}", desc
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else "dir"
+    return f"{path.stem}@{digest}", desc or str(path)
+
+
+def _level_from(row: dict[str, Any], split: str | None = None) -> int | None:
+    lv = row.get("level")
+    if lv is not None:
+        try:
+            return int(str(lv).replace("level_", "").replace("level", ""))
+        except ValueError:
+            return None
+    if split and re.search(r"(\d+)$", split):
+        return int(re.search(r"(\d+)$", split).group(1))
+    return None
+
+
+def _rows_from_table(rows: list[dict[str, Any]], what: str, split: str | None = None) -> list[dict[str, Any]]:
+    if rows and "code" not in rows[0]:
+        raise OpsynthError(f"reference {what} has no `code` column (columns: {sorted(rows[0])}); "
+                           "give a parquet/jsonl with the problems' source in `code`")
+    out = []
+    for i, r in enumerate(rows):
+        name = r.get("name") or f"problem_{i}"
+        out.append({"code": r.get("code") or "", "level": _level_from(r, split),
+                    "problem_id": r.get("problem_id"), "name": str(name)})
+    return out
+
+
+def read_code_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a parquet/jsonl file or `.py` files of a folder (with `name` = file stem for folders)."""
+    try:
+        if path.is_dir():
+            files = sorted(path.rglob("*.py"))
+            if not files:
+                raise OpsynthError(f"folder {path} holds no .py files; give a folder of KernelBench-format modules")
+            rows = []
+            for f in files:
+                level = re.search(r"level_?(\d+)", str(f.relative_to(path)))
+                pid = re.match(r"(\d+)_", f.stem)
+                rows.append({"code": f.read_text(errors="replace"), "name": f.stem,
+                             "level": int(level.group(1)) if level else None,
+                             "problem_id": int(pid.group(1)) if pid else None})
+            return rows
+        if path.suffix == ".parquet":
+            return pq.read_table(path).to_pylist()
+        if path.suffix in (".jsonl", ".json"):
+            text = path.read_text()
+            if path.suffix == ".json" and text.lstrip().startswith("["):
+                return json.loads(text)
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except OpsynthError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any unreadable file becomes one readable line
+        raise OpsynthError(f"cannot read {path} ({type(e).__name__}: {str(e)[:200]}); "
+                           "give a readable parquet, jsonl or folder of .py files") from None
+    raise OpsynthError(f"{path} is not a parquet, jsonl or folder of .py files")
+
+
+def _hub_rows(hub_id: str) -> tuple[list[dict[str, Any]], str]:
+    datasets = __import__("pipeline.errors", fromlist=["require"]).require("datasets", "hub")
+    try:
+        dd = datasets.load_dataset(hub_id)
+    except Exception as e:  # noqa: BLE001 - offline, unknown id, auth: one readable line
+        raise OpsynthError(f"cannot load reference {hub_id!r} from the Hub ({type(e).__name__}: "
+                           f"{str(e).splitlines()[0][:160] if str(e) else ''}); check the id and the network, "
+                           "or pass a local parquet/jsonl/folder or `builtin`") from None
+    rows: list[dict[str, Any]] = []
+    revision = ""
+    for split in sorted(dd):
+        ds = dd[split]
+        revision = revision or str(getattr(ds.info, "version", "") or "")
+        rows += _rows_from_table(ds.to_list(), f"{hub_id}[{split}]", split)
+    fp = hashlib.sha256("".join(r["code"] for r in rows).encode()).hexdigest()[:12]
+    return rows, f"{hub_id}@{fp}"
+
+
+def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIMEOUT_S) -> list[dict]:
+    """trace_isolated over `workers` subprocesses at once (interleaved chunks, results in input order)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from operators.trace import trace_isolated
+
+    if not codes:
+        return []
+    workers = max(1, min(workers, len(codes)))
+    parts = [list(range(w, len(codes), workers)) for w in range(workers)]
+    with ThreadPoolExecutor(workers) as ex:
+        results = list(ex.map(lambda idx: trace_isolated([codes[i] for i in idx], timeout_s), parts))
+    out: list[dict] = [{}] * len(codes)
+    for idx, res in zip(parts, results, strict=False):
+        for i, r in zip(idx, res, strict=False):
+            out[i] = r
+    return out
+
+
+# ---- building an index -------------------------------------------------------------------------
+def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True) -> pa.Table:
+    """Index table for raw reference rows (code, level, problem_id, name); traces forward in a subprocess."""
+    from filters.contamination import FINGERPRINT_VERSION, fingerprints
+    from filters.static_check import REFERENCE_IMPORTS, check_task_source
+
+    codes = [r["code"] for r in rows]
+    status = []
+    to_trace = []
+    for i, c in enumerate(codes):
+        why = check_task_source(c, REFERENCE_IMPORTS)
+        if why:
+            status.append(f"text-only: {why[:160]}")
+        elif not trace:
+            status.append("text-only: tracing disabled")
+        else:
+            status.append("traced")
+            to_trace.append(i)
+    ops: list[list[str] | None] = [None] * len(codes)
+    if to_trace:
+        for i, res in zip(to_trace, trace_many([codes[i] for i in to_trace]), strict=False):
+            if res.get("ok"):
+                ops[i] = res["ops"]
+            else:
+                status[i] = f"text-only: trace failed: {res.get('error', '')[:160]}"
+    fp = fingerprints(codes, ops)
+    out = []
+    for i, r in enumerate(rows):
+        level = r.get("level")
+        key = f"level{level}/{r['name']}" if level is not None else str(r["name"])
+        out.append({"source": source, "key": key, "level": level, "problem_id": r.get("problem_id"),
+                    "name": r["name"], "ast": fp["ast"][i].tolist(), "minhash": fp["minhash"][i].tolist(),
+                    "ops": list(fp["ops"][i]), "op_status": status[i],
+                    "code_sha256": hashlib.sha256(codes[i].encode()).hexdigest(),
+                    "fingerprint_version": FINGERPRINT_VERSION})
+    return pa.Table.from_pylist(out, schema=INDEX_SCHEMA)
+
+
+def _is_index(path: Path) -> bool:
+    return path.suffix == ".parquet" and {"ast", "minhash", "ops"} <= set(pq.read_schema(path).names)
+
+
+def _raw_rows(spec: str) -> tuple[list[dict[str, Any]], str, str]:
+    """(rows, short label, description) of a raw reference spec (path or Hub id)."""
+    path = Path(spec)
+    if path.exists():
+        label, desc = _source_label(path)
+        return _rows_from_table(read_code_table(path), str(path)), label, desc
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not path.suffix:
+        rows, label = _hub_rows(spec)
+        return rows, label, f"Hub dataset {spec}, all splits"
+    raise OpsynthError(f"reference {spec!r} does not exist; give `builtin`, a parquet/jsonl with a `code` "
+                       "column, a folder of .py files, an index built by `opsynth reference build`, or a Hub id")
+
+
+def build_index(sources: list[str], out: Path) -> Path:
+    """Fingerprint every problem of `sources` into one index parquet at `out` (for `opsynth reference build`)."""
+    tables, descs = [], []
+    for spec in sources:
+        if Path(spec).exists() and _is_index(Path(spec)):
+            tables.append(pq.read_table(spec).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA))
+            descs.append(f"{spec} (prebuilt index)")
+            continue
+        rows, label, desc = _raw_rows(spec)
+        tables.append(fingerprint_rows(rows, label))
+        descs.append(f"{label}: {desc}")
+    table = pa.concat_tables(tables)
+    meta = {"opsynth.sources": json.dumps(descs), "opsynth.built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **{k: v.encode() for k, v in meta.items()}})
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, out, compression="zstd")
+    return out
+
+
+def load_index(spec: str, cache_dir: Path | None = None) -> pa.Table:
+    """Fingerprint index of a reference: `builtin`, an index file, a raw path or a Hub id.
+
+    Raw references are fingerprinted (and traced) on the fly; with `cache_dir` the result is kept there,
+    keyed by the reference content, so a resumed or repeated run does not trace again.
+    """
+    if spec == "builtin" or spec.startswith("builtin:"):
+        # `builtin`: every shipped index (KernelBench main and v0); `builtin:v0`: one of them
+        want = spec.partition(":")[2]
+        files = sorted(REFERENCE_DIR.glob(f"kernelbench_{want or '*'}.index.parquet"))
+        if not files:
+            raise OpsynthError(f"no shipped reference index matches {spec!r} in {REFERENCE_DIR}; rebuild it with "
+                               "`opsynth reference build ../shared/reference/kernelbench/kernelbench_main.parquet "
+                               f"--out {BUILTIN}`")
+        return pa.concat_tables([pq.read_table(f).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA) for f in files])
+    path = Path(spec)
+    if path.exists() and path.is_file() and path.suffix == ".parquet":
+        try:
+            if _is_index(path):
+                return pq.read_table(path)
+        except Exception as e:  # noqa: BLE001
+            raise OpsynthError(f"cannot read reference {path} ({type(e).__name__}); give a readable parquet file") from None
+    rows, label, _ = _raw_rows(spec)
+    if cache_dir is not None:
+        digest = hashlib.sha256("\x00".join(r["code"] for r in rows).encode()).hexdigest()[:16]
+        safe = re.sub(r"[^\w.@-]", "_", label)
+        cached = Path(cache_dir) / f"{safe}-{digest}.index.parquet"
+        if cached.exists():
+            return pq.read_table(cached)
+        table = fingerprint_rows(rows, label)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, cached)
+        return table
+    return fingerprint_rows(rows, label)
+
+
+def load_references(specs: list[str] | tuple[str, ...], cache_dir: Path | None = None) -> pa.Table:
+    tables = [load_index(s, cache_dir).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA) for s in specs]
+    return pa.concat_tables(tables)
+
+
+def reference_matrix(index: pa.Table):
+    """The index as a filters.contamination.ReferenceMatrix."""
+    import numpy as np
+
+    from filters.contamination import ReferenceMatrix
+
+    d = index.to_pydict()
+    return ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
+                           np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
+                           [tuple(o or ()) for o in d["ops"]])

@@ -1,0 +1,187 @@
+"""DuckDB reports over a run directory: DIR/report.duckdb, the canned reports and ad-hoc SQL.
+
+report.duckdb holds a table per run table (tasks, measurements, verdicts, contamination, dedupe), plus
+`rejections` (each dropped task's first rejecting stage and reason), `accepted` (the accepted task ids)
+and `run_info` (manifest entries), and views for the canned reports: funnel, rejection_reasons,
+contamination_by_detector, contamination_by_nearest, op_coverage, task_summary. The file is
+self-contained: it can be copied away from the run directory and opened with any DuckDB client.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.errors import OpsynthError, require
+from pipeline.schema import BY_TABLE
+from pipeline.store import TABLES, RunDir
+
+VIEWS = {
+    "rejection_reasons": """
+        SELECT stage, reason_short AS reason, count(*) AS tasks FROM rejections GROUP BY stage, reason_short
+        ORDER BY list_position(['import','filter','decontaminate','dedupe'], stage), tasks DESC, reason""",
+    "contamination_by_detector": """
+        SELECT detector, count(*) AS tasks FROM (SELECT unnest(detectors_fired) AS detector FROM contamination)
+        GROUP BY detector ORDER BY tasks DESC""",
+    "contamination_by_nearest": """
+        SELECT kb_nearest, count(*) AS tasks, list_distinct(flatten(list(detectors_fired))) AS detectors,
+               round(max(kb_ast_similarity), 3) AS max_ast, round(max(kb_minhash_jaccard), 3) AS max_minhash,
+               sum(kb_op_signature_match::INT) AS op_signature_matches
+        FROM contamination WHERE contaminated GROUP BY kb_nearest ORDER BY tasks DESC, kb_nearest""",
+    "op_coverage": """
+        SELECT op, count(*) AS tasks, count(a.task_id) AS accepted
+        FROM (SELECT task_id, unnest(ops) AS op FROM tasks) t LEFT JOIN accepted a USING (task_id)
+        GROUP BY op ORDER BY tasks DESC, op""",
+    "task_summary": """
+        SELECT t.task_id, t.name, t.num_ops, t.data_source, m.status, m.eager_ms, m.compile_ms,
+               c.contaminated, c.kb_nearest, c.kb_ast_similarity, c.kb_op_signature_match, c.kb_minhash_jaccard,
+               d.exact_cluster, d.structural_cluster, d.near_cluster,
+               r.stage AS rejected_by, r.reason AS rejection_reason, a.task_id IS NOT NULL AS accepted
+        FROM tasks t LEFT JOIN measurements m USING (task_id) LEFT JOIN contamination c USING (task_id)
+        LEFT JOIN dedupe d USING (task_id) LEFT JOIN rejections r USING (task_id) LEFT JOIN accepted a USING (task_id)""",
+}
+
+
+def _db_path(rd: RunDir) -> Path:
+    return rd.path / "report.duckdb"
+
+
+def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
+    steps = ["SELECT 0 AS step, 'tasks (sampled or imported)' AS stage, (SELECT count(*) FROM tasks) AS tasks"]
+    if "import" in stages:
+        steps.append("SELECT 1, 'passed import check', (SELECT count(*) FROM tasks WHERE task_id NOT IN "
+                     "(SELECT task_id FROM rejections WHERE stage = 'import'))")
+    if has_measurements:
+        steps.append("SELECT 2, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM measurements "
+                     "WHERE status = 'ok')")
+    for i, s in enumerate(("filter", "decontaminate", "dedupe")):
+        if s in stages:
+            prior = [x for x in ("import", "filter", "decontaminate", "dedupe")][: ("import", "filter", "decontaminate",
+                                                                                    "dedupe").index(s) + 1]
+            names = ", ".join(f"'{p}'" for p in prior)
+            steps.append(f"SELECT {3 + i}, 'kept after {s}', (SELECT count(*) FROM tasks WHERE task_id NOT IN "
+                         f"(SELECT task_id FROM rejections WHERE stage IN ({names})))")
+    steps.append("SELECT 9, 'accepted', (SELECT count(*) FROM accepted)")
+    return " UNION ALL ".join(steps) + " ORDER BY step"
+
+
+def build(rd: RunDir) -> Path:
+    """Write DIR/report.duckdb with every run table, the accepted set, rejections and the report views."""
+    duckdb = require("duckdb", "report")
+    from pipeline.selection import accepted_task_ids, first_rejection, stages_run
+
+    if not rd.path.is_dir():
+        raise OpsynthError(f"{rd.path} is not a run directory; give the --out DIR of a run or audit")
+    if rd.read_table("tasks") is None:
+        raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth run` or `opsynth audit FILE --out {rd.path}` first")
+    out = _db_path(rd)
+    tmp = out.with_name(".report.duckdb.tmp")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        present = []
+        for name in TABLES:
+            t = rd.read_table(name)
+            if t is None:
+                t = BY_TABLE[name].empty_table()
+            else:
+                present.append(name)
+            con.register("_src", t)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM _src")
+            con.unregister("_src")
+        rej = [{"task_id": k, "stage": s, "reason": r, "reason_short": r.split(" (")[0]}
+               for k, (s, r) in first_rejection(rd).items()]
+        tables: dict[str, pa.Table] = {
+            "rejections": pa.Table.from_pylist(rej, schema=pa.schema([(c, pa.string()) for c in
+                                                                      ("task_id", "stage", "reason", "reason_short")])),
+            "accepted": pa.table({"task_id": pa.array(accepted_task_ids(rd), pa.string())}),
+            "run_info": pa.table({"key": pa.array(list(rd.manifest()), pa.string()),
+                                  "value": pa.array([json.dumps(v, default=str) for v in rd.manifest().values()],
+                                                    pa.string())}),
+        }
+        for name, t in tables.items():
+            con.register("_src", t)
+            con.execute(f"CREATE TABLE {name} AS SELECT * FROM _src")
+            con.unregister("_src")
+        for name, sql in VIEWS.items():
+            con.execute(f"CREATE VIEW {name} AS {sql}")
+        con.execute(f"CREATE VIEW funnel AS {_funnel_sql('measurements' in present, stages_run(rd))}")
+    finally:
+        con.close()
+    tmp.replace(out)
+    return out
+
+
+def _stale(rd: RunDir) -> bool:
+    db = _db_path(rd)
+    if not db.exists():
+        return True
+    newest = max((p.stat().st_mtime for p in rd.path.glob("*/part-*.done")), default=0.0)
+    return newest > db.stat().st_mtime
+
+
+def _connect(rd: RunDir):
+    duckdb = require("duckdb", "report")
+    if _stale(rd):
+        build(rd)
+    return duckdb.connect(str(_db_path(rd)), read_only=True)
+
+
+def format_table(columns: list[str], rows: list[tuple[Any, ...]], max_rows: int = 50) -> str:
+    """A plain fixed-width text table."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        s = "" if v is None else str(v)
+        return s if len(s) <= 70 else s[:67] + "..."
+
+    shown = [[cell(v) for v in r] for r in rows[:max_rows]]
+    widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=False)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=False)) for r in shown]
+    if len(rows) > max_rows:
+        lines.append(f"... {len(rows) - max_rows} more rows")
+    lines.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    return "\n".join(lines)
+
+
+def _run(con, sql: str, max_rows: int = 50) -> str:
+    cur = con.execute(sql)
+    return format_table([d[0] for d in cur.description], cur.fetchall(), max_rows)
+
+
+def canned(rd: RunDir) -> str:
+    """The canned reports: funnel with rejection reasons, contamination by detector and nearest problem, operators."""
+    con = _connect(rd)
+    try:
+        parts = [
+            ("Funnel", "SELECT stage, tasks FROM funnel"),
+            ("Rejections by stage and reason (first rejecting stage per task)", "SELECT * FROM rejection_reasons"),
+            ("Contamination by detector", """
+                SELECT detector, tasks, round(100.0 * tasks / (SELECT count(*) FROM contamination), 1) AS pct
+                FROM contamination_by_detector
+                UNION ALL SELECT 'any (contaminated)', count(*), round(100.0 * count(*) /
+                    greatest((SELECT count(*) FROM contamination), 1), 1) FROM contamination WHERE contaminated"""),
+            ("Contamination by nearest KernelBench problem", "SELECT * FROM contamination_by_nearest"),
+            ("Operator coverage (catalog operators in tasks)", "SELECT * FROM op_coverage"),
+        ]
+        return "\n\n".join(f"== {title} ==\n{_run(con, sql, 25)}" for title, sql in parts) + "\n"
+    finally:
+        con.close()
+
+
+def query(rd: RunDir, sql: str) -> str:
+    """Run one ad-hoc SQL statement against report.duckdb (rebuilt first if the run changed)."""
+    duckdb = require("duckdb", "report")
+    con = _connect(rd)
+    try:
+        return _run(con, sql, max_rows=200)
+    except duckdb.Error as e:
+        raise OpsynthError(f"query failed: {str(e).splitlines()[0]}; tables: tasks, measurements, verdicts, "
+                           "contamination, dedupe, rejections, accepted, run_info; views: "
+                           f"funnel, {', '.join(VIEWS)}") from None
+    finally:
+        con.close()

@@ -1,0 +1,76 @@
+"""decontaminate: score every task against every KernelBench problem with the three detectors.
+
+Writes DIR/contamination/ (one row per task in tasks/, every score kept) and the stage's verdicts:
+a task is dropped when any detector fires, with the detectors and the nearest problem in the reason.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pipeline.config import Config
+from pipeline.schema import CONTAMINATION
+from pipeline.store import RunDir
+
+
+def task_signatures(rows: list[dict], workers: int = 2) -> tuple[list[list[str] | None], list[str]]:
+    """(ATen ops, how they were obtained) per task: the tasks table's aten_ops, else a trace after the static check."""
+    from filters.static_check import check_task_source
+    from pipeline.reference import trace_many
+
+    ops: list[list[str] | None] = [None] * len(rows)
+    source = [""] * len(rows)
+    todo = []
+    for i, r in enumerate(rows):
+        if r.get("aten_ops"):
+            ops[i], source[i] = list(r["aten_ops"]), "aten_ops column"
+            continue
+        why = check_task_source(r.get("code") or "")
+        if why:
+            source[i] = f"text-only: {why[:160]}"
+        else:
+            todo.append(i)
+    for i, res in zip(todo, trace_many([rows[i]["code"] for i in todo], workers), strict=False):
+        if res.get("ok"):
+            ops[i], source[i] = res["ops"], "traced"
+        else:
+            source[i] = f"text-only: trace failed: {res.get('error', '')[:160]}"
+    return ops, source
+
+
+def _reason(row: dict) -> str:
+    fired = "+".join(row["detectors_fired"])
+    return (f"contaminated by {fired} (nearest {row['kb_nearest']}; ast {row['kb_ast_similarity']:.3f}, "
+            f"minhash {row['kb_minhash_jaccard']:.3f}, op signature match {row['kb_op_signature_match']})")
+
+
+def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
+    """Score the tasks of `rd` against `references` (default: the config's); returns counts."""
+    from filters.contamination import compare, fingerprints
+    from pipeline.reference import load_references, reference_matrix
+
+    t0 = time.time()
+    dc = cfg.decontaminate
+    specs = list(references or dc.reference)
+    tasks = rd.read_rows("tasks", ["task_id", "code", "aten_ops"])
+    index = load_references(specs, cache_dir=rd.path / "reference")
+    ref = reference_matrix(index)
+    sources = index.column("source").to_pylist()
+    ops, op_source = task_signatures(tasks, cfg.run.workers) if dc.op_signature else (
+        [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
+    fp = fingerprints([t["code"] or "" for t in tasks], ops)
+    scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)
+    rows = []
+    for t, s, src in zip(tasks, scored, op_source, strict=False):
+        i = s.pop("_nearest_index")
+        rows.append({"task_id": t["task_id"], **s, "op_signature_source": src,
+                     "reference": sources[i] if i >= 0 else ",".join(dict.fromkeys(sources))})
+    rd.replace_table("contamination", rows, CONTAMINATION)
+    rd.write_verdicts("decontaminate", [{"task_id": r["task_id"], "keep": not r["contaminated"],
+                                         "reason": _reason(r) if r["contaminated"] else ""} for r in rows])
+    by_detector = {d: sum(d in r["detectors_fired"] for r in rows) for d in ("ast", "op_signature", "minhash")}
+    counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
+              "references": sorted(set(sources)), "reference_problems": len(sources),
+              "text_only_tasks": sum(s.startswith("text-only") for s in op_source)}
+    rd.record_stage("decontaminate", time.time() - t0, **counts)
+    return counts

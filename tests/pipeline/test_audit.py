@@ -1,0 +1,206 @@
+"""Audit mode: importing a foreign dataset, then decontaminate and dedupe on it (functions, then the CLI)."""
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.config import Config
+from pipeline.errors import OpsynthError
+from pipeline.reference import build_index, load_index
+from pipeline.stages import audit, decontaminate, dedupe
+from pipeline.store import RunDir
+
+SNAP = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kernelbench"
+MAIN = SNAP / "kernelbench_main.parquet"
+
+GOOD = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        z = torch.cumsum(x, dim=1)
+        w = torch.logsumexp(y, dim=1, keepdim=True)
+        return torch.where(z > w, z.sin(), w.cos()) * 3.0
+
+def get_inputs():
+    return [torch.rand(4, 8), torch.rand(4, 8)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _kb(names: list[str]) -> list[dict]:
+    rows = pq.read_table(MAIN).to_pylist()
+    return [r for r in rows if f"level{r['level']}/{r['name']}" in names]
+
+
+KB_PICK = ["level1/19_ReLU", "level2/12_Gemm_Multiply_LeakyReLU", "level1/23_Softmax"]
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tmp_path_factory) -> Path:
+    """A 3-problem reference as jsonl, and its index."""
+    d = tmp_path_factory.mktemp("ref")
+    src = d / "kb3.jsonl"
+    src.write_text("\n".join(json.dumps({k: r[k] for k in ("level", "problem_id", "name", "code")})
+                             for r in _kb(KB_PICK)))
+    return build_index([str(src)], d / "kb3.index.parquet")
+
+
+def _dataset(tmp_path: Path) -> Path:
+    kb = _kb(KB_PICK[:2])
+    renamed = kb[0]["code"].replace("x", "inp").replace("batch_size", "B").replace("dim", "D")
+    rows = [
+        {"code": GOOD},
+        {"code": GOOD},                                   # byte-identical repeat
+        {"code": renamed},                                # disguised KernelBench problem
+        {"code": kb[1]["code"]},                          # verbatim KernelBench problem
+        {"code": "class Model(:\n  pass"},                # syntax error
+        {"code": GOOD.replace("class Model", "class Net")},  # not KernelBench format
+        {"code": "import os\n" + GOOD},                   # forbidden import
+    ]
+    p = tmp_path / "ds.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), p)
+    return p
+
+
+def test_import_keeps_every_row_and_rejects_bad_ones_with_reasons(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    rd.init(Config())
+    counts = audit.import_dataset(str(_dataset(tmp_path)), rd, Config())
+    tasks = rd.read_rows("tasks")
+    assert counts == {"rows": 7, "rejected": 3, "kept": 4, "repeated_ids": 1}
+    assert len({t["task_id"] for t in tasks}) == 7
+    assert tasks[1]["task_id"] == tasks[0]["task_id"] + "-1"
+    assert all(t["ops"] is None and t["graph_hash"] is None for t in tasks)
+    reasons = {v["task_id"]: v["reason"] for v in rd.read_rows("verdicts") if not v["keep"]}
+    got = sorted(reasons.values())
+    assert "syntax error" in got[2] and "missing top-level Model" in got[1] and "forbidden import 'os'" in got[0]
+
+
+def test_import_folder_of_py_and_ops6k_style_ops(tmp_path):
+    d = tmp_path / "py"
+    d.mkdir()
+    (d / "1_Good.py").write_text(GOOD)
+    (d / "2_Bad.py").write_text("x = 1\n")
+    rd = RunDir(tmp_path / "run")
+    rd.init(Config())
+    assert audit.import_dataset(str(d), rd, Config())["rejected"] == 1
+    assert [t["name"] for t in rd.read_rows("tasks")] == ["1_Good", "2_Bad"]
+    jl = tmp_path / "ops6k.jsonl"
+    jl.write_text(json.dumps({"code": GOOD, "ops": '["torch.cumsum", "torch.logsumexp"]', "data_source": "torch#2"}))
+    rd2 = RunDir(tmp_path / "run2")
+    rd2.init(Config())
+    audit.import_dataset(str(jl), rd2, Config())
+    t = rd2.read_rows("tasks")[0]
+    assert t["ops"] == ["torch.cumsum", "torch.logsumexp"] and t["data_source"] == "torch#2"
+
+
+def test_import_bad_input_is_one_readable_error(tmp_path):
+    rd = RunDir(tmp_path / "run")
+    rd.init(Config())
+    with pytest.raises(OpsynthError, match="does not exist"):
+        audit.import_dataset(str(tmp_path / "nope.parquet"), rd, Config())
+    p = tmp_path / "nocode.parquet"
+    pq.write_table(pa.table({"text": ["x"]}), p)
+    with pytest.raises(OpsynthError, match="no `code` column"):
+        audit.import_dataset(str(p), rd, Config())
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet")
+    with pytest.raises(OpsynthError, match="cannot read"):
+        audit.import_dataset(str(broken), rd, Config())
+
+
+def test_reference_errors(tmp_path, monkeypatch):
+    p = tmp_path / "ref.parquet"
+    pq.write_table(pa.table({"source": ["x"]}), p)
+    with pytest.raises(OpsynthError, match="no `code` column"):
+        load_index(str(p))
+    with pytest.raises(OpsynthError, match="does not exist"):
+        load_index(str(tmp_path / "missing.jsonl"))
+    import datasets
+
+    def offline(*a, **k):
+        raise ConnectionError("Couldn't reach the Hub (offline)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(OpsynthError, match="cannot load reference 'nobody/NoSuchSet' from the Hub"):
+        load_index("nobody/NoSuchSet")
+
+
+def test_index_holds_fingerprints_not_source(tiny_reference):
+    t = pq.read_table(tiny_reference)
+    assert "code" not in t.column_names
+    blob = tiny_reference.read_bytes()
+    assert b"LeakyReLU" not in blob.replace(b"12_Gemm_Multiply_LeakyReLU", b"")
+    rows = t.to_pylist()
+    assert [r["key"] for r in rows] == sorted(KB_PICK)
+    assert {r["op_status"] for r in rows} == {"traced"}
+    assert rows[0]["ops"] and len(rows[0]["minhash"]) == 128
+    assert json.loads(t.schema.metadata[b"opsynth.sources"])[0].startswith("kb3@")
+
+
+def test_decontaminate_then_dedupe_on_an_audited_dataset(tmp_path, tiny_reference):
+    rd = RunDir(tmp_path / "run")
+    cfg = Config()
+    rd.init(cfg)
+    audit.import_dataset(str(_dataset(tmp_path)), rd, cfg)
+    counts = decontaminate.run(rd, cfg, [str(tiny_reference)])
+    rows = rd.read_rows("contamination")
+    tasks = rd.read_rows("tasks")
+    assert [r["task_id"] for r in rows] == [t["task_id"] for t in tasks]  # one row per task, rejected ones too
+    by_id = {r["task_id"]: r for r in rows}
+    clean, renamed, verbatim = (by_id[tasks[i]["task_id"]] for i in (0, 2, 3))
+    assert not clean["contaminated"] and clean["detectors_fired"] == []
+    assert renamed["contaminated"] and renamed["kb_nearest"] == "level1/19_ReLU"
+    assert renamed["kb_op_signature_match"] and "ast" in renamed["detectors_fired"]
+    assert set(verbatim["detectors_fired"]) == {"ast", "op_signature", "minhash"}
+    assert verbatim["kb_nearest"] == "level2/12_Gemm_Multiply_LeakyReLU" and verbatim["kb_minhash_jaccard"] == 1.0
+    assert by_id[tasks[4]["task_id"]]["op_signature_source"].startswith("text-only")
+    assert counts["contaminated"] == 2
+    verdicts = [v for v in rd.read_rows("verdicts") if v["stage"] == "decontaminate"]
+    assert sum(not v["keep"] for v in verdicts) == 2
+    assert any("contaminated by" in v["reason"] and "level1/19_ReLU" in v["reason"] for v in verdicts)
+
+    d = dedupe.run(rd, cfg)
+    dd = {r["task_id"]: r for r in rd.read_rows("dedupe")}
+    assert set(dd) == {tasks[0]["task_id"], tasks[1]["task_id"]}  # only what import and decontaminate kept
+    assert d["exact_dropped"] == 1 and not dd[tasks[1]["task_id"]]["keep"]
+
+
+def test_builtin_reference_flags_kernelbench_v0_problems(tmp_path):
+    v0 = pq.read_table(SNAP / "kernelbench_v0.parquet").to_pylist()
+    pick = [r for r in v0 if r["level"] in (1, 2)][::25]
+    p = tmp_path / "v0.jsonl"
+    p.write_text("\n".join(json.dumps({"code": r["code"], "task_id": f"v0-{r['level']}-{r['problem_id']}"})
+                           for r in pick))
+    rd = RunDir(tmp_path / "run")
+    cfg = Config()
+    rd.init(cfg)
+    audit.import_dataset(str(p), rd, cfg)
+    decontaminate.run(rd, cfg, ["builtin:main"])
+    rows = rd.read_rows("contamination")
+    assert len(rows) == len(pick) and all(r["contaminated"] for r in rows)
+    assert {r["reference"] for r in rows} == {next(iter(load_index("builtin:main").column("source").to_pylist()))}
+
+
+def test_opsynth_audit_cli(tmp_path, tiny_reference):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    out = tmp_path / "audit"
+    res = CliRunner().invoke(app, ["audit", str(_dataset(tmp_path)), "--out", str(out), "--stages",
+                                   "decontaminate,dedupe", "--reference", str(tiny_reference)])
+    assert res.exit_code == 0, res.output
+    rows = pq.read_table(out / "contamination").to_pylist()
+    assert len(rows) == 7 and sum(r["contaminated"] for r in rows) == 2
+    res = CliRunner().invoke(app, ["report", str(out), "--sql", "SELECT count(*) AS n FROM dedupe WHERE NOT keep"])
+    assert res.exit_code == 0 and "\n1 " in res.output.replace("  ", " ") or " 1\n" in res.output, res.output
