@@ -181,6 +181,14 @@ def _type_name(t) -> str:
     return f"list[{_type_name(t.value_type)}]" if pa.types.is_list(t) else str(t).replace("double", "float64")
 
 
+def _composed(rows: list[dict[str, Any]]) -> str:
+    n_llm = sum(r.get("composer") == "llm" for r in rows)
+    if not n_llm:
+        return ""
+    return (f"; {n_llm:,} tasks written by the LLM, {len(rows) - n_llm:,} by the deterministic renderer where "
+            "the LLM's module failed the checks")
+
+
 def _columns() -> list[str]:
     from pipeline.publish import COLUMNS
 
@@ -226,7 +234,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "1. **sample**: operator graphs (chains and DAGs, "
         f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
         "operators, shapes propagated on the meta device, sizes chosen for a target runtime.",
-        f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`).",
+        f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`{_composed(rows)}).",
         "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
         "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
         f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "

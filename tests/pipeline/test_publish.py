@@ -244,10 +244,16 @@ def test_card_usage_snippets_run_against_the_folder(published: Path):
 def test_limit_writes_a_consistent_sample(tmp_path: Path):
     from datasets import load_dataset
 
-    out = publish(make_run(tmp_path, n=5, keep_all=True), tmp_path / "sample", limit=2)
+    rd = make_run(tmp_path, n=5, keep_all=True)
+    rows = rd.read_rows("tasks")
+    rows[1]["composer"] = "llm"
+    rd.write_shard("tasks", 0, rows, TASKS)
+    out = publish(rd, tmp_path / "sample", limit=2)
     ds = load_dataset(str(out), split="train")
     assert ds["task_id"] == [f"{0:016x}", f"{1:016x}"]
     assert _card_meta(out)["dataset_info"][0]["splits"][0]["num_examples"] == 2
     m = json.loads((out / "manifest.json").read_text())
     assert m["rows"] == 2 and m["sample_of"] == 5
-    assert "a sample: 2 of the 5 accepted tasks" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "a sample: 2 of the 5 accepted tasks" in readme and "; 1 tasks written by the LLM, 1 by" in readme
+    assert ds["composer"] == ["template", "llm"]
