@@ -256,4 +256,4 @@ def test_limit_writes_a_consistent_sample(tmp_path: Path):
     assert m["rows"] == 2 and m["sample_of"] == 5
     readme = (out / "README.md").read_text()
     assert "a sample: 2 of the 5 accepted tasks" in readme and "; 1 tasks written by the LLM, 1 by" in readme
-    assert ds["composer"] == ["template", "llm"]
+    assert list(ds["composer"]) == ["template", "llm"]
