@@ -47,3 +47,23 @@ def catalog_summary() -> dict:
         "by_category": {c: sorted(v) for c, v in by_cat.items()},
         "stochastic": sorted(s.name for s in REGISTRY.values() if s.stochastic),
     }
+
+
+def sample_config_problem(categories: tuple[str, ...], weights: dict[str, float], min_ops: int) -> str | None:
+    """Why a sample section cannot produce tasks from this catalog (None: it can). Used by config.validate."""
+    unknown = sorted(set(weights) - set(CATEGORIES))
+    if unknown:
+        return f"sample.category_weights has unknown {unknown}; known: {sorted(CATEGORIES)}"
+    negative = sorted(c for c, w in weights.items() if not w >= 0)
+    if negative:
+        return f"sample.category_weights must be >= 0 (got {negative})"
+    live = [c for c in (categories or CATEGORIES) if weights.get(c, 1.0) > 0]
+    if not live:
+        return "sample.categories / category_weights leave no category with a positive weight; give one a weight > 0"
+    specs = sampleable(tuple(live))
+    if not specs:
+        return f"sample.categories {live} hold no sampleable (non-stochastic) operator"
+    if min_ops >= 2 and all(s.terminal for s in specs):
+        return (f"sample.categories {live} only hold operators that end a graph (losses, integer outputs); "
+                f"min_ops={min_ops} needs a category such as 'activation' or 'elementwise'")
+    return None

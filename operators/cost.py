@@ -78,19 +78,21 @@ class CostMode(TorchDispatchMode):
         return out
 
     def _fast_pointwise(self, func, args, kwargs):
-        if _POINTWISE not in func.tags or kwargs or func._schema.is_mutable:
+        if _POINTWISE not in func.tags or func._schema.is_mutable:
             return None
         ts = [a for a in args if isinstance(a, torch.Tensor)]
-        if not ts or any(a.dim() and not a.is_contiguous() for a in ts):
+        if not ts or any(a.dim() and not a.is_contiguous() for a in ts) or any(
+                isinstance(v, torch.Tensor) for v in kwargs.values()):
             return None
-        key = (func, tuple(a if not isinstance(a, torch.Tensor) else (a.dtype, a.dim() == 0) for a in args))
+        key = (func, tuple(a if not isinstance(a, torch.Tensor) else (a.dtype, a.dim() == 0) for a in args),
+               tuple(sorted(kwargs.items())))
         try:
             dtype = self._dtype_cache.get(key)
         except TypeError:  # an unhashable scalar argument
             return None
         if dtype is None:
             probe = [torch.empty((), dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
-            dtype = self._dtype_cache[key] = func(*probe).dtype
+            dtype = self._dtype_cache[key] = func(*probe, **kwargs).dtype
         shape = torch.broadcast_shapes(*[a.shape for a in ts])
         return torch.empty(shape, dtype=dtype, device="meta")
 

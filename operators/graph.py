@@ -122,8 +122,8 @@ class GraphBuilder:
         var = self._unique("xyzuvw"[n_inputs] if n_inputs < 6 else "inp")
         shape = [d.expr for d in dims]
         expr = draw_expr(draw, shape_tuple(shape))
-        t = eval(compiled(expr), {**BASE_NS, **self.g.graph["constants"]})  # noqa: S307 - our own expression
-        t = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        dtype = torch.int64 if draw.startswith("randint") else torch.float32
+        t = torch.empty([d.value for d in dims], dtype=dtype, device="meta")
         self.g.add_node(var, kind="input", shape_expr=shape, draw=draw, expr=expr, shape=list(t.shape),
                         dtype=str(t.dtype).replace("torch.", ""))
         self.values[var], self.dims[var] = t, dims
@@ -214,6 +214,8 @@ class GraphBuilder:
         if not out.is_floating_point():
             raise OpFailed("non-float output")
         node["aten"] = [r.name for r in self.mode.records[first:]]
+        if not node["aten"]:
+            raise OpFailed("does nothing at this shape")
         if not any(not r.view for r in self.mode.records[first:]) and spec.category not in ("shape", "indexing"):
             raise OpFailed("no kernel runs")
         node["shape"] = list(out.shape)
@@ -326,8 +328,8 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
     with torch.device("meta"):
         for var, d in g.nodes(data=True):
             if d["kind"] == "input":
-                t = eval(compiled(d["expr"]), ns)  # noqa: S307
-                values[var] = torch.empty(t.shape, dtype=t.dtype, device="meta")
+                shape = [eval(compiled(e), ns) for e in d["shape_expr"]]  # noqa: S307
+                values[var] = torch.empty(shape, dtype=getattr(torch, d["dtype"]), device="meta")
             else:
                 if d["init"]:
                     m = build_module(d["init"], ns)

@@ -28,62 +28,104 @@ GLUE = frozenset({
 })
 
 
+# one op, several device kernels: the fused attention backends all count as one behaviour
+CANONICAL = {name: "aten._scaled_dot_product_fused_attention" for name in (
+    "aten._scaled_dot_product_flash_attention", "aten._scaled_dot_product_flash_attention_for_cpu",
+    "aten._scaled_dot_product_efficient_attention", "aten._scaled_dot_product_cudnn_attention",
+    "aten._scaled_dot_product_fused_attention_overrideable", "aten._scaled_dot_product_attention_math",
+)}
+
+
+def canonical(aten_ops) -> set[str]:
+    return {CANONICAL.get(a, a) for a in aten_ops}
+
+
 @lru_cache(maxsize=1)
-def pins() -> dict[str, frozenset[str]]:
+def pins() -> dict[str, tuple[frozenset[str], ...]]:
+    """Catalog name -> the distinct sets of ATen ops it ran alone (one per parameter/rank behaviour)."""
     data = json.loads(PIN_FILE.read_text())
-    return {k: frozenset(v) for k, v in data["ops"].items()}
+    return {k: tuple(frozenset(s) for s in v) for k, v in data["ops"].items()}
 
 
-def evidence(op: str) -> frozenset[str]:
-    """ATen ops of which at least one must appear in the trace when `op` is used."""
-    seen = pins().get(op, frozenset())
-    real = seen - GLUE
-    return real or seen
+def _signature(sig: frozenset[str]) -> frozenset[str]:
+    """What must show up in a trace for this behaviour: its kernels, or its layout ops if it has none."""
+    return (sig - GLUE) or sig
 
 
 def check_labels(ops: list[str], aten_ops: list[str]) -> list[str]:
-    """Mismatches between catalog labels and a trace of ATen ops (overload packets); [] = labels true."""
+    """Mismatches between catalog labels and a trace of ATen ops (overload packets); [] = labels true.
+
+    A labelled operator is present when the trace holds the kernels of one of its pinned behaviours;
+    every traced op must be glue or belong to some labelled operator's pins.
+    """
     table = pins()
-    traced = set(aten_ops)
+    traced = canonical(aten_ops)
     problems = [f"unknown operator {op!r} (not in the pinned catalog)" for op in dict.fromkeys(ops) if op not in table]
     for op in dict.fromkeys(ops):
-        ev = evidence(op)
-        if op in table and ev and not ev & traced:
-            problems.append(f"{op} is labelled but none of {sorted(ev)} ran")
-    explained = set(GLUE).union(*(table.get(op, frozenset()) for op in ops))
+        sigs = table.get(op, ())
+        if sigs and not any(_signature(s) <= traced for s in sigs):
+            want = sorted({a for s in sigs for a in _signature(s)})
+            problems.append(f"{op} is labelled but its ATen ops did not run (expected one behaviour of {want})")
+    explained = set(GLUE).union(*(s for op in ops for s in table.get(op, ())))
     for name in sorted(traced - explained):
         problems.append(f"{name} ran but no labelled operator explains it")
     return problems
 
 
-def pin_catalog(samples: int = 24, seed: int = 0) -> dict[str, list[str]]:
-    """Run every sampleable operator alone on meta over `samples` draws per rank; union of ATen ops.
+def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
+    """The distinct sets of ATen ops `spec` runs alone over `samples` draws per rank, traced on meta and,
+    where the CPU dispatches differently (fused attention, one_hot), executed for real on CPU at tiny sizes.
 
-    Raises OpsynthError naming the entry if an operator never runs on meta at any rank.
+    Raises OpsynthError naming the entry if it never runs on meta at any rank.
     """
-    from operators.catalog import sampleable
     from operators.sample import single_op_graph
     from pipeline.errors import OpsynthError
 
-    out: dict[str, list[str]] = {}
-    for spec in sampleable():
-        seen: set[str] = set()
-        errors: list[str] = []
-        for i in range(samples * len(spec.ranks)):
-            rng = random.Random(f"{seed}:{spec.name}:{i}")
-            try:
-                g = single_op_graph(spec, rng, spec.ranks[i % len(spec.ranks)])
-            except Exception as e:  # noqa: BLE001 - collected, reported if nothing ever runs
-                errors.append(str(e))
-                continue
-            for _, d in g.nodes(data=True):
-                if d["kind"] == "op":
-                    seen.update(d["aten"])
-        if not seen:
-            raise OpsynthError(f"operator spec {spec.name!r} cannot run on the meta device "
-                               f"({errors[-1] if errors else 'no sample'}); fix or remove its catalog entry")
-        out[spec.name] = sorted(seen)
-    return out
+    seen: set[frozenset[str]] = set()
+    errors: list[str] = []
+    for i in range(samples * len(spec.ranks)):
+        rng = random.Random(f"{seed}:{spec.name}:{i}")
+        try:
+            g = single_op_graph(spec, rng, spec.ranks[i % len(spec.ranks)])
+        except Exception as e:  # noqa: BLE001 - collected, reported if nothing ever runs
+            errors.append(str(e))
+            continue
+        for _, d in g.nodes(data=True):
+            if d["kind"] == "op":
+                seen.add(frozenset(canonical(d["aten"])))
+        if i < 4 * len(spec.ranks):
+            seen.add(frozenset(canonical(_cpu_trace(g))))
+    if not seen:
+        raise OpsynthError(f"operator spec {spec.name!r} cannot run on the meta device "
+                           f"({errors[-1] if errors else 'no sample'}); fix or remove its entry in operators/ops_*.py")
+    return sorted(sorted(s) for s in seen)
+
+
+def _cpu_trace(g) -> list[str]:
+    import warnings
+
+    from operators.render import render
+    from operators.trace import trace_code
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return trace_code(render(g), device="cpu")
+
+
+def pin_catalog(samples: int = 24, seed: int = 0) -> dict[str, list[list[str]]]:
+    from operators.catalog import sampleable
+
+    return {spec.name: pin_spec(spec, samples, seed) for spec in sampleable()}
+
+
+def require_pinned(names: list[str]) -> None:
+    """Fail at load, naming the entries, if catalog operators were added without re-pinning their labels."""
+    from pipeline.errors import OpsynthError
+
+    missing = sorted(set(names) - set(pins()))
+    if missing:
+        raise OpsynthError(f"catalog operator(s) {missing[:5]} have no pinned ATen labels; "
+                           "run: python -m operators.labels (it also checks they run on meta)")
 
 
 def main() -> None:

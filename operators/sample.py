@@ -31,7 +31,7 @@ from operators.graph import (
     op_nodes,
     records_cost,
 )
-from operators.labels import check_labels
+from operators.labels import check_labels, require_pinned
 from operators.render import render, task_name
 from operators.sizing import base_sizes, per_sample_budget, solve_batch
 from operators.spec import accepts
@@ -63,6 +63,7 @@ class Stats:
 @lru_cache(maxsize=16)
 def _pool(categories: tuple[str, ...], weights: tuple[tuple[str, float], ...]) -> tuple:
     specs = sampleable(categories)
+    require_pinned([s.name for s in specs])
     by_cat: dict[str, list[OpSpec]] = {}
     by_join: dict[str, list[OpSpec]] = {}
     for s in specs:
@@ -264,7 +265,7 @@ def _variants(g: nx.DiGraph, consts: dict[str, int]) -> list[dict[str, int]]:
         if c == {k: consts.get(k) for k in c} or c in out:
             continue
         try:
-            execute(g, {**consts, **c})
+            execute(g, {**consts, **c}, CostMode())
         except Exception:  # noqa: BLE001 - a variant that does not run is skipped
             continue
         out.append(c)

@@ -159,6 +159,11 @@ def validate(cfg: Config, where: str) -> Config:
 
         unknown = sorted(set(s.categories) - set(CATEGORIES))
         _check(not unknown, where, f"sample.categories has unknown {unknown}; known: {sorted(CATEGORIES)}")
+    if s.categories or s.category_weights:  # operators owns this check: weights, empty pools, terminal-only pools
+        from operators.catalog import sample_config_problem
+
+        problem = sample_config_problem(tuple(s.categories), dict(s.category_weights), s.min_ops)
+        _check(problem is None, where, problem or "")
     return cfg
 
 
