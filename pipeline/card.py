@@ -53,8 +53,10 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
             entry["default"] = True
         configs.append(entry)
         features = Features.from_arrow_schema(getattr(publish, schema_name))._to_yaml_list()
+        n_bytes = int(manifest.get("arrow_bytes", {}).get(name, 0))
         infos.append({"config_name": name, "features": features,
-                      "splits": [{"name": "train", "num_examples": _num_rows(manifest, name)}]})
+                      "splits": [{"name": "train", "num_bytes": n_bytes, "num_examples": _num_rows(manifest, name)}],
+                      "dataset_size": n_bytes})
     return {
         "license": cfg["publish"]["license"],
         "pretty_name": cfg["publish"]["name"],

@@ -233,24 +233,29 @@ def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
     accepted_ids = {t["task_id"] for t in g["accepted"]}
     cont_rows = [{**{k: r.get(k) for k in CONTAMINATION.names}, "published": r["task_id"] in accepted_ids}
                  for r in (g["contamination"] or [])]
-    _write_parquet(pa.Table.from_pylist(cont_rows, schema=PUBLISHED_CONTAMINATION),
-                   tmp / "contamination" / "contamination.parquet")
+    cont_table = pa.Table.from_pylist(cont_rows, schema=PUBLISHED_CONTAMINATION)
+    _write_parquet(cont_table, tmp / "contamination" / "contamination.parquet")
 
     first = first_rejection(rd)
     rej = [{"task_id": t["task_id"], "name": t.get("name"), "stage": first[t["task_id"]][0],
             "reason_kind": reason_kind(first[t["task_id"]][1]), "reason": first[t["task_id"]][1]}
            for t in g["tasks"] if t["task_id"] in first]
     rej.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), r["reason_kind"], r["task_id"]))
-    _write_parquet(pa.Table.from_pylist(rej, schema=REJECTIONS), tmp / "rejections" / "rejections.parquet")
+    rej_table = pa.Table.from_pylist(rej, schema=REJECTIONS)
+    _write_parquet(rej_table, tmp / "rejections" / "rejections.parquet")
     counts: dict[tuple[str, str], int] = {}
     for r in rej:
         counts[(r["stage"], r["reason_kind"])] = counts.get((r["stage"], r["reason_kind"]), 0) + 1
     summary = [{"stage": s, "reason_kind": k, "count": c} for (s, k), c in counts.items()]
     summary.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), -r["count"], r["reason_kind"]))
-    _write_parquet(pa.Table.from_pylist(summary, schema=REJECTION_SUMMARY), tmp / "rejections" / "summary.parquet")
+    summary_table = pa.Table.from_pylist(summary, schema=REJECTION_SUMMARY)
+    _write_parquet(summary_table, tmp / "rejections" / "summary.parquet")
 
     manifest = _manifest(rd, g, rows, summary)
     manifest["contamination_rows"] = len(cont_rows)
+    # the card's dataset_info states each config's size in Arrow bytes, as the Hub's own cards do
+    manifest["arrow_bytes"] = {"default": table.nbytes, "contamination": cont_table.nbytes,
+                               "rejections": rej_table.nbytes, "rejection_summary": summary_table.nbytes}
     plot_files = plots.render_all(rows, tmp / "plots")
     files = {}
     for p in sorted(tmp.rglob("*")):

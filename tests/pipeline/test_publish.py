@@ -96,7 +96,7 @@ def published(tmp_path_factory) -> Path:
 def test_load_dataset_matches_card_and_ops6k_columns(published: Path):
     from datasets import Features, load_dataset
 
-    ds = load_dataset(str(published), split="train")
+    ds = load_dataset(str(published), split="train", cache_dir=str(published.parent / "hf"))
     assert ds.column_names[:3] == ["ops", "data_source", "code"]
     assert ds.column_names == PUBLISHED.names
     assert sorted(ds["task_id"]) == [f"{0:016x}", f"{1:016x}"]  # 2 filtered, 3 decontaminated out
@@ -111,7 +111,7 @@ def test_load_dataset_matches_card_and_ops6k_columns(published: Path):
     assert info["default"]["splits"][0]["num_examples"] == len(ds)
     assert meta["license"] == "cc-by-4.0" and meta["size_categories"] == ["n<1K"]
     for name in ("contamination", "rejections", "rejection_summary"):
-        sub = load_dataset(str(published), name, split="train")
+        sub = load_dataset(str(published), name, split="train", cache_dir=str(published.parent / "hf"))
         assert Features._from_yaml_list(info[name]["features"]) == sub.features
         assert info[name]["splits"][0]["num_examples"] == len(sub)
 
@@ -172,7 +172,7 @@ def test_missing_stages_give_null_columns(tmp_path: Path):
     rd = make_run(tmp_path, measurements=False, contamination=False)
     out = publish(rd)
     assert out == tmp_path / "run" / "dataset" and rd.manifest()["stages"]["publish"]["rows"] == 3
-    ds = load_dataset(str(out), split="train")
+    ds = load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
     assert len(ds) == 3 and set(ds["eager_ms"]) == {None} and set(ds["kb_nearest"]) == {None}
     assert ds.features["eager_ms"].dtype == "float64"  # typed even when all null
     assert not (out / "plots" / "runtime.png").exists() and (out / "plots" / "ops_per_task.png").exists()
@@ -223,10 +223,14 @@ def test_failure_keeps_the_previous_folder(tmp_path: Path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "run"]
 
 
-def test_card_usage_snippets_run_against_the_folder(published: Path):
+def test_card_usage_snippets_run_against_the_folder(published: Path, tmp_path: Path, monkeypatch):
     import re
 
+    import datasets
     import duckdb
+
+    # a private cache: datasets keys local folders by name and mtime, and stale copies would hide bugs
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf")
 
     readme = (published / "README.md").read_text()
     blocks = re.findall(r"```(python|sql)\n(.*?)```", readme, flags=re.DOTALL)
@@ -249,7 +253,7 @@ def test_limit_writes_a_consistent_sample(tmp_path: Path):
     rows[1]["composer"] = "llm"
     rd.write_shard("tasks", 0, rows, TASKS)
     out = publish(rd, tmp_path / "sample", limit=2)
-    ds = load_dataset(str(out), split="train")
+    ds = load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
     assert ds["task_id"] == [f"{0:016x}", f"{1:016x}"]
     assert _card_meta(out)["dataset_info"][0]["splits"][0]["num_examples"] == 2
     m = json.loads((out / "manifest.json").read_text())

@@ -11,10 +11,10 @@ SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 
 
 @pytest.fixture(scope="module")
-def ds():
+def ds(tmp_path_factory):
     from datasets import load_dataset
 
-    return load_dataset(str(SAMPLE), split="train")
+    return load_dataset(str(SAMPLE), split="train", cache_dir=str(tmp_path_factory.mktemp("hf")))
 
 
 def test_features_and_counts_match_the_card(ds):
