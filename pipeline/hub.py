@@ -100,6 +100,9 @@ def _retry(what: str, fn: Callable[[], T]) -> T:
                 hint = {401: "the token is invalid or expired", 403: "the token cannot write to this repository",
                         404: "the repository or revision does not exist"}.get(code, "the Hub refused the request")
                 raise OpsynthError(f"{what} failed (HTTP {code}): {hint}") from None
+            if isinstance(e, ValueError) and "README.md" in str(e):  # the Hub's card metadata check
+                raise OpsynthError(f"{what} failed: the Hub rejected the card's metadata "
+                                   f"({' '.join(str(e).split())[:300]}); fix README.md and push again") from None
             if _is_transient(e):
                 raise OpsynthError(f"{what} failed after {MAX_ATTEMPTS} attempts ({type(e).__name__}); "
                                    "check the network or the Hub status and push again") from None

@@ -66,6 +66,9 @@ class FakeHub:
                     fake.repos[rid] = {"private": req.get("visibility") == "private", "branches": {"main": {}}}
                     return self._send(200, {"url": f"{fake.url}/datasets/{rid}"})
                 if path == "/api/validate-yaml":
+                    front = json.loads(body)["content"].split("---")[1]
+                    if "license:" not in front:  # the real Hub checks much more; one rule stands in for it
+                        return self._send(400, {"errors": [{"message": "license is required"}]})
                     return self._send(200, {"errors": [], "warnings": []})
                 m = re.match(r"^/api/datasets/([^/]+/[^/]+)/(preupload|commit|branch)/(.+)$", path)
                 if not m or m.group(1) not in fake.repos:
@@ -203,3 +206,10 @@ def test_changed_folder_is_refused(folder: Path):
     png.write_bytes(b"truncated")
     with pytest.raises(OpsynthError, match="changed since it was published"):
         hub.push(folder, "my-org/ops", dry_run=True)
+
+
+def test_card_metadata_rejected_is_one_line(fake_hub: FakeHub, folder: Path):
+    (folder / "README.md").write_text("---\npretty_name: x\n---\nno license\n")
+    with pytest.raises(OpsynthError, match="rejected the card's metadata.*license is required") as e:
+        hub.push(folder, "my-org/ops", endpoint=fake_hub.url, token=TOKEN)
+    assert "\n" not in str(e.value) and not fake_hub.commits
