@@ -4,13 +4,15 @@ Layout (a contract other tools rely on):
 
     DIR/config.toml            resolved config
     DIR/manifest.json          versions, seeds, host, stage times and counts
-    DIR/<table>/part-00000.parquet  +  DIR/<table>/part-00000.done
+    DIR/<table>/part-00000.parquet  +  DIR/<table>/_done/part-00000
     DIR/report.duckdb          written by `report`
     DIR/dataset/               written by `publish`
 
-A shard's parquet file is written to a temporary name and renamed; its `.done` marker is written
-last. Readers see only shards with markers, so a run killed mid-shard leaves no partial rows, and a
-rerun recomputes exactly the shards without markers.
+A shard is written to a hidden temporary file, its completion marker is written, and only then is it
+renamed to its visible name; a shard counts as done when both exist. So a run killed mid-shard leaves
+no partial rows, a rerun recomputes exactly the shards that are not done, and every visible
+`part-*.parquet` is complete (plain `pyarrow`/`duckdb`/`polars` reads of `DIR/<table>/` are safe:
+the markers live in `_done/`, which those readers skip).
 """
 
 from __future__ import annotations
@@ -53,12 +55,20 @@ class RunDir:
     def shard_path(self, table: str, shard: int) -> Path:
         return self.table_dir(table) / f"part-{shard:05d}.parquet"
 
+    def marker_path(self, table: str, shard: int) -> Path:
+        return self.table_dir(table) / "_done" / f"part-{shard:05d}"
+
     def is_done(self, table: str, shard: int) -> bool:
-        return self.shard_path(table, shard).with_suffix(".done").exists()
+        return self.marker_path(table, shard).exists() and self.shard_path(table, shard).exists()
 
     def done_shards(self, table: str) -> list[int]:
-        d = self.table_dir(table)
-        return sorted(int(p.stem.split("-")[1]) for p in d.glob("part-*.done")) if d.is_dir() else []
+        d = self.table_dir(table) / "_done"
+        shards = sorted(int(p.name.split("-")[1]) for p in d.glob("part-*")) if d.is_dir() else []
+        return [s for s in shards if self.shard_path(table, s).exists()]
+
+    def last_write_time(self) -> float:
+        """mtime of the newest completion marker of any table (0.0 for an empty run)."""
+        return max((p.stat().st_mtime for p in self.path.glob("*/_done/part-*")), default=0.0)
 
     def write_shard(self, table: str, shard: int, rows: list[dict[str, Any]] | pa.Table,
                     schema: pa.Schema | None = None) -> Path:
@@ -71,8 +81,10 @@ class RunDir:
         path = self.shard_path(table, shard)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         pq.write_table(t, tmp, compression="zstd")
+        marker = self.marker_path(table, shard)
+        marker.parent.mkdir(exist_ok=True)
+        _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
         os.replace(tmp, path)
-        _atomic_write_bytes(path.with_suffix(".done"), json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
         return path
 
     def replace_table(self, table: str, rows: list[dict[str, Any]] | pa.Table,
@@ -80,8 +92,8 @@ class RunDir:
         """Write a whole table as shard 0, dropping older shards (for cheap whole-table stages)."""
         d = self.table_dir(table)
         if d.is_dir():
-            for p in d.glob("part-*.done"):
-                if p.stem != "part-00000":
+            for p in (d / "_done").glob("part-*"):
+                if p.name != "part-00000":
                     p.unlink()
         path = self.write_shard(table, 0, rows, schema)
         for p in d.glob("part-*.parquet"):

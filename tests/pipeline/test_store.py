@@ -15,10 +15,19 @@ def test_only_marked_shards_are_read(tmp_path):
     rd.write_shard("verdicts", 0, [{"task_id": "a", "stage": "filter", "keep": True, "reason": ""}], VERDICTS)
     rd.write_shard("verdicts", 1, [{"task_id": "b", "stage": "filter", "keep": False, "reason": "x"}], VERDICTS)
     # a shard whose marker is missing (killed before the marker) is invisible
-    (tmp_path / "verdicts" / "part-00001.done").unlink()
+    rd.marker_path("verdicts", 1).unlink()
     assert [r["task_id"] for r in rd.read_rows("verdicts")] == ["a"]
-    assert rd.done_shards("verdicts") == [0]
+    assert rd.done_shards("verdicts") == [0] and not rd.is_done("verdicts", 1)
     assert not list((tmp_path / "verdicts").glob(".*tmp*"))
+
+
+def test_plain_parquet_readers_see_only_complete_shards(tmp_path):
+    import pyarrow.parquet as pq
+
+    rd = RunDir(tmp_path)
+    rd.write_verdicts("filter", [{"task_id": "a", "keep": True}])
+    rd.write_verdicts("dedupe", [{"task_id": "a", "keep": True}])
+    assert pq.read_table(tmp_path / "verdicts").num_rows == 2  # markers in _done/ are skipped
 
 
 def test_write_verdicts_replaces_one_stage_only(tmp_path):
