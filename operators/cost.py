@@ -57,6 +57,8 @@ class CostMode(TorchDispatchMode):
         kwargs = kwargs or {}
         out = self._fast_pointwise(func, args, kwargs)
         if out is None:
+            out = self._fast_rule(func, args, kwargs)
+        if out is None:
             out = func(*args, **kwargs)
         name = _name(func)
         if name in _SKIP:
@@ -77,6 +79,14 @@ class CostMode(TorchDispatchMode):
         self.records.append(OpCost(name, flops, act + (0 if view else out_bytes), fixed, 0 if view else out_bytes, view))
         return out
 
+    def _fast_rule(self, func, args, kwargs):
+        """Output metadata for ops whose meta kernels are slow Python decompositions (contiguous inputs only)."""
+        name = _name(func)
+        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if x is None or not x.is_contiguous() or not x.is_floating_point() or name not in _RULES:
+            return None
+        return _RULES[name](x, args, kwargs)
+
     def _fast_pointwise(self, func, args, kwargs):
         if _POINTWISE not in func.tags or func._schema.is_mutable:
             return None
@@ -95,6 +105,66 @@ class CostMode(TorchDispatchMode):
             dtype = self._dtype_cache[key] = func(*probe, **kwargs).dtype
         shape = torch.broadcast_shapes(*[a.shape for a in ts])
         return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _like(x: torch.Tensor, *_) -> torch.Tensor:
+    return torch.empty(x.shape, dtype=x.dtype, device="meta")
+
+
+def _meta(shape, dtype=torch.float32) -> torch.Tensor:
+    return torch.empty(list(shape), dtype=dtype, device="meta")
+
+
+def _layer_norm(x, args, kwargs):
+    axis = x.dim() - len(args[1])
+    stats = list(x.shape[:axis]) + [1] * len(args[1])
+    return _like(x), _meta(stats, x.dtype), _meta(stats, x.dtype)
+
+
+def _batch_norm(x, args, kwargs):
+    training = args[5] if len(args) > 5 else kwargs.get("training")
+    if not training:
+        return None
+    return _like(x), _meta([x.shape[1]], x.dtype), _meta([x.shape[1]], x.dtype)
+
+
+def _group_norm(x, args, kwargs):
+    n, group = args[3], args[6]
+    return _like(x), _meta([n, group], x.dtype), _meta([n, group], x.dtype)
+
+
+def _upsample(x, args, kwargs):
+    size = args[1] if len(args) > 1 else None
+    if not isinstance(size, list | tuple) or not all(isinstance(v, int) for v in size):
+        return None
+    return _meta([*x.shape[:2], *size], x.dtype)
+
+
+def _grid_sampler(x, args, kwargs):
+    grid = args[1]
+    return _meta([x.shape[0], x.shape[1], *grid.shape[1:-1]], x.dtype)
+
+
+def _euclidean_dist(x, args, kwargs):
+    y = args[1]
+    return _meta([*x.shape[:-1], y.shape[-2]], x.dtype)
+
+
+# ops whose output is the input's shape and dtype (softmaxes, scans, triangles, some activations)
+_SAME = ("aten._log_softmax", "aten._softmax", "aten._safe_softmax", "aten.hardswish", "aten.hardsigmoid",
+         "aten.cumsum", "aten.cumprod", "aten.logcumsumexp", "aten.tril", "aten.triu", "aten._prelu_kernel",
+         "aten.mish", "aten.softplus", "aten.elu", "aten.leaky_relu", "aten.hardtanh",
+         "aten.log_sigmoid_forward")
+_RULES = {name: _like for name in _SAME}
+_RULES.pop("aten.log_sigmoid_forward")  # returns (out, buffer)
+_RULES.update({
+    "aten.native_layer_norm": _layer_norm, "aten.native_batch_norm": _batch_norm,
+    "aten.native_group_norm": _group_norm, "aten.upsample_bicubic2d": _upsample,
+    "aten.upsample_bilinear2d": _upsample, "aten.upsample_nearest2d": _upsample,
+    "aten.upsample_linear1d": _upsample, "aten.upsample_nearest1d": _upsample,
+    "aten.upsample_trilinear3d": _upsample, "aten.upsample_nearest3d": _upsample,
+    "aten.grid_sampler_2d": _grid_sampler, "aten._euclidean_dist": _euclidean_dist,
+})
 
 
 def _tensors(args, kwargs):

@@ -52,6 +52,14 @@ def _signature(sig: frozenset[str]) -> frozenset[str]:
     return (sig - GLUE) or sig
 
 
+def _shows(sig: frozenset[str], traced: set[str]) -> bool:
+    """A behaviour shows in a trace when all its kernels ran; composite modules (3+ kernels, e.g. attention,
+    whose inner kernels vary with shapes) need two thirds of them."""
+    want = _signature(sig)
+    hit = len(want & traced)
+    return hit == len(want) or (len(want) >= 3 and 3 * hit >= 2 * len(want))
+
+
 def check_labels(ops: list[str], aten_ops: list[str]) -> list[str]:
     """Mismatches between catalog labels and a trace of ATen ops (overload packets); [] = labels true.
 
@@ -63,7 +71,7 @@ def check_labels(ops: list[str], aten_ops: list[str]) -> list[str]:
     problems = [f"unknown operator {op!r} (not in the pinned catalog)" for op in dict.fromkeys(ops) if op not in table]
     for op in dict.fromkeys(ops):
         sigs = table.get(op, ())
-        if sigs and not any(_signature(s) <= traced for s in sigs):
+        if sigs and not any(_shows(s, traced) for s in sigs):
             want = sorted({a for s in sigs for a in _signature(s)})
             problems.append(f"{op} is labelled but its ATen ops did not run (expected one behaviour of {want})")
     explained = set(GLUE).union(*(s for op in ops for s in table.get(op, ())))

@@ -103,7 +103,7 @@ class _Draw:
             return spec
         raise TaskRejected("no operator fits")
 
-    def start(self) -> str:
+    def start(self, preserve: bool = False) -> str:
         """Create the input from a first operator's needs and apply it; returns the op's node."""
         for _ in range(OP_TRIES):
             spec = self.pick(None, "any", last=self.k == 1)
@@ -121,7 +121,7 @@ class _Draw:
                 x = self.b.add_input(names, [batch, *sizes], draw)
             self.x = x
             try:
-                return self.b.try_op(spec, x)
+                return self.b.try_op(spec, x, preserve=preserve)
             except OpFailed:
                 self.b.rollback(cp)
         raise TaskRejected("no first operator fits")
@@ -200,10 +200,8 @@ def build_graph(cfg, rng: random.Random, k: int, dag: bool, target_ms: float, sh
                 h = d.op(h, last=False)
             a = d.op(h, last=False, preserve=True)
         else:
-            a = d.start()
+            a = d.start(preserve=True)
             h = d.x
-            if d.b.values[a].shape != d.b.values[h].shape:
-                raise TaskRejected("first op changes the shape")
         for _ in range(b1 - 1):
             a = d.op(a, last=False, preserve=True)
         bb = h

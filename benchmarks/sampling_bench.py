@@ -1,0 +1,180 @@
+"""Sampler benchmark: throughput (one process, a process pool) and the composition of 10,000 sampled tasks.
+
+    python benchmarks/sampling_bench.py [--preset h200] [--n 10000] [--throughput-n 300] [--procs 1 2]
+
+Throughput counts sampling + sizing + variants + rendering + label check (everything `sample_tasks`
+does), after a warm-up, in tasks per second. The 10,000 tasks are drawn by a pool of processes (each
+index is deterministic, so the split does not change them); then every rendered task is traced again
+from its code (operators.trace.trace_code on meta) and its labels checked against that trace.
+Prints tables and writes benchmarks/results/sampling_bench.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _cfg(preset: str):
+    from pipeline.config import load_preset
+
+    return load_preset(preset).sample
+
+
+def _warm(preset: str) -> None:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from operators.sample import sample_tasks
+
+    sample_tasks(_cfg(preset), 999_999, range(5), set())
+
+
+def _sample_chunk(args: tuple) -> tuple[list[dict], dict, float]:
+    preset, seed, start, stop = args
+    from operators.sample import Stats, sample_tasks
+
+    stats = Stats()
+    t = time.perf_counter()
+    rows = sample_tasks(_cfg(preset), seed, range(start, stop), set(), stats)
+    keep = ("task_id", "name", "ops", "categories", "num_ops", "is_dag", "graph_hash", "aten_ops", "predicted_ms",
+            "predicted_peak_bytes", "flops", "bytes_moved", "code")
+    return [{k: r[k] for k in keep} for r in rows], vars(stats), time.perf_counter() - t
+
+
+def _trace_chunk(rows: list[dict]) -> list[dict]:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from operators.labels import check_labels
+    from operators.trace import trace_code
+
+    out = []
+    for r in rows:
+        try:
+            traced = trace_code(r["code"])
+            out.append({"same_trace": traced == r["aten_ops"], "problems": check_labels(r["ops"], traced)})
+        except Exception as e:  # noqa: BLE001 - a task that does not run is a disagreement
+            out.append({"same_trace": False, "problems": [f"trace failed: {type(e).__name__}: {e}"]})
+    return out
+
+
+def _chunks(n: int, k: int) -> list[tuple[int, int]]:
+    step = max(1, n // k)
+    return [(i, min(n, i + step)) for i in range(0, n, step)]
+
+
+def throughput(preset: str, n: int, procs: int, ctx) -> dict:
+    with ctx.Pool(procs, initializer=_warm, initargs=(preset,)) as pool:
+        pool.map(_warm, [preset] * procs)  # every worker imported and warmed
+        t = time.perf_counter()
+        parts = pool.map(_sample_chunk, [(preset, 1, a, b) for a, b in _chunks(n * procs, procs * 4)])
+        wall = time.perf_counter() - t
+    done = sum(len(p[0]) for p in parts)
+    attempts = sum(p[1]["attempts"] for p in parts)
+    return {"processes": procs, "tasks": done, "wall_s": round(wall, 2), "tasks_per_s": round(done / wall, 1),
+            "attempts_per_task": round(attempts / done, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="h200")
+    ap.add_argument("--n", type=int, default=10_000)
+    ap.add_argument("--throughput-n", type=int, default=300, help="tasks per process for the throughput runs")
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sampling_bench.json"))
+    args = ap.parse_args()
+    ctx = mp.get_context("spawn")
+
+    import torch
+
+    from operators.catalog import CATEGORIES, REGISTRY, sampleable
+
+    tp = [throughput(args.preset, args.throughput_n, p, ctx) for p in args.procs]
+    print("throughput (sample + size + variants + render + label check)")
+    for r in tp:
+        print(f"  {r['processes']} process(es): {r['tasks_per_s']:7.1f} tasks/s  ({r['tasks']} tasks, "
+              f"{r['wall_s']} s, {r['attempts_per_task']} draws per task)")
+
+    workers = max(args.procs)
+    t = time.perf_counter()
+    with ctx.Pool(workers, initializer=_warm, initargs=(args.preset,)) as pool:
+        parts = pool.map(_sample_chunk, [(args.preset, args.seed, a, b) for a, b in _chunks(args.n, workers * 8)])
+        rows = [r for p in parts for r in p[0]]
+        t_sample = time.perf_counter() - t
+        checks = [c for part in pool.map(_trace_chunk, [rows[i:i + 250] for i in range(0, len(rows), 250)]) for c in part]
+    stats = collections.Counter()
+    rejected = collections.Counter()
+    for _, st, _ in parts:
+        stats.update({k: st[k] for k in ("attempts", "duplicates", "label_mismatches")})
+        rejected.update(st["rejected"] or {})
+
+    n = len(rows)
+    used = collections.Counter(op for r in rows for op in r["ops"])
+    pool_ops = {s.name for s in sampleable()}
+    depth = collections.Counter(r["num_ops"] for r in rows)
+    cats = collections.Counter(c for r in rows for c in r["categories"])
+    ms = sorted(r["predicted_ms"] for r in rows)
+    dup_ids = n - len({r["task_id"] for r in rows})
+    dup_graphs = n - len({r["graph_hash"] for r in rows})
+    trace_diff = sum(not c["same_trace"] for c in checks)
+    label_bad = sum(bool(c["problems"]) for c in checks)
+    cfg = _cfg(args.preset)
+    bins = [cfg.target_min_ms * (cfg.target_max_ms / cfg.target_min_ms) ** (i / 6) for i in range(7)]
+    hist = [sum(bins[i] <= m < bins[i + 1] or (i == 5 and m == bins[6]) for m in ms) for i in range(6)]
+    result = {
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "torch_version": torch.__version__,
+        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        "preset": args.preset,
+        "catalog": {"total": len(REGISTRY), "sampleable": len(pool_ops), "categories": len(CATEGORIES)},
+        "throughput": tp,
+        "tasks": n,
+        "sample_wall_s": round(t_sample, 1),
+        "distinct_operators_used": len(used),
+        "sampleable_operators_never_used": sorted(pool_ops - set(used)),
+        "share_by_depth": {k: round(depth[k] / n, 4) for k in sorted(depth)},
+        "share_3plus_ops": round(sum(v for k, v in depth.items() if k >= 3) / n, 4),
+        "share_dag": round(sum(r["is_dag"] for r in rows) / n, 4),
+        "tasks_by_category": dict(sorted(cats.items())),
+        "duplicate_task_ids": dup_ids,
+        "duplicate_canonical_graphs": dup_graphs,
+        "label_trace_disagreements": label_bad,
+        "retrace_differs_from_recorded_aten_ops": trace_diff,
+        "draws": dict(stats), "rejected_draws": dict(rejected.most_common()),
+        "predicted_ms": {"min": ms[0], "p10": ms[n // 10], "median": statistics.median(ms), "p90": ms[9 * n // 10],
+                         "max": ms[-1], "log_bins_ms": [round(b, 2) for b in bins], "histogram": hist},
+        "predicted_peak_gb_max": round(max(r["predicted_peak_bytes"] for r in rows) / 2**30, 2),
+    }
+    print(f"\n{n} tasks ({args.preset}) sampled in {t_sample:.0f} s by {workers} processes")
+    print(f"  distinct operators used     {len(used)} of {len(pool_ops)} sampleable")
+    print("  share by depth              " + "  ".join(f"{k}:{v:.1%}" for k, v in result["share_by_depth"].items()))
+    print(f"  3+ operators                {result['share_3plus_ops']:.1%}")
+    print(f"  DAGs                        {result['share_dag']:.1%}")
+    print(f"  duplicate canonical graphs  {dup_graphs}  (duplicate task ids {dup_ids})")
+    print(f"  label/trace disagreements   {label_bad}  (re-trace differs from recorded aten_ops: {trace_diff})")
+    print(f"  predicted ms                p10 {ms[n // 10]:.2f}  median {statistics.median(ms):.2f}  p90 {ms[9 * n // 10]:.2f}"
+          f"  (window {cfg.target_min_ms}-{cfg.target_max_ms})")
+    print(f"  histogram over log bins     {hist}")
+    print(f"  draws per task              {stats['attempts'] / n:.2f}; rejected: {dict(rejected.most_common(6))}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The cost mode's shortcuts give the same outputs as the real meta kernels, and its numbers are right."""
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from operators.cost import CostMode, peak_bytes, predict_ms
+from operators.trace import _Recorder
+
+
+def _m(*shape):
+    return torch.randn(*shape, device="meta")
+
+
+CASES = {
+    "log_softmax": lambda: F.log_softmax(_m(4, 8, 16), dim=1),
+    "softmax": lambda: F.softmax(_m(4, 8, 16), dim=-1),
+    "hardswish": lambda: F.hardswish(_m(4, 8)),
+    "hardsigmoid": lambda: F.hardsigmoid(_m(4, 8)),
+    "cumsum": lambda: torch.cumsum(_m(4, 8, 3), dim=1),
+    "cumprod": lambda: torch.cumprod(_m(4, 8), dim=1),
+    "logcumsumexp": lambda: torch.logcumsumexp(_m(4, 8), dim=1),
+    "tril": lambda: torch.tril(_m(3, 5, 6), diagonal=1),
+    "prelu": lambda: F.prelu(_m(4, 3, 5), torch.full((3,), 0.25, device="meta")),
+    "mish": lambda: F.mish(_m(4, 8)),
+    "softplus": lambda: F.softplus(_m(4, 8), beta=2.0),
+    "elu": lambda: F.elu(_m(4, 8)),
+    "leaky_relu": lambda: F.leaky_relu(_m(4, 8), 0.2),
+    "hardtanh": lambda: F.hardtanh(_m(4, 8)),
+    "layer_norm": lambda: F.layer_norm(_m(4, 6, 10), (10,)),
+    "layer_norm2": lambda: F.layer_norm(_m(4, 6, 10), (6, 10)),
+    "batch_norm": lambda: F.batch_norm(_m(4, 6, 5, 5), None, None, training=True),
+    "group_norm": lambda: F.group_norm(_m(4, 6, 5, 5), 3),
+    "bicubic": lambda: F.interpolate(_m(2, 3, 8, 9), scale_factor=2.0, mode="bicubic"),
+    "bilinear": lambda: F.interpolate(_m(2, 3, 8, 9), scale_factor=0.5, mode="bilinear"),
+    "nearest": lambda: F.interpolate(_m(2, 3, 8, 9), scale_factor=2.0, mode="nearest"),
+    "linear": lambda: F.interpolate(_m(2, 3, 8), scale_factor=2.0, mode="linear"),
+    "trilinear": lambda: F.interpolate(_m(2, 3, 4, 4, 4), scale_factor=2.0, mode="trilinear"),
+    "grid_sample": lambda: F.grid_sample(_m(2, 3, 8, 8), _m(2, 5, 7, 2), align_corners=False),
+    "cdist": lambda: torch.cdist(_m(2, 6, 4), _m(2, 9, 4)),
+    "gelu": lambda: F.gelu(_m(4, 8), approximate="tanh"),
+    "gt_float": lambda: (_m(4, 8) > 0.5).float(),
+    "broadcast_add": lambda: _m(4, 3, 5) + _m(3, 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_shortcut_outputs_and_trace_equal_the_meta_kernels(name):
+    real_rec = _Recorder()
+    with real_rec, torch.no_grad():
+        real = CASES[name]()
+    mode = CostMode()
+    with mode, torch.no_grad():
+        fast = CASES[name]()
+    assert (fast.shape, fast.dtype) == (real.shape, real.dtype)
+    assert [r.name for r in mode.records] == real_rec.ops
+
+
+def test_flops_bytes_and_roofline():
+    mode = CostMode()
+    x, w = torch.empty(64, 128, device="meta"), torch.empty(128, 256, device="meta")
+    mode.fixed_ids = {id(w)}
+    with mode, torch.no_grad():
+        y = torch.relu(x @ w)
+    mm, relu = mode.records
+    assert mm.name == "aten.mm" and mm.flops == 2 * 64 * 128 * 256
+    assert mm.fixed_bytes == 128 * 256 * 4 and mm.act_bytes == (64 * 128 + 64 * 256) * 4
+    assert relu.flops == 0 and relu.act_bytes == 2 * y.numel() * 4
+    t = predict_ms(mode.records, bandwidth_gbps=1.0, tflops=1.0, launch_us=0.0)
+    expect = (max(mm.flops / 1e12, (mm.act_bytes + mm.fixed_bytes) / 1e9) + relu.act_bytes / 1e9) * 1e3
+    assert t == pytest.approx(expect)
+    assert predict_ms(mode.records, 1.0, 1.0, 0.0, batch_scale=2.0) > t
+    assert peak_bytes(mode.records, x.numel() * 4, w.numel() * 4) == (x.numel() + 2 * y.numel() + w.numel()) * 4
