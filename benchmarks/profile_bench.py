@@ -146,7 +146,9 @@ def phase_opsynth(a, tasks, settings, fsec) -> tuple[dict, list[dict]]:
            **t, "gpu_s_per_task": t["wall_s"] / n, "gpu_s_per_accepted": t["wall_s"] / max(kept, 1),
            "gpu_s_per_task_with_startup": (t["wall_s"] + t["startup_s"]) / n,
            "tasks_per_hour": n / t["wall_s"] * 3600, "lock_held_s_per_task": busy / n,
-           "gpu_lock_utilisation": busy / t["wall_s"]}
+           "gpu_lock_utilisation": busy / t["wall_s"],
+           "lock_phases_mean_s": {k: statistics.fmean(r.get(k) or 0 for r in rows) for k in
+                                  ("gpu_busy_setup_s", "gpu_busy_eager_s", "gpu_busy_first_compiled_s", "gpu_busy_s")}}
     return fig, rows
 
 
@@ -158,9 +160,17 @@ def phase_kbloop(a, tasks, out: Path) -> tuple[dict, list[dict]]:
     subprocess.run(cmd, env=env, check=True)
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     walls = [r["wall_s"] for r in rows]
-    return {"tasks": len(rows), "s_per_task": statistics.fmean(walls) if walls else None,
-            "status": dict(Counter(r["status"] for r in rows)),
-            "correct_1e4": sum(bool(r.get("correct_1e4")) for r in rows)}, rows
+    fig = {"tasks": len(rows), "s_per_task": statistics.fmean(walls) if walls else None,
+           "status": dict(Counter(r["status"] for r in rows)),
+           "correct_1e4": sum(bool(r.get("correct_1e4")) for r in rows)}
+    # timing agreement needs more tasks than the full loop has time for: KernelBench's eager timing alone
+    ops = [json.loads(x) for x in (out / "profile_opsynth_rows.jsonl").read_text().splitlines()]
+    ids = [r["task_id"] for r in ops if r.get("status") == "ok" and r.get("eager_ms")][: a.agree_n]
+    epath = out / "kbloop_eager_rows.jsonl"
+    subprocess.run([*cmd[:3], str(epath), "--device", a.device, "--n", str(len(ids)), "--ids", ",".join(ids),
+                    "--eager-only", "--budget-s", "120"], env=env, check=True)
+    eager = [json.loads(x) for x in epath.read_text().splitlines() if x.strip()]
+    return fig, eager
 
 
 def phase_agree(ops_rows: list[dict], kb_rows: list[dict], n: int) -> dict:
@@ -205,10 +215,22 @@ def phase_planted(a, settings) -> tuple[dict, list[dict]]:
             "errors": {r["task_id"]: r["error"] for r in rows if r["status"] != "ok"}, **t}, rows
 
 
-def phase_scaling(a, tasks, settings) -> dict:
+def pin_cpus(a, n_gpus: int) -> None:
+    """Give the executor --cpus-per-gpu cores per GPU (workers inherit it), so a 1-GPU run on a bigger
+    box has the CPU of the one-GPU machine and scaling keeps CPU per GPU constant."""
+    if a.cpus_per_gpu and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, range(min(os.cpu_count() or 1, a.cpus_per_gpu * n_gpus)))
+
+
+def phase_scaling(a, tasks, settings, out_dir: Path) -> dict:
     gpus = [int(g) for g in a.gpus.split(",")]
     out = {}
-    for k in (1, len(gpus)):
+    one = out_dir / "profile_opsynth.json"
+    if one.exists():  # the opsynth phase of this call is the 1-GPU run
+        f = json.loads(one.read_text())
+        out["1_gpu"] = {k: f[k] for k in ("wall_s", "startup_s", "tasks_per_hour", "status")}
+    for k in ([1] if "1_gpu" not in out else []) + [len(gpus)]:
+        pin_cpus(a, k)
         rows, t = run_executor(tasks, a.device, a.workers, gpus[:k], settings, fresh_caches(f"scale{k}"))
         out[f"{k}_gpu"] = {**t, "tasks_per_hour": len(rows) / t["wall_s"] * 3600,
                            "status": dict(Counter(r["status"] for r in rows))}
@@ -262,6 +284,7 @@ def main() -> None:
     ap.add_argument("--agree-n", type=int, default=30)
     ap.add_argument("--repeat-n", type=int, default=50)
     ap.add_argument("--planted-timeout-s", type=float, default=15.0)
+    ap.add_argument("--cpus-per-gpu", type=int, default=0, help="pin the executor to this many cores per GPU")
     ap.add_argument("--timeout-s", type=float, default=0.0, help="override the preset's per-task timeout")
     ap.add_argument("--out", default="benchmarks/results")
     a = ap.parse_args()
@@ -280,6 +303,7 @@ def main() -> None:
     if any(p in phases for p in ("opsynth", "kbloop", "repeat", "scaling")):
         tasks = load_tasks(a.tasks, a.n)
     if "opsynth" in phases:
+        pin_cpus(a, 1)
         fig, ops_rows = phase_opsynth(a, tasks, settings, fsec)
         write(out, "opsynth", {**head, **fig}, ops_rows)
         table.append(f"opsynth: {fig['tasks']} tasks in {fig['wall_s']:.1f}s (+{fig['startup_s']:.1f}s startup), "
@@ -306,7 +330,7 @@ def main() -> None:
         table.append(f"repeatability: {fig['tasks']} tasks, median eager run-to-run diff "
                      f"{fig['median_eager_rel_diff']}, p90 {fig['p90_eager_rel_diff']}")
     if "scaling" in phases:
-        fig = phase_scaling(a, tasks, settings)
+        fig = phase_scaling(a, tasks, settings, out)
         write(out, "scaling", {**head, **fig})
         table.append(f"scaling: {json.dumps(fig)}")
     if "kernelbench" in phases:

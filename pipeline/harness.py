@@ -306,13 +306,39 @@ class Harness:
                 return med, iqr, len(times)
             batch = min(max(batch, len(times) // 2), max_runs - len(times))
 
-    def _quick_ms(self, model: Any, x: tuple) -> tuple[Any, float]:
+    def _quick_ms(self, model: Any, x: tuple, base: int, m: dict) -> tuple[Any, float]:
         out = model(*x)  # the first run also pays lazy init (cuDNN/cuBLAS handles)
         self._sync()
+        if self.cuda:  # the peak of one forward: weights, inputs, intermediates, output
+            m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(self.device) - base)
         t0 = time.perf_counter()
         model(*x)
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
+
+    def warm(self) -> float:
+        """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
+        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock."""
+        t0 = time.perf_counter()
+        import torch._dynamo as dynamo
+
+        lin = torch.nn.Linear(64, 64).to(self.device)
+        conv = torch.nn.Conv2d(4, 4, 3).to(self.device)
+
+        def fn(x, y):
+            return torch.softmax(lin(x), dim=-1).sum(0), conv(y).relu().mean((2, 3))
+
+        with torch.no_grad():
+            x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
+            with self.lock.hold():
+                fn(x, y)
+            if self.s.get("compile", True):
+                inner = torch._TorchCompileInductorWrapper(None, None, None)
+                torch.compile(fn, backend=_LockedBackend(inner, self.lock))(x, y)
+                self.lock.release()
+                dynamo.reset()
+        self._sync()
+        return time.perf_counter() - t0
 
     def profile(self, task: dict) -> dict:
         """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
@@ -363,9 +389,8 @@ class Harness:
                 model = ns["Model"](*ns["get_init_inputs"]())
             model = model.to(dev)
             x0 = self._draw(ns, 0)
-            out0, quick = self._quick_ms(model, x0)
-            if self.cuda:
-                m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(dev) - base)
+            out0, quick = self._quick_ms(model, x0, base, m)
+            m["gpu_busy_setup_s"] = time.perf_counter() - self.lock._since
             self._early_reject(quick, m)
             rec = _Recorder()
             with rec:
@@ -396,6 +421,7 @@ class Harness:
             med, iqr, n = self._time(model, x0, done_runs=2 + draws)
             m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
             self._roofline(task, m)
+        m["gpu_busy_eager_s"] = self.lock.held_s
 
         if not s.get("compile", True):
             return
@@ -434,6 +460,8 @@ class Harness:
             m.update(compile_ok=False, compile_error=one_line(e))
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
             return
+        m["gpu_busy_first_compiled_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
+            time.perf_counter() - self.lock._since if self.lock.held else 0.0)
         with self.lock.hold():
             errs = [agreement(out, ref0)]
             del out
@@ -474,7 +502,8 @@ def serve() -> None:
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg["threads"]))
     h = Harness(cfg["device"], cfg["settings"], cfg.get("lock_path"), notify=lambda ev: send({"event": ev}))
-    send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version})
+    warm_s = h.warm() if cfg["settings"].get("warm_worker", True) else 0.0
+    send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s})
     for line in sys.stdin:
         if not line.strip():
             continue
