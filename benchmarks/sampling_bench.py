@@ -49,9 +49,25 @@ def _sample_chunk(args: tuple) -> tuple[list[dict], dict, float]:
     stats = Stats()
     t = time.perf_counter()
     rows = sample_tasks(_cfg(preset), seed, range(start, stop), set(), stats)
+    return _slim(rows), vars(stats), time.perf_counter() - t
+
+
+def _slim(rows: list[dict]) -> list[dict]:
     keep = ("task_id", "name", "ops", "categories", "num_ops", "is_dag", "graph_hash", "aten_ops", "predicted_ms",
             "predicted_peak_bytes", "flops", "bytes_moved", "code")
-    return [{k: r[k] for k in keep} for r in rows], vars(stats), time.perf_counter() - t
+    out = []
+    for r in rows:
+        g = json.loads(r["graph"])
+        fanout = collections.Counter(e["source"] for e in g["edges"])
+        n_inputs = sum(1 for n in g["nodes"] if n["kind"] == "input")
+        out.append({**{k: r[k] for k in keep}, "branching": max(fanout.values()) > 1, "inputs": n_inputs})
+    return out
+
+
+def _redraw(preset: str, seed: int, index: int, seen: set[str]) -> dict:
+    from operators.sample import sample_tasks
+
+    return _slim(sample_tasks(_cfg(preset), seed, range(index, index + 1), seen))[0]
 
 
 def _trace_chunk(rows: list[dict]) -> list[dict]:
@@ -98,6 +114,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sampling_bench.json"))
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
+    load0 = [round(v, 2) for v in os.getloadavg()]  # other jobs on the machine skew the throughput
 
     import torch
 
@@ -114,6 +131,15 @@ def main() -> None:
     with ctx.Pool(workers, initializer=_warm, initargs=(args.preset,)) as pool:
         parts = pool.map(_sample_chunk, [(args.preset, args.seed, a, b) for a, b in _chunks(args.n, workers * 8)])
         rows = [r for p in parts for r in p[0]]
+        # workers dedupe within their chunk; across chunks, resolve in index order with one `seen` set,
+        # as the sample stage does across shards (a duplicate is redrawn from its next attempt)
+        seen: set[str] = set()
+        cross_dups = 0
+        for i, r in enumerate(rows):
+            if r["task_id"] in seen:
+                cross_dups += 1
+                rows[i] = _redraw(args.preset, args.seed, i, seen)
+            seen.add(rows[i]["task_id"])
         t_sample = time.perf_counter() - t
         checks = [c for part in pool.map(_trace_chunk, [rows[i:i + 250] for i in range(0, len(rows), 250)]) for c in part]
     stats = collections.Counter()
@@ -137,7 +163,8 @@ def main() -> None:
     hist = [sum(bins[i] <= m < bins[i + 1] or (i == 5 and m == bins[6]) for m in ms) for i in range(6)]
     result = {
         "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_at_start": load0, "load_average_at_end": [round(v, 2) for v in os.getloadavg()]},
         "torch_version": torch.__version__,
         "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
         "preset": args.preset,
@@ -150,7 +177,10 @@ def main() -> None:
         "share_by_depth": {k: round(depth[k] / n, 4) for k in sorted(depth)},
         "share_3plus_ops": round(sum(v for k, v in depth.items() if k >= 3) / n, 4),
         "share_dag": round(sum(r["is_dag"] for r in rows) / n, 4),
+        "share_branching": round(sum(r["branching"] for r in rows) / n, 4),
+        "share_by_inputs": {k: round(v / n, 4) for k, v in sorted(collections.Counter(r["inputs"] for r in rows).items())},
         "tasks_by_category": dict(sorted(cats.items())),
+        "duplicates_across_processes_redrawn": cross_dups,
         "duplicate_task_ids": dup_ids,
         "duplicate_canonical_graphs": dup_graphs,
         "label_trace_disagreements": label_bad,
@@ -164,8 +194,10 @@ def main() -> None:
     print(f"  distinct operators used     {len(used)} of {len(pool_ops)} sampleable")
     print("  share by depth              " + "  ".join(f"{k}:{v:.1%}" for k, v in result["share_by_depth"].items()))
     print(f"  3+ operators                {result['share_3plus_ops']:.1%}")
-    print(f"  DAGs                        {result['share_dag']:.1%}")
-    print(f"  duplicate canonical graphs  {dup_graphs}  (duplicate task ids {dup_ids})")
+    print(f"  DAGs                        {result['share_dag']:.1%}  (a tensor feeding 2+ ops: "
+          f"{result['share_branching']:.1%}; by input count {result['share_by_inputs']})")
+    print(f"  duplicate canonical graphs  {dup_graphs}  (duplicate task ids {dup_ids}; {cross_dups} drawn twice by "
+          "different processes were redrawn)")
     print(f"  label/trace disagreements   {label_bad}  (re-trace differs from recorded aten_ops: {trace_diff})")
     print(f"  predicted ms                p10 {ms[n // 10]:.2f}  median {statistics.median(ms):.2f}  p90 {ms[9 * n // 10]:.2f}"
           f"  (window {cfg.target_min_ms}-{cfg.target_max_ms})")

@@ -9,6 +9,7 @@ __init__ argument names and the output node. `execute` evaluates exactly the str
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from collections.abc import Iterable
@@ -21,7 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812 - the spelling task code uses
 
 from operators.cost import CostMode, OpCost
-from operators.spec import DOMAINS, Code, Dim, OpSpec, Reject, accepts, out_domain
+from operators.spec import Code, Dim, OpSpec, Reject, accepts, out_domain
 
 BASE_NS = {"torch": torch, "nn": nn, "F": F, "math": math}
 _CODE: dict[str, Any] = {}
@@ -344,20 +345,11 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
     fwd = {**BASE_NS, "self": holder}
     order = [v for v, d in g.nodes(data=True) if d["kind"] == "op"]
     with torch.no_grad():
-        ctx = mode if mode is not None else _Null()
-        with ctx:
+        with mode if mode is not None else contextlib.nullcontext():
             for var in order:
                 fwd.update(values)
                 values[var] = eval(compiled(g.nodes[var]["call"]), fwd)  # noqa: S307
     return values[g.graph["output"]], values
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 def is_dag(g: nx.DiGraph) -> bool:
@@ -375,5 +367,3 @@ def records_cost(records: list[OpCost]) -> tuple[int, int]:
     moved = sum(r.act_bytes + r.fixed_bytes for r in records if not r.view)
     return flops, moved
 
-
-DOMAIN_ORDER = DOMAINS

@@ -146,3 +146,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+

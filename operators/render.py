@@ -16,7 +16,7 @@ def as_graph(graph: str | dict | nx.DiGraph) -> nx.DiGraph:
     if isinstance(graph, nx.DiGraph):
         return graph
     data = json.loads(graph) if isinstance(graph, str) else graph
-    return nx.node_link_graph(data, directed=True, edges="edges")
+    return nx.node_link_graph(data, directed=True, edges="links" if "links" in data else "edges")
 
 
 def task_name(g: nx.DiGraph) -> str:

@@ -175,24 +175,23 @@ def build_graph(cfg, rng: random.Random, k: int, dag: bool, target_ms: float, sh
     trunk, tail, extra = _split(rng, rest - need, 3)
     b1 = 1 + extra if pattern != "branch" else 1 + extra // 2
     b2 = 0 if pattern == "residual" else (1 + extra - extra // 2 if pattern == "branch" else rng.randint(0, extra))
-    if pattern == "inputs":
+    if pattern == "inputs":  # a second input of the trunk's output shape meets the first branch
         b1 = 1 + extra - b2
-    if pattern == "inputs":
-        a = d.start()
-        for _ in range(trunk + b1 - 1):
-            a = d.op(a, last=False)
-        x = d.x
-        y = d.b._input(d.b.dims[x], d.b.g.nodes[x]["draw"])
-        d.b.domain[y] = d.b.domain[x]
+        if trunk:
+            h = d.start()
+            for _ in range(trunk - 1):
+                h = d.op(h, last=False)
+            a = h
+        else:
+            a = h = d.start(preserve=True)
+            b1 -= 1
+        for _ in range(b1):
+            a = d.op(a, last=False, preserve=True)
+        y = d.b._input(d.b.dims[h], d.b.g.nodes[d.x]["draw"])
         bb = y
         for _ in range(b2):
             bb = d.op(bb, last=False, preserve=True)
-        cp = d.b.checkpoint()
-        try:
-            cur = d.join(a, bb, last=tail == 0)
-        except TaskRejected:
-            d.b.rollback(cp)
-            raise
+        cur = d.join(a, bb, last=tail == 0)
     else:
         if trunk:
             h = d.start()
@@ -351,9 +350,15 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
     """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
     retry). A task whose task_id is already in `seen` (same canonical graph at the same shapes) is resampled;
     each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns)."""
+    stats = stats if stats is not None else Stats()
+    with warnings.catch_warnings():  # deprecation chatter of torch ops on meta is not the user's concern
+        warnings.simplefilter("ignore")
+        return _sample(cfg, seed, indices, seen, stats)
+
+
+def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats) -> list[dict]:
     from pipeline.errors import OpsynthError
 
-    stats = stats if stats is not None else Stats()
     rows = []
     for i in indices:
         for attempt in range(MAX_ATTEMPTS):

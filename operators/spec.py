@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 CATEGORIES: tuple[str, ...] = (
@@ -75,7 +75,6 @@ class OpSpec:
     token_input: str = ""        # first op only: x is an index tensor in [0, params[token_input])
     stochastic: bool = False     # dropout, rand*, bernoulli...: listed, never sampled
     layout: str = "channels"     # rank-3 input layout when this op starts a graph: channels | seq
-    tags: frozenset[str] = field(default_factory=frozenset)
 
     @property
     def kind(self) -> str:

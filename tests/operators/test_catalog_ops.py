@@ -69,3 +69,32 @@ def test_category_operators_execute_on_cpu_and_traces_match_labels(category):
         if bad:
             failures.append(f"{spec.name}: {bad}")
     assert not failures, "\n".join(failures)
+
+
+def _resolve(name: str):
+    import torch.nn as nn
+    import torch.nn.functional as F  # noqa: N812
+
+    root, _, rest = name.partition(".")
+    obj = {"torch": torch, "nn": nn, "F": F, "Tensor": torch.Tensor}[root]
+    for part in rest.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def test_every_name_is_a_real_torch_api():
+    missing = []
+    for name in REGISTRY:
+        try:
+            _resolve(name)
+        except AttributeError:
+            missing.append(name)
+    assert not missing
+
+
+def test_stochastic_deny_list_covers_torchs_nondeterministic_and_random_ops():
+    # the names PyTorch itself documents as random; a catalog entry spelled like them must be flagged
+    random_like = ("dropout", "rrelu", "bernoulli", "gumbel", "fractional_max_pool", "alpha_dropout", "rand")
+    for spec in REGISTRY.values():
+        if any(k in spec.short for k in random_like):
+            assert spec.stochastic, spec.name
