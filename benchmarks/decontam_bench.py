@@ -54,7 +54,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from benchmarks.disguise import KINDS, disguise
-    from filters.contamination import ast_fingerprint, ast_ratio, compare, fingerprints
+    from filters.contamination import ast_fingerprint, ast_ratio, compare, difflib_ratio, fingerprints
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
     from pipeline.reference import load_index, reference_matrix, trace_many
 
@@ -167,6 +167,16 @@ def main() -> None:
     for k in kinds:
         a = np.array([s["kb_ast_similarity"] for s, it in zip(scored, items, strict=True) if it["kind"] == k])
         cal_rows.append([f"disguise: {k}", len(a), *pct(a)])
+    # the same threshold under difflib's ratio (the usual Python "AST similarity"): do the two agree at 0.9?
+    pairs = [(fp["ast"][i], fps[it["key"]]) for i, it in enumerate(items)]
+    pairs += [(cfp["ast"][i], fps[s["kb_ast_nearest"]]) for i, s in enumerate(cscored) if s["kb_ast_nearest"] in fps]
+    lcs_r = np.array([ast_ratio(a, b) for a, b in pairs])
+    dl_r = np.array([difflib_ratio(a, b) for a, b in pairs])
+    agree = float(np.mean((lcs_r >= 0.9) == (dl_r >= 0.9)))
+    result["difflib_agreement_at_0.9"] = {"pairs": len(pairs), "agree": agree,
+                                          "lcs_only": int(np.sum((lcs_r >= 0.9) & (dl_r < 0.9))),
+                                          "difflib_only": int(np.sum((lcs_r < 0.9) & (dl_r >= 0.9))),
+                                          "mean_gap": float(np.mean(lcs_r - dl_r))}
     result["calibration"] = {r[0]: dict(zip(["n", "p5", "p25", "p50", "p75", "p95", "share>=0.9"], r[1:],
                                             strict=True)) for r in cal_rows}
     result["kb_pairs_over_0.9"] = [(keys[i], float(other_max[i])) for i in np.nonzero(other_max >= 0.9)[0]]
@@ -183,7 +193,7 @@ def main() -> None:
            "ops": (fp["ops"] + cfp["ops"]) * reps}
     big = {k: v[: args.scale] for k, v in big.items()}
     t0 = time.time()
-    big_scored = compare(big, ref)
+    big_scored = compare(big, ref, workers=2)
     compare_s = time.time() - t0
     result["scale"] = {"candidates": args.scale, "unique_candidates": n_unique, "reference_problems": len(ref.keys),
                        "compare_s": round(compare_s, 2),
@@ -210,6 +220,7 @@ def main() -> None:
     print(f"flagged clean tasks: {flagged_clean[:30]}")
     print("\nCalibration of the AST score (difflib ratio over normalized AST tokens)")
     print(_table(["pairs", "n", "p5", "p25", "p50", "p75", "p95", ">=0.9"], cal_rows))
+    print(f"LCS ratio vs difflib ratio at 0.9: {result['difflib_agreement_at_0.9']}")
     print("\nScale")
     print(_table(list(result["scale"]), [list(result["scale"].values())]))
     out = Path(args.out)

@@ -13,7 +13,7 @@ from pipeline.schema import CONTAMINATION
 from pipeline.store import RunDir
 
 
-def task_signatures(rows: list[dict], workers: int = 2) -> tuple[list[list[str] | None], list[str]]:
+def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0) -> tuple[list[list[str] | None], list[str]]:
     """(ATen ops, how they were obtained) per task: the tasks table's aten_ops, else a trace after the static check."""
     from filters.static_check import check_task_source
     from pipeline.reference import trace_many
@@ -30,7 +30,7 @@ def task_signatures(rows: list[dict], workers: int = 2) -> tuple[list[list[str] 
             source[i] = f"text-only: {why[:160]}"
         else:
             todo.append(i)
-    for i, res in zip(todo, trace_many([rows[i]["code"] for i in todo], workers), strict=False):
+    for i, res in zip(todo, trace_many([rows[i]["code"] for i in todo], workers, timeout_s), strict=False):
         if res.get("ok"):
             ops[i], source[i] = res["ops"], "traced"
         else:
@@ -56,7 +56,7 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     index = load_references(specs, cache_dir=rd.path / "reference")
     ref = reference_matrix(index)
     sources = index.column("source").to_pylist()
-    ops, op_source = task_signatures(tasks, cfg.run.workers) if dc.op_signature else (
+    ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s) if dc.op_signature else (
         [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
     fp = fingerprints([t["code"] or "" for t in tasks], ops)
     scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)

@@ -198,3 +198,25 @@ def test_upper_bound_is_never_below_the_exact_ratio():
     exact = np.array([[ast_ratio(a, b) for b in fp["ast"]] for a in fp["ast"]])
     assert (bound + 1e-6 >= exact).all()
     assert np.allclose(np.diag(bound), 1.0)
+
+
+def test_bit_parallel_lcs_matches_dynamic_programming():
+    import random
+
+    from filters.contamination import difflib_ratio, lcs_length, lcs_masks
+
+    def dp(a, b):
+        prev = [0] * (len(b) + 1)
+        for x in a:
+            cur = [0]
+            for j, y in enumerate(b):
+                cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+            prev = cur
+        return prev[-1]
+
+    rng = random.Random(0)
+    for _ in range(200):
+        a = [rng.randrange(6) for _ in range(rng.randrange(1, 50))]
+        b = [rng.randrange(6) for _ in range(rng.randrange(1, 50))]
+        assert lcs_length(len(a), lcs_masks(a), b) == dp(a, b)
+        assert ast_ratio(a, b) + 1e-9 >= difflib_ratio(a, b)
