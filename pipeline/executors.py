@@ -104,7 +104,11 @@ class _Worker:
             return [], True
         self.buf += chunk
         *lines, self.buf = self.buf.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()], False
+        msgs = []
+        for line in lines:
+            with contextlib.suppress(ValueError):  # only the harness writes here; never let a bad line stop the run
+                msgs.append(json.loads(line))
+        return msgs, False
 
     def kill(self) -> None:
         self.killed = True

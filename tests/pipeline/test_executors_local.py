@@ -1,0 +1,48 @@
+"""The local executor's worker lifecycle: ready workers, early stop by the consumer, inline debugging path."""
+
+import dataclasses
+
+from pipeline.config import ProfileSection
+from pipeline.executors import make_executor
+
+CODE = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.cos(x) * {k}
+def get_inputs():
+    return [torch.rand(16, 16)]
+def get_init_inputs():
+    return []
+'''
+
+
+def settings():
+    s = dataclasses.asdict(ProfileSection())
+    s.update(timeout_s=20.0, memory_limit_gb=3.0, compile=False, warmup=1, min_runs=3, max_runs=5,
+             window_ms=[0.0, 1e9], seed=0)
+    return s
+
+
+def tasks(n):
+    return [{"task_id": f"t{k}", "code": CODE.replace("{k}", str(k + 1)), "flops": 0, "bytes_moved": 0}
+            for k in range(n)]
+
+
+def test_consumer_stopping_early_leaves_a_working_executor():
+    with make_executor("local", device="cpu", workers=2, settings=settings()) as ex:
+        assert ex.wait_ready() == 2
+        pids = {w.proc.pid for w in ex.workers}
+        first = next(iter(ex.imap_unordered(tasks(6))))  # the generator is dropped with tasks in flight
+        assert first["status"] == "ok"
+        rest = {r["task_id"]: r for r in ex.imap_unordered(tasks(3))}
+        assert sorted(rest) == ["t0", "t1", "t2"] and all(r["status"] == "ok" for r in rest.values())
+        assert len(ex.workers) == 2
+    assert not pids & {w.proc.pid for w in ex.workers}  # closed: no worker left
+
+
+def test_inline_executor_gives_the_same_measurements():
+    with make_executor("inline", device="cpu", settings=settings()) as ex:
+        (r,) = list(ex.imap_unordered(tasks(1)))
+    assert r["status"] == "ok" and r["aten_ops"] == ["aten.cos", "aten.mul"] and "_fatal" not in r
