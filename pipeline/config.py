@@ -63,6 +63,8 @@ class ProfileSection:
     iqr_target: float = 0.02  # stop timing when IQR / median is below this
     input_draws: int = 3  # different input draws for the sensitivity check
     early_reject_factor: float = 10.0  # quick eager run this far outside the window skips the rest
+    max_timing_s: float = 10.0  # bound on the timed loop of one task
+    warm_worker: bool = True  # pay each worker's one-time compile cost at startup, not on its first task
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,11 @@ MEASUREMENTS = pa.schema([
     ("degenerate", pa.string()),    # "" or constant | zero | tiny | nonfinite | saturated
     ("output_numel", pa.int64()),
     ("peak_memory_bytes", pa.int64()),
+    ("achieved_tflops", pa.float64()),
+    ("achieved_tbps", pa.float64()),
+    ("roofline_fraction", pa.float64()),  # roofline time / eager time: 1.0 means no headroom left
     ("aten_ops", STR_LIST),
+    ("gpu_busy_s", pa.float64()),         # time this task held the device lock
     ("wall_s", pa.float64()),
 ])
 
