@@ -15,17 +15,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from operators.labels import VIEW_OPS
 from operators.trace import _SKIP
 
 _POINTWISE = torch.Tag.pointwise
-# layout-only ops: no kernel launch, no traffic
-VIEW_OPS = frozenset({
-    "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.t", "aten.transpose",
-    "aten.permute", "aten.unsqueeze", "aten.squeeze", "aten.as_strided", "aten.slice", "aten.select",
-    "aten.alias", "aten.detach", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
-    "aten.narrow", "aten.diagonal", "aten.movedim", "aten.unfold", "aten.view_as_real", "aten.lift_fresh",
-    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.tensor_split", "aten.expand_as",
-})
 
 
 @dataclass

@@ -15,17 +15,21 @@ from functools import lru_cache
 from pathlib import Path
 
 PIN_FILE = Path(__file__).with_name("aten_pins.json")
-# layout glue that any code may add without a label (reshapes, copies, casts, empties)
-GLUE = frozenset({
+# layout-only ops: no kernel launch and no traffic (the cost model skips them)
+VIEW_OPS = frozenset({
     "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.t", "aten.transpose",
     "aten.permute", "aten.unsqueeze", "aten.squeeze", "aten.as_strided", "aten.slice", "aten.select",
-    "aten.alias", "aten.clone", "aten.contiguous", "aten.copy_", "aten.empty", "aten.empty_like",
-    "aten.empty_strided", "aten.zeros", "aten.zeros_like", "aten.ones_like", "aten.fill_", "aten.zero_",
-    "aten.split", "aten.split_with_sizes", "aten.unbind", "aten.flatten", "aten._reshape_alias",
-    "aten.expand_as", "aten.new_empty", "aten.new_zeros", "aten.resize_", "aten.lift_fresh_copy",
-    "aten.unsafe_split", "aten.view_as", "aten.squeeze_", "aten.unsqueeze_", "aten.scalar_tensor",
-    "aten._local_scalar_dense", "aten.item", "aten.movedim", "aten.narrow",
+    "aten.alias", "aten.detach", "aten.split", "aten.split_with_sizes", "aten.chunk", "aten.unbind",
+    "aten.narrow", "aten.diagonal", "aten.movedim", "aten.unfold", "aten.view_as_real", "aten.lift_fresh",
+    "aten.empty", "aten.empty_like", "aten.empty_strided", "aten.tensor_split", "aten.expand_as",
 })
+# glue that any code may add without a label: layout ops, copies, casts, fills, scalar reads
+GLUE = VIEW_OPS | {
+    "aten.clone", "aten.contiguous", "aten.copy_", "aten.zeros", "aten.zeros_like", "aten.ones_like",
+    "aten.fill_", "aten.zero_", "aten.flatten", "aten._reshape_alias", "aten.new_empty", "aten.new_zeros",
+    "aten.resize_", "aten.lift_fresh_copy", "aten.unsafe_split", "aten.view_as", "aten.squeeze_",
+    "aten.unsqueeze_", "aten.scalar_tensor", "aten._local_scalar_dense", "aten.item",
+}
 
 
 # one op, several device kernels: the fused attention backends all count as one behaviour
