@@ -41,10 +41,19 @@ def rename(tree: ast.Module, rng: random.Random) -> ast.Module:
         elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
               and isinstance(node.value, ast.Name) and node.value.id == "self"):
             attrs.add(node.attr)
+    class_level = {t.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for s in c.body
+                   if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    class_level |= {s.name for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for s in c.body
+                    if isinstance(s, ast.FunctionDef)}  # methods, called as self.NAME
     imported = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
                 for a in n.names}
-    nmap = {n: _name(rng) for n in sorted(names - KEEP - imported)}
+    # class attributes (BasicBlock.expansion) are also read off other names (block.expansion): keep them
+    class_attrs = {t.id for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for s in c.body
+                   if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    nmap = {n: _name(rng) for n in sorted(names - KEEP - imported - class_attrs)}
     amap = {a: _name(rng) for a in sorted(attrs)}
+    amap.update({a: nmap[a] for a in class_level if a in nmap})  # read back as self.NAME
+    class_names = {nmap[c.name] for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name in nmap}
 
     class T(ast.NodeTransformer):
         def visit_Name(self, node):
@@ -67,8 +76,20 @@ def rename(tree: ast.Module, rng: random.Random) -> ast.Module:
 
         def visit_Attribute(self, node):
             self.generic_visit(node)
-            if isinstance(node.value, ast.Name) and node.value.id == "self":
+            if isinstance(node.value, ast.Name) and (node.value.id == "self" or node.value.id in class_names):
                 node.attr = amap.get(node.attr, node.attr)
+            return node
+
+        def visit_Call(self, node):
+            # keyword arguments of the module's own classes and functions follow their renamed parameters
+            own = (isinstance(node.func, ast.Name) and node.func.id in nmap) or (
+                isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "self" and node.func.attr in amap)
+            if own:
+                for kw in node.keywords:
+                    if kw.arg in nmap:
+                        kw.arg = nmap[kw.arg]
+            self.generic_visit(node)
             return node
 
     return T().visit(tree)
@@ -99,11 +120,17 @@ def _shuffle_block(stmts: list[ast.stmt], rng: random.Random) -> list[ast.stmt]:
     return [stmts[i] for i in done]
 
 
+def _calls_self_method(s: ast.stmt) -> bool:
+    """self.helper(...) may read any attribute: such a statement stays where it is."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+               and n.func.value.id == "self" and n.func.attr.startswith("_") for n in ast.walk(s))
+
+
 def _reorder_body(body: list[ast.stmt], rng: random.Random) -> list[ast.stmt]:
     out, run = [], []
     for s in body:
-        if isinstance(s, ast.Assign) and not any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                                                 and n.func.id == "super" for n in ast.walk(s)):
+        if isinstance(s, ast.Assign) and not _calls_self_method(s) and not any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super" for n in ast.walk(s)):
             run.append(s)
             continue
         out += _shuffle_block(run, rng)
@@ -176,7 +203,8 @@ def swap_forms(tree: ast.Module, rng: random.Random) -> ast.Module:
     return tree
 
 
-def sizes(tree: ast.Module, rng: random.Random) -> ast.Module:
+def sizes(tree: ast.Module, rng: random.Random, only_batch: bool = False) -> ast.Module:
+    """Scale module-level sizes; `only_batch` touches only batch-size names (always a valid program)."""
     factor = rng.choice([0.5, 2.0])
 
     class T(ast.NodeTransformer):
@@ -191,7 +219,8 @@ def sizes(tree: ast.Module, rng: random.Random) -> ast.Module:
             return node
 
     for i, s in enumerate(tree.body):
-        if isinstance(s, ast.Assign):
+        if isinstance(s, ast.Assign) and (not only_batch or any(
+                isinstance(t, ast.Name) and "batch" in t.id.lower() for t in s.targets)):
             tree.body[i] = T().visit(s)
     return tree
 
@@ -215,11 +244,12 @@ def noop_wrap(tree: ast.Module, rng: random.Random) -> ast.Module:
 
 
 KINDS = {"rename": rename, "reorder": reorder, "swap_forms": swap_forms, "sizes": sizes, "noop_wrap": noop_wrap}
+ALL_ORDER = ("sizes", "swap_forms", "reorder", "noop_wrap", "rename")  # sizes first: it reads the names
 
 
-def disguise(code: str, kind: str, rng: random.Random) -> str:
+def disguise(code: str, kind: str, rng: random.Random, only_batch: bool = False) -> str:
     tree = ast.parse(code)
-    steps = list(KINDS) if kind == "all" else [kind]
-    for step in steps:
-        tree = KINDS[step](copy.deepcopy(tree), rng)
+    for step in ALL_ORDER if kind == "all" else [kind]:
+        tree = (sizes(copy.deepcopy(tree), rng, only_batch) if step == "sizes"
+                else KINDS[step](copy.deepcopy(tree), rng))
     return ast.unparse(ast.fix_missing_locations(tree))

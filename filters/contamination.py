@@ -24,6 +24,7 @@ from __future__ import annotations
 import ast
 import difflib
 import io
+import keyword
 import tokenize
 import zlib
 from collections.abc import Sequence
@@ -34,7 +35,7 @@ import numpy as np
 NUM_PERM = 128
 SHINGLE = 5
 MINHASH_SEED = 1
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
 REFINE_TOP = 2  # exact AST ratio for this many best upper-bound candidates per task (and all that can fire)
 
 API_ROOTS = frozenset({"torch", "nn", "F", "functional", "math", "np", "numpy", "einops"})
@@ -164,8 +165,12 @@ def difflib_ratio(a: Sequence[int], b: Sequence[int]) -> float:
 
 
 # ---- lexical tokens: MinHash and exact dedupe ---------------------------------------------------
-def code_tokens(code: str) -> list[str]:
-    """Lexical tokens with comments, docstrings and literal values removed; [] if it does not tokenize."""
+def code_tokens(code: str, normalize_ids: bool = False) -> list[str]:
+    """Lexical tokens with comments, docstrings and numbers removed; [] if it does not tokenize.
+
+    With `normalize_ids`, user identifiers (names, and attributes of `self`) become `ID`, so a renamed copy
+    has the same tokens; names after a dot (torch.relu, x.view) and keywords are kept.
+    """
     out: list[str] = []
     prev = tokenize.NEWLINE
     try:
@@ -189,6 +194,10 @@ def code_tokens(code: str) -> list[str]:
                 out.append(tok.string)
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return []
+    if normalize_ids:
+        out = [("ID" if t.isidentifier() and not keyword.iskeyword(t) and t not in KEEP_NAMES
+                and (i == 0 or out[i - 1] != "." or (i > 1 and out[i - 2] == "self")) else t)
+               for i, t in enumerate(out)]
     return out
 
 
@@ -218,11 +227,15 @@ def _shingles(tokens: list[str]) -> list[bytes]:
     return sorted({" ".join(tokens[i : i + SHINGLE]).encode() for i in range(len(tokens) - SHINGLE + 1)})
 
 
-def minhashes(codes: Sequence[str]) -> np.ndarray:
-    """(n, NUM_PERM) uint32 MinHash signatures; an empty or untokenizable source gets all-max values."""
+def minhashes(codes: Sequence[str], normalize_ids: bool = True) -> np.ndarray:
+    """(n, NUM_PERM) uint32 MinHash signatures; an empty or untokenizable source gets all-max values.
+
+    Contamination uses identifier-normalized tokens (a renamed KernelBench copy stays a copy); dedupe keeps
+    identifiers, since template-rendered tasks share their names and would all look alike without them.
+    """
     from datasketch import MinHash
 
-    shingles = [_shingles(code_tokens(c)) for c in codes]
+    shingles = [_shingles(code_tokens(c, normalize_ids)) for c in codes]
     mhs = MinHash.bulk(shingles, num_perm=NUM_PERM, seed=MINHASH_SEED, scheme="affine32")
     out = np.stack([m.hashvalues for m in mhs]).astype(np.uint32) if mhs else np.zeros((0, NUM_PERM), np.uint32)
     return out

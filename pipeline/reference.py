@@ -270,9 +270,13 @@ def reference_matrix(index: pa.Table):
     """The index as a filters.contamination.ReferenceMatrix."""
     import numpy as np
 
-    from filters.contamination import ReferenceMatrix
+    from filters.contamination import FINGERPRINT_VERSION, ReferenceMatrix
 
     d = index.to_pydict()
+    old = sorted({v for v in d["fingerprint_version"] if v != FINGERPRINT_VERSION})
+    if old:
+        raise OpsynthError(f"reference index has fingerprint version {old}, this opsynth computes "
+                           f"{FINGERPRINT_VERSION}; rebuild it with `opsynth reference build SOURCE --out PATH`")
     return ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
                            np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
                            [tuple(o or ()) for o in d["ops"]])

@@ -119,7 +119,7 @@ def _stale(rd: RunDir) -> bool:
     db = _db_path(rd)
     if not db.exists():
         return True
-    newest = max((p.stat().st_mtime for p in rd.path.glob("*/part-*.done")), default=0.0)
+    newest = rd.last_write_time()
     return newest > db.stat().st_mtime
 
 

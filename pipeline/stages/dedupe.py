@@ -23,7 +23,7 @@ def run(rd: RunDir, cfg: Config) -> dict:
     tasks = [t for t in rd.read_rows("tasks", ["task_id", "code", "graph_hash"]) if t["task_id"] in keep_ids]
     codes = [t["code"] or "" for t in tasks]
     graph = [t["graph_hash"] for t in tasks] if cfg.dedupe.structural else None
-    rows = dedupe([t["task_id"] for t in tasks], codes, graph, minhashes(codes), cfg.dedupe.minhash_threshold)
+    rows = dedupe([t["task_id"] for t in tasks], codes, graph, minhashes(codes, normalize_ids=False), cfg.dedupe.minhash_threshold)
     rd.replace_table("dedupe", rows, DEDUPE)
     rd.write_verdicts("dedupe", [{"task_id": r["task_id"], "keep": r["keep"], "reason": r["reason"]} for r in rows])
     counts = {"considered": len(rows), "dropped": sum(not r["keep"] for r in rows)}

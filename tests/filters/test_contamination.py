@@ -137,6 +137,13 @@ def test_code_tokens_drop_comments_docstrings_and_numbers():
     assert not any("Conv then ReLU" in t for t in toks)
 
 
+def test_code_tokens_normalize_identifiers_only_when_asked():
+    toks = code_tokens(RENAMED, normalize_ids=True)
+    assert "inp" not in toks and "c1" not in toks and "ID" in toks
+    assert "relu" in toks and "Conv2d" in toks  # API names after a dot stay
+    assert "inp" in code_tokens(RENAMED)
+
+
 def test_minhash_identical_and_empty():
     m = minhashes([CONV_RELU, CONV_RELU.replace("# x", ""), CLEAN, ""])
     j = minhash_jaccard(m, m)
@@ -165,7 +172,8 @@ def test_compare_fires_each_detector_for_its_own_kind_of_copy():
          ["aten.convolution", "aten.relu", "aten.add", "aten.sigmoid"],  # longer: not the whole signature
          None])
     rows = compare(tasks, ref)
-    assert rows[0]["detectors_fired"] == ["ast"] and rows[0]["kb_nearest"] == "level1/0_p"
+    # a renamed copy: same normalized AST, and the same identifier-normalized shingles
+    assert rows[0]["detectors_fired"] == ["ast", "minhash"] and rows[0]["kb_nearest"] == "level1/0_p"
     assert rows[1]["detectors_fired"] == ["op_signature"] and rows[1]["kb_op_signature_nearest"] == "level1/0_p"
     assert rows[2]["contaminated"] is False and rows[2]["kb_op_signature_match"] is False
     assert set(rows[3]["detectors_fired"]) == {"ast", "minhash"} and rows[3]["kb_minhash_jaccard"] == 1.0
@@ -184,10 +192,11 @@ def test_single_op_task_matches_single_op_problem_only_as_a_whole():
 def test_thresholds_are_respected():
     ref = _ref([CONV_RELU], [None])
     tasks = fingerprints([RENAMED], None)
-    assert compare(tasks, ref, ast_threshold=1.0)[0]["detectors_fired"] == ["ast"]
-    gelu = fingerprints([RENAMED.replace("torch.relu", "torch.tanh")], None)
-    assert compare(gelu, ref, ast_threshold=1.0)[0]["detectors_fired"] == []
-    assert compare(gelu, ref, ast_threshold=0.9)[0]["detectors_fired"] == ["ast"]
+    assert compare(tasks, ref, ast_threshold=1.0, minhash_threshold=1.0)[0]["detectors_fired"] == ["ast"]
+    tanh = fingerprints([RENAMED.replace("torch.relu", "torch.tanh")], None)
+    assert compare(tanh, ref, ast_threshold=1.0, minhash_threshold=1.0)[0]["detectors_fired"] == []
+    assert compare(tanh, ref, ast_threshold=0.9, minhash_threshold=1.0)[0]["detectors_fired"] == ["ast"]
+    assert "minhash" in compare(tanh, ref, ast_threshold=1.0, minhash_threshold=0.5)[0]["detectors_fired"]
 
 
 def test_upper_bound_is_never_below_the_exact_ratio():

@@ -44,7 +44,7 @@ def get_init_inputs():
 
 
 def _run(ids, codes, graphs=None, threshold=0.7):
-    return {r["task_id"]: r for r in dedupe(ids, codes, graphs, minhashes(codes), threshold)}
+    return {r["task_id"]: r for r in dedupe(ids, codes, graphs, minhashes(codes, normalize_ids=False), threshold)}
 
 
 def test_exact_duplicates_keep_the_first_task_id():

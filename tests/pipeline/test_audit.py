@@ -204,3 +204,19 @@ def test_opsynth_audit_cli(tmp_path, tiny_reference):
     assert len(rows) == 7 and sum(r["contaminated"] for r in rows) == 2
     res = CliRunner().invoke(app, ["report", str(out), "--sql", "SELECT count(*) AS n FROM dedupe WHERE NOT keep"])
     assert res.exit_code == 0 and "\n1 " in res.output.replace("  ", " ") or " 1\n" in res.output, res.output
+
+
+def test_shipped_index_covers_kernelbench_without_source():
+    t = load_index("builtin")
+    assert "code" not in t.column_names
+    by_source = {}
+    for r in t.select(["source", "level", "op_status"]).to_pylist():
+        by_source.setdefault(r["source"], []).append(r)
+    assert sorted(by_source) == ["kernelbench_main@423217d9fda9", "kernelbench_v0@6500bbc8cf10"]
+    for rows in by_source.values():
+        assert len(rows) == 270 and sum(r["level"] == 4 for r in rows) == 20
+        assert all(r["op_status"].startswith("text-only") for r in rows if r["level"] == 4)
+        assert sum(r["op_status"] == "traced" for r in rows) >= 240
+    assert load_index("builtin:v0").num_rows == 270
+    with pytest.raises(OpsynthError, match="no shipped reference index"):
+        load_index("builtin:v9")
