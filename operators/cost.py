@@ -48,19 +48,22 @@ class CostMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = self._fast_pointwise(func, args, kwargs)
-        if out is None:
-            out = self._fast_rule(func, args, kwargs)
+        info = _INFO.get(func)
+        if info is None:
+            info = _INFO[func] = _func_info(func)
+        name, skip, view, flop_fn, pointwise, rule, info_rule2 = info
+        out = self._fast_pointwise(func, args, kwargs) if pointwise else None
+        if out is None and rule is not None:
+            out = self._fast_rule(rule, args, kwargs)
+        if out is None and info_rule2 is not None:
+            out = info_rule2(func, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
-        name = _name(func)
-        if name in _SKIP:
+        if skip:
             return out
-        view = name in VIEW_OPS or func.is_view
         flops = 0
-        packet = func.overloadpacket
-        if packet in flop_registry:
-            flops = int(flop_registry[packet](*args, **kwargs, out_val=out))
+        if flop_fn is not None:
+            flops = _flops(func, flop_fn, args, kwargs, out)
         act = fixed = 0
         if not view:
             for a in _tensors(args, kwargs):
@@ -72,17 +75,14 @@ class CostMode(TorchDispatchMode):
         self.records.append(OpCost(name, flops, act + (0 if view else out_bytes), fixed, 0 if view else out_bytes, view))
         return out
 
-    def _fast_rule(self, func, args, kwargs):
+    def _fast_rule(self, rule, args, kwargs):
         """Output metadata for ops whose meta kernels are slow Python decompositions (contiguous inputs only)."""
-        name = _name(func)
         x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if x is None or not x.is_contiguous() or not x.is_floating_point() or name not in _RULES:
+        if x is None or not x.is_contiguous() or not x.is_floating_point():
             return None
-        return _RULES[name](x, args, kwargs)
+        return rule(x, args, kwargs)
 
     def _fast_pointwise(self, func, args, kwargs):
-        if _POINTWISE not in func.tags or func._schema.is_mutable:
-            return None
         ts = [a for a in args if isinstance(a, torch.Tensor)]
         if not ts or any(a.dim() and not a.is_contiguous() for a in ts) or any(
                 isinstance(v, torch.Tensor) for v in kwargs.values()):
@@ -96,8 +96,149 @@ class CostMode(TorchDispatchMode):
         if dtype is None:
             probe = [torch.empty((), dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
             dtype = self._dtype_cache[key] = func(*probe, **kwargs).dtype
-        shape = torch.broadcast_shapes(*[a.shape for a in ts])
-        return torch.empty(shape, dtype=dtype, device="meta")
+        shape = _broadcast([a.shape for a in ts])
+        return None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _broadcast(shapes) -> list[int] | None:
+    """torch.broadcast_shapes without its symbolic-shape checks (None: not broadcastable; torch says why)."""
+    out = list(shapes[0])
+    for shape in shapes[1:]:
+        if len(shape) > len(out):
+            out = [1] * (len(shape) - len(out)) + out
+        off = len(out) - len(shape)
+        for i, n in enumerate(shape):
+            m = out[off + i]
+            if m == 1:
+                out[off + i] = n
+            elif n != 1 and n != m:
+                return None
+    return out
+
+
+_INFO: dict = {}
+
+
+def _func_info(func) -> tuple:
+    """Per-overload facts the mode needs on every call: name, skip, view, FLOP formula, fast paths."""
+    name = _name(func)
+    packet = func.overloadpacket
+    pointwise = _POINTWISE in func.tags and not func._schema.is_mutable
+    return (name, name in _SKIP, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise,
+            _RULES.get(name), _OVERLOAD_RULES.get(str(func)))
+
+
+_FLOPS: dict = {}
+
+
+def _sig(a):
+    if isinstance(a, torch.Tensor):
+        return tuple(a.shape), a.dtype
+    if isinstance(a, list | tuple):
+        return tuple(_sig(v) for v in a)
+    return a
+
+
+def _flops(func, flop_fn, args, kwargs, out) -> int:
+    """FlopCounterMode's formula, memoized by argument shapes (its Python formulas cost ~0.1 ms a call)."""
+    try:
+        key = (func, _sig(args), tuple(sorted((k, _sig(v)) for k, v in kwargs.items())), _sig(out))
+        hit = _FLOPS.get(key)
+    except TypeError:  # an unhashable argument
+        key, hit = None, None
+    if hit is None:
+        hit = int(flop_fn(*args, **kwargs, out_val=out))
+        if key is not None:
+            if len(_FLOPS) > 100_000:
+                _FLOPS.clear()
+            _FLOPS[key] = hit
+    return hit
+
+
+_SCHEMAS: dict = {}
+
+
+def _bind(func, args, kwargs) -> dict:
+    """Arguments by schema name, defaults filled in."""
+    schema = _SCHEMAS.get(func)
+    if schema is None:
+        schema = _SCHEMAS[func] = [(a.name, a.kwarg_only, a.has_default_value(), a.default_value)
+                                   for a in func._schema.arguments]
+    out, i = {}, 0
+    for name, kw_only, has_default, default in schema:
+        if not kw_only and i < len(args):
+            out[name] = args[i]
+            i += 1
+        elif name in kwargs:
+            out[name] = kwargs[name]
+        elif has_default:
+            out[name] = default
+    return out
+
+
+def _reduce(func, args, kwargs):
+    """Reductions over listed dims of a contiguous float tensor, no dtype override."""
+    b = _bind(func, args, kwargs)
+    x, dim = b.get("self"), b.get("dim")
+    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or not x.is_floating_point() or not x.dim():
+        return None
+    if b.get("dtype") is not None or dim is None or dim == [] or dim == ():
+        return None
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    r = x.dim()
+    if not all(isinstance(d, int) and -r <= d < r for d in dims):
+        return None
+    dims = {d % r for d in dims}
+    if len(dims) != len([dim] if isinstance(dim, int) else dim) or any(x.shape[d] == 0 for d in dims):
+        return None
+    if b.get("keepdim"):
+        shape = [1 if i in dims else n for i, n in enumerate(x.shape)]
+    else:
+        shape = [n for i, n in enumerate(x.shape) if i not in dims]
+    return _meta(shape, x.dtype)
+
+
+def _float2(*ts) -> bool:
+    return all(isinstance(t, torch.Tensor) and t.dtype == torch.float32 for t in ts)
+
+
+def _mm(func, args, kwargs):
+    a, b = args[0], args[1]
+    if not _float2(a, b) or a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        return None
+    return _meta([a.shape[0], b.shape[1]])
+
+
+def _bmm(func, args, kwargs):
+    a, b = args[0], args[1]
+    if not _float2(a, b) or a.dim() != 3 or b.dim() != 3 or a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        return None
+    return _meta([a.shape[0], a.shape[1], b.shape[2]])
+
+
+def _add_mm(inner):
+    def rule(func, args, kwargs):
+        if len(args) < 3 or not _float2(args[0]):
+            return None
+        out = inner(func, args[1:], kwargs)
+        if out is None or _broadcast([args[0].shape, out.shape]) != list(out.shape):
+            return None
+        return out
+
+    return rule
+
+
+def _inplace(func, args, kwargs):
+    """In-place pointwise ops (clamp_min_, add_, lerp_...): self keeps its layout and is returned."""
+    x = args[0] if args else None
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or not x.is_contiguous():
+        return None
+    ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if any(not t.is_floating_point() for t in ts) or any(isinstance(a, list | tuple) for a in args):
+        return None
+    if _broadcast([t.shape for t in ts]) != list(x.shape):
+        return None
+    return x
 
 
 def _like(x: torch.Tensor, *_) -> torch.Tensor:
@@ -158,6 +299,20 @@ _RULES.update({
     "aten.upsample_trilinear3d": _upsample, "aten.upsample_nearest3d": _upsample,
     "aten.grid_sampler_2d": _grid_sampler, "aten._euclidean_dist": _euclidean_dist,
 })
+
+
+_OVERLOAD_RULES = {name: _reduce for name in (
+    "aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default",
+    "aten.linalg_vector_norm.default", "aten.norm.ScalarOpt_dim", "aten.logsumexp.default", "aten.std.correction",
+    "aten.var.correction", "aten.prod.dim_int", "aten.nansum.default")}
+_OVERLOAD_RULES.update({"aten.mm.default": _mm, "aten.bmm.default": _bmm, "aten.addmm.default": _add_mm(_mm),
+                        "aten.baddbmm.default": _add_mm(_bmm)})
+_OVERLOAD_RULES.update({f"aten.{n}_.{o}": _inplace for n, o in (
+    ("clamp_min", "default"), ("clamp_max", "default"), ("clamp", "default"), ("add", "Tensor"), ("add", "Scalar"),
+    ("mul", "Tensor"), ("mul", "Scalar"), ("sub", "Tensor"), ("div", "Tensor"), ("div", "Scalar"),
+    ("lerp", "Scalar"), ("lerp", "Tensor"), ("relu", "default"), ("sigmoid", "default"), ("tanh", "default"),
+    ("exp", "default"), ("neg", "default"), ("abs", "default"), ("sqrt", "default"), ("pow", "Scalar"),
+    ("hardtanh", "default"), ("leaky_relu", "default"), ("elu", "default"), ("threshold", "default"))})
 
 
 def _tensors(args, kwargs):

@@ -249,11 +249,13 @@ def _graph_json(g: nx.DiGraph) -> str:
     return json.dumps(nx.node_link_data(g, edges="edges"))  # key order kept: constants render in order
 
 
-def _variants(g: nx.DiGraph, consts: dict[str, int]) -> list[dict[str, int]]:
-    """Two other size settings the task runs on (verified on meta), smaller than the sampled one."""
+def _variants(g: nx.DiGraph, consts: dict[str, int], built_batch: int = 0) -> list[dict[str, int]]:
+    """Two other size settings the task runs on (verified on meta), smaller than the sampled one.
+
+    The batch the graph was built at comes first when smaller: its ops replay from the node memo."""
     batch = consts.get("batch_size", 1)
     spatial = {n: consts[n] for n in SPATIAL if n in consts}
-    cands = []
+    cands = [{"batch_size": built_batch}] if 0 < built_batch < batch else []
     if spatial:
         cands.append({"batch_size": max(1, batch // 2), **{n: max(4, v * 3 // 4) for n, v in spatial.items()}})
     cands += [{"batch_size": max(1, batch // 2)}, {"batch_size": max(1, batch // 4)},
@@ -326,7 +328,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
     out = g.graph["output"]
     if any(out not in nx.descendants(g, n) for n in op_nodes(g) if n != out):
         raise TaskRejected("dead op")
-    variants = _variants(g, consts)
+    variants = _variants(g, consts, batch0)
     if len(variants) < 2:
         raise TaskRejected("fewer than two shape variants run")
     graph_hash, task_id = _hashes(g)
