@@ -9,6 +9,7 @@ __init__ argument names and the output node. `execute` evaluates exactly the str
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -365,7 +366,20 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
             fwd.update(values)
             out = _run_call(key, d["call"], fwd, mode)
         values[var] = out
+        for key in _same_operands(d["op"]):
+            a, b = values[d["args"]["x"]], values[d["args"][key]]
+            if a.shape != b.shape:  # e.g. a loss target drawn from constants that no longer give x's shape
+                raise MetaError(f"{var}: operand {key} has shape {list(b.shape)}, x has {list(a.shape)}")
     return values[g.graph["output"]], values
+
+
+@functools.cache
+def _same_operands(op: str) -> tuple[str, ...]:
+    """Operand keys of `op` that must have exactly x's shape (loss targets, join partners)."""
+    from operators.catalog import REGISTRY
+
+    spec = REGISTRY.get(op)
+    return tuple(o.key for o in spec.operands if o.shape == "same") if spec else ()
 
 
 def node_key(d: dict, constants: dict[str, int], values: dict[str, torch.Tensor]) -> tuple:
