@@ -1,11 +1,14 @@
 """Sampler benchmark: throughput (one process, a process pool) and the composition of 10,000 sampled tasks.
 
     python benchmarks/sampling_bench.py [--preset h200] [--n 10000] [--throughput-n 300] [--procs 1 2]
+                                        [--baseline GIT_REF --reps 3]
 
 Throughput counts sampling + sizing + variants + rendering + label check (everything `sample_tasks`
 does), after a warm-up, in tasks per second. The 10,000 tasks are drawn by a pool of processes (each
 index is deterministic, so the split does not change them); then every rendered task is traced again
 from its code (operators.trace.trace_code on meta) and its labels checked against that trace.
+`--baseline REF` also times the operators/ package of an older commit, alternating with this one, so a
+shared machine's load hits both alike; the JSON then holds both and the speed-up (median ratio).
 Prints tables and writes benchmarks/results/sampling_bench.json.
 """
 
@@ -33,9 +36,16 @@ def _cfg(preset: str):
     return load_preset(preset).sample
 
 
-def _warm(preset: str) -> None:
+def _warm(preset: str, code_root: str = "") -> None:
+    """Worker start: one intra-op thread (meta ops compute nothing; threads only contend), the operators
+    package from `code_root` when given (a baseline checkout), imports and a few draws done."""
     import warnings
 
+    import torch
+
+    torch.set_num_threads(1)
+    if code_root and sys.path[0] != code_root:
+        sys.path.insert(0, code_root)
     warnings.filterwarnings("ignore")
     from operators.sample import sample_tasks
 
@@ -92,9 +102,19 @@ def _chunks(n: int, k: int) -> list[tuple[int, int]]:
     return [(i, min(n, i + step)) for i in range(0, n, step)]
 
 
-def throughput(preset: str, n: int, procs: int, ctx) -> dict:
-    with ctx.Pool(procs, initializer=_warm, initargs=(preset,)) as pool:
-        pool.map(_warm, [preset] * procs)  # every worker imported and warmed
+def _checkout(ref: str) -> str:
+    """The operators/ package as of git `ref`, extracted into a temporary folder (for an old-vs-new run)."""
+    import tempfile
+
+    root = tempfile.mkdtemp(prefix="opsynth_baseline_")
+    archive = subprocess.run(["git", "archive", ref, "operators"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    return root
+
+
+def throughput(preset: str, n: int, procs: int, ctx, code_root: str = "") -> dict:
+    with ctx.Pool(procs, initializer=_warm, initargs=(preset, code_root)) as pool:
+        pool.map(time.sleep, [0.5] * procs, chunksize=1)  # a barrier: every worker started and warmed
         t = time.perf_counter()
         parts = pool.map(_sample_chunk, [(preset, 1, a, b) for a, b in _chunks(n * procs, procs * 4)])
         wall = time.perf_counter() - t
@@ -111,6 +131,8 @@ def main() -> None:
     ap.add_argument("--throughput-n", type=int, default=300, help="tasks per process for the throughput runs")
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline", default="", help="git ref: also time its operators/ package, interleaved")
+    ap.add_argument("--reps", type=int, default=1, help="throughput repetitions (interleaved with the baseline)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sampling_bench.json"))
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
@@ -120,15 +142,28 @@ def main() -> None:
 
     from operators.catalog import CATEGORIES, REGISTRY, sampleable
 
-    tp = [throughput(args.preset, args.throughput_n, p, ctx) for p in args.procs]
+    base_root = _checkout(args.baseline) if args.baseline else ""
+    tp, base = [], []
+    for p in args.procs:  # new and baseline alternate, so load from other jobs hits both alike
+        for _ in range(args.reps):
+            tp.append(throughput(args.preset, args.throughput_n, p, ctx))
+            if base_root:
+                base.append({**throughput(args.preset, args.throughput_n, p, ctx, base_root),
+                             "code": args.baseline})
     print("throughput (sample + size + variants + render + label check)")
-    for r in tp:
-        print(f"  {r['processes']} process(es): {r['tasks_per_s']:7.1f} tasks/s  ({r['tasks']} tasks, "
-              f"{r['wall_s']} s, {r['attempts_per_task']} draws per task)")
+    for r in tp + base:
+        print(f"  {r.get('code', 'this commit'):12s} {r['processes']} process(es): {r['tasks_per_s']:7.1f} tasks/s  "
+              f"({r['tasks']} tasks, {r['wall_s']} s, {r['attempts_per_task']} draws per task)")
+    speedup = {}
+    for p in args.procs if base else ():
+        new = statistics.median(r["tasks_per_s"] for r in tp if r["processes"] == p)
+        old = statistics.median(r["tasks_per_s"] for r in base if r["processes"] == p)
+        speedup[p] = round(new / old, 2)
+        print(f"  {p} process(es): median {new:.1f} vs {old:.1f} tasks/s at {args.baseline}: x{speedup[p]}")
 
     workers = max(args.procs)
     t = time.perf_counter()
-    with ctx.Pool(workers, initializer=_warm, initargs=(args.preset,)) as pool:
+    with ctx.Pool(workers, initializer=_warm, initargs=(args.preset, "")) as pool:
         parts = pool.map(_sample_chunk, [(args.preset, args.seed, a, b) for a, b in _chunks(args.n, workers * 8)])
         rows = [r for p in parts for r in p[0]]
         # workers dedupe within their chunk; across chunks, resolve in index order with one `seen` set,
@@ -170,6 +205,7 @@ def main() -> None:
         "preset": args.preset,
         "catalog": {"total": len(REGISTRY), "sampleable": len(pool_ops), "categories": len(CATEGORIES)},
         "throughput": tp,
+        "baseline": {"ref": args.baseline, "throughput": base, "speedup_by_processes": speedup} if base else None,
         "tasks": n,
         "sample_wall_s": round(t_sample, 1),
         "distinct_operators_used": len(used),

@@ -367,6 +367,8 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
             out = _run_call(key, d["call"], fwd, mode)
         values[var] = out
         for key in _same_operands(d["op"]):
+            if key not in d["args"]:  # a learned bias/scale in its place broadcasts by design
+                continue
             a, b = values[d["args"]["x"]], values[d["args"][key]]
             if a.shape != b.shape:  # e.g. a loss target drawn from constants that no longer give x's shape
                 raise MetaError(f"{var}: operand {key} has shape {list(b.shape)}, x has {list(a.shape)}")
