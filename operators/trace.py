@@ -98,7 +98,11 @@ def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "met
         proc = None
     if proc is not None:
         proc.stdin.close()  # type: ignore[union-attr]
-        proc.wait(timeout=10)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a slow exit must not cost the results already collected
+            proc.kill()
+            proc.wait()
     return results
 
 
