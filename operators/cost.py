@@ -51,8 +51,8 @@ class CostMode(TorchDispatchMode):
         info = _INFO.get(func)
         if info is None:
             info = _INFO[func] = _func_info(func)
-        name, skip, view, flop_fn, pointwise, rule, info_rule2 = info
-        out = self._fast_pointwise(func, args, kwargs) if pointwise else None
+        name, skip, view, flop_fn, pointwise, inplace, rule, info_rule2 = info
+        out = self._fast_pointwise(func, args, kwargs, inplace) if pointwise else None
         if out is None and rule is not None:
             out = self._fast_rule(rule, args, kwargs)
         if out is None and info_rule2 is not None:
@@ -82,11 +82,16 @@ class CostMode(TorchDispatchMode):
             return None
         return rule(x, args, kwargs)
 
-    def _fast_pointwise(self, func, args, kwargs):
+    def _fast_pointwise(self, func, args, kwargs, inplace: bool):
         ts = [a for a in args if isinstance(a, torch.Tensor)]
-        if not ts or any(a.dim() and not a.is_contiguous() for a in ts) or any(
-                isinstance(v, torch.Tensor) for v in kwargs.values()):
+        if not ts or any(isinstance(v, torch.Tensor) for v in kwargs.values()):
             return None
+        strided = None  # one dense, permuted input (a transposed q, say): the output takes its strides
+        big = [a for a in ts if a.dim()]
+        if any(not a.is_contiguous() for a in big):
+            if inplace or len(big) != 1 or not _dense(big[0]) or _layout_arg(func):
+                return None
+            strided = big[0].stride()
         key = (func, tuple(a if not isinstance(a, torch.Tensor) else (a.dtype, a.dim() == 0) for a in args),
                tuple(sorted(kwargs.items())))
         try:
@@ -97,7 +102,38 @@ class CostMode(TorchDispatchMode):
             probe = [torch.empty((), dtype=a.dtype, device="meta") if isinstance(a, torch.Tensor) else a for a in args]
             dtype = self._dtype_cache[key] = func(*probe, **kwargs).dtype
         shape = _broadcast([a.shape for a in ts])
-        return None if shape is None else torch.empty(shape, dtype=dtype, device="meta")
+        if inplace:  # self is written and returned; it must already have the result's shape and dtype
+            x = args[0]
+            ok = isinstance(x, torch.Tensor) and shape == list(x.shape) and dtype == x.dtype and x.is_contiguous()
+            return x if ok else None
+        if shape is None:
+            return None
+        if strided is not None:
+            return torch.empty_strided(shape, strided, dtype=dtype, device="meta")
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+
+_LAYOUT_ARG: dict = {}
+
+
+def _layout_arg(func) -> bool:
+    """The op takes a memory_format (clone, _to_copy...): its output layout is not simply its input's."""
+    hit = _LAYOUT_ARG.get(func)
+    if hit is None:
+        hit = _LAYOUT_ARG[func] = any(a.name in ("memory_format", "layout") for a in func._schema.arguments)
+    return hit
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some permutation of its dims is contiguous (size-1 dims aside)."""
+    if not t.numel():
+        return False
+    expect = 1
+    for stride, n in sorted((st, n) for n, st in zip(t.shape, t.stride(), strict=True) if n != 1):
+        if stride != expect:
+            return False
+        expect *= n
+    return True
 
 
 def _broadcast(shapes) -> list[int] | None:
@@ -123,8 +159,12 @@ def _func_info(func) -> tuple:
     """Per-overload facts the mode needs on every call: name, skip, view, FLOP formula, fast paths."""
     name = _name(func)
     packet = func.overloadpacket
-    pointwise = _POINTWISE in func.tags and not func._schema.is_mutable
-    return (name, name in _SKIP, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise,
+    schema = func._schema
+    # in-place overloads (add_, clamp_min_...) mutate and return self; other mutable ones (out=) are left alone
+    inplace = schema.is_mutable and name.endswith("_") and len(schema.returns) == 1 and bool(schema.arguments) \
+        and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
+    pointwise = _POINTWISE in func.tags and (inplace or not schema.is_mutable)
+    return (name, name in _SKIP, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
             _RULES.get(name), _OVERLOAD_RULES.get(str(func)))
 
 
@@ -228,19 +268,6 @@ def _add_mm(inner):
     return rule
 
 
-def _inplace(func, args, kwargs):
-    """In-place pointwise ops (clamp_min_, add_, lerp_...): self keeps its layout and is returned."""
-    x = args[0] if args else None
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or not x.is_contiguous():
-        return None
-    ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-    if any(not t.is_floating_point() for t in ts) or any(isinstance(a, list | tuple) for a in args):
-        return None
-    if _broadcast([t.shape for t in ts]) != list(x.shape):
-        return None
-    return x
-
-
 def _like(x: torch.Tensor, *_) -> torch.Tensor:
     return torch.empty(x.shape, dtype=x.dtype, device="meta")
 
@@ -307,12 +334,6 @@ _OVERLOAD_RULES = {name: _reduce for name in (
     "aten.var.correction", "aten.prod.dim_int", "aten.nansum.default")}
 _OVERLOAD_RULES.update({"aten.mm.default": _mm, "aten.bmm.default": _bmm, "aten.addmm.default": _add_mm(_mm),
                         "aten.baddbmm.default": _add_mm(_bmm)})
-_OVERLOAD_RULES.update({f"aten.{n}_.{o}": _inplace for n, o in (
-    ("clamp_min", "default"), ("clamp_max", "default"), ("clamp", "default"), ("add", "Tensor"), ("add", "Scalar"),
-    ("mul", "Tensor"), ("mul", "Scalar"), ("sub", "Tensor"), ("div", "Tensor"), ("div", "Scalar"),
-    ("lerp", "Scalar"), ("lerp", "Tensor"), ("relu", "default"), ("sigmoid", "default"), ("tanh", "default"),
-    ("exp", "default"), ("neg", "default"), ("abs", "default"), ("sqrt", "default"), ("pow", "Scalar"),
-    ("hardtanh", "default"), ("leaky_relu", "default"), ("elu", "default"), ("threshold", "default"))})
 
 
 def _tensors(args, kwargs):
