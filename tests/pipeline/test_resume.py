@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _config(tmp_path: Path) -> Path:
     cfg = load_preset("demo").to_toml()
     cfg = cfg.replace("n = 72", "n = 12").replace("shard_size = 8", "shard_size = 1").replace("workers = 2", "workers = 1")
-    cfg = cfg.replace("compile = true", "compile = false\nwarm_worker = false").replace("require_compile = true", "require_compile = false")
+    cfg = cfg.replace("compile = true", "compile = false").replace("warm_worker = true", "warm_worker = false").replace("require_compile = true", "require_compile = false")
     p = tmp_path / "small.toml"
     p.write_text(cfg)
     return p
