@@ -57,9 +57,9 @@ def _sample_chunk(args: tuple) -> tuple[list[dict], dict, float]:
     from operators.sample import Stats, sample_tasks
 
     stats = Stats()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     rows = sample_tasks(_cfg(preset), seed, range(start, stop), set(), stats)
-    return _slim(rows), vars(stats), time.perf_counter() - t
+    return _slim(rows), {**vars(stats), "cpu_s": time.process_time() - cpu}, time.perf_counter() - t
 
 
 def _slim(rows: list[dict]) -> list[dict]:
@@ -112,16 +112,30 @@ def _checkout(ref: str) -> str:
     return root
 
 
+def _pid_after(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _barrier(pool, procs: int) -> None:
+    """Return once every worker has answered: a worker takes tasks only after its initializer (the warm-up),
+    so a plain map can be served by the first worker ready while another is still warming up in the timing."""
+    seen: set[int] = set()
+    while len(seen) < procs:
+        seen.update(pool.map(_pid_after, [0.2] * procs, chunksize=1))
+
+
 def throughput(preset: str, n: int, procs: int, ctx, code_root: str = "") -> dict:
     with ctx.Pool(procs, initializer=_warm, initargs=(preset, code_root)) as pool:
-        pool.map(time.sleep, [0.5] * procs, chunksize=1)  # a barrier: every worker started and warmed
+        _barrier(pool, procs)
         t = time.perf_counter()
         parts = pool.map(_sample_chunk, [(preset, 1, a, b) for a, b in _chunks(n * procs, procs * 4)])
         wall = time.perf_counter() - t
     done = sum(len(p[0]) for p in parts)
     attempts = sum(p[1]["attempts"] for p in parts)
+    cpu = sum(p[1]["cpu_s"] for p in parts)  # CPU seconds the workers used: other jobs' load does not inflate it
     return {"processes": procs, "tasks": done, "wall_s": round(wall, 2), "tasks_per_s": round(done / wall, 1),
-            "attempts_per_task": round(attempts / done, 2)}
+            "tasks_per_cpu_s": round(done / cpu, 1), "attempts_per_task": round(attempts / done, 2)}
 
 
 def main() -> None:
@@ -153,13 +167,17 @@ def main() -> None:
     print("throughput (sample + size + variants + render + label check)")
     for r in tp + base:
         print(f"  {r.get('code', 'this commit'):12s} {r['processes']} process(es): {r['tasks_per_s']:7.1f} tasks/s  "
-              f"({r['tasks']} tasks, {r['wall_s']} s, {r['attempts_per_task']} draws per task)")
+              f"({r['tasks_per_cpu_s']} per CPU-second; {r['tasks']} tasks, {r['wall_s']} s, "
+              f"{r['attempts_per_task']} draws per task)")
     speedup = {}
     for p in args.procs if base else ():
         new = statistics.median(r["tasks_per_s"] for r in tp if r["processes"] == p)
         old = statistics.median(r["tasks_per_s"] for r in base if r["processes"] == p)
-        speedup[p] = round(new / old, 2)
-        print(f"  {p} process(es): median {new:.1f} vs {old:.1f} tasks/s at {args.baseline}: x{speedup[p]}")
+        new_cpu = statistics.median(r["tasks_per_cpu_s"] for r in tp if r["processes"] == p)
+        old_cpu = statistics.median(r["tasks_per_cpu_s"] for r in base if r["processes"] == p)
+        speedup[p] = {"wall": round(new / old, 2), "cpu": round(new_cpu / old_cpu, 2)}
+        print(f"  {p} process(es): median {new:.1f} vs {old:.1f} tasks/s at {args.baseline}: x{speedup[p]['wall']} "
+              f"(per CPU-second {new_cpu:.1f} vs {old_cpu:.1f}: x{speedup[p]['cpu']})")
 
     workers = max(args.procs)
     t = time.perf_counter()
