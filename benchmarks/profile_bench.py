@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from filters.base import decide  # noqa: E402
+from filters.base import decide, reason_kind  # noqa: E402
 from filters.degenerate import input_sensitive, not_degenerate  # noqa: E402
 from filters.determinism import compiles_and_agrees, deterministic  # noqa: E402
 from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok  # noqa: E402
@@ -105,7 +105,7 @@ def verdicts(rows: list[dict], fsec) -> tuple[int, Counter]:
         keep, why = decide(m, CHECKS, fsec)
         kept += keep
         if not keep:
-            reasons[why.split(" (")[0].split(":")[0]] += 1
+            reasons[reason_kind(why)] += 1
     return kept, reasons
 
 
@@ -261,7 +261,7 @@ def phase_kernelbench(a, settings, fsec) -> tuple[dict, list[dict]]:
         d["profiled"] += 1
         d["kept"] += keep
         if not keep:
-            d["reasons"][why.split(" (")[0].split(":")[0]] += 1
+            d["reasons"][reason_kind(why)] += 1
     for d in per_level.values():
         d["reasons"] = dict(d["reasons"].most_common())
     return {"problems": len(tasks), "profiled": len(res), **t, "per_level": per_level,

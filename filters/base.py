@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+_TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 
 Check = Callable[[dict[str, Any], Any], "str | None"]
 
@@ -15,3 +18,8 @@ def decide(record: dict[str, Any], checks: Sequence[Check], settings: Any) -> tu
         if reason:
             return False, reason
     return True, ""
+
+
+def reason_kind(reason: str) -> str:
+    """The countable part of a reason: details in parentheses and task ids dropped, so reasons group."""
+    return _TASK_ID.sub("another task", reason.split(" (")[0]).strip()

@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from filters.base import reason_kind
 from pipeline.errors import OpsynthError
 from pipeline.schema import CONTAMINATION
 from pipeline.selection import STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
@@ -84,7 +84,6 @@ REJECTIONS = pa.schema([("task_id", pa.string()), ("name", pa.string()), ("stage
 REJECTION_SUMMARY = pa.schema([("stage", pa.string()), ("reason_kind", pa.string()), ("count", pa.int64())])
 PUBLISHED_CONTAMINATION = CONTAMINATION.append(pa.field("published", pa.bool_()))
 
-_TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
 
 
@@ -153,11 +152,6 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "seed": task.get("seed"),
         "opsynth_version": version,
     }
-
-
-def reason_kind(reason: str) -> str:
-    """The countable part of a reason: details in parentheses and task ids dropped."""
-    return _TASK_ID.sub("another task", reason.split(" (")[0])
 
 
 def _by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from filters.base import reason_kind
 from pipeline.errors import OpsynthError, require
 from pipeline.schema import BY_TABLE
 from pipeline.store import TABLES, RunDir
@@ -92,7 +93,7 @@ def build(rd: RunDir) -> Path:
             con.register("_src", t)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM _src")
             con.unregister("_src")
-        rej = [{"task_id": k, "stage": s, "reason": r, "reason_short": r.split(" (")[0]}
+        rej = [{"task_id": k, "stage": s, "reason": r, "reason_short": reason_kind(r)}
                for k, (s, r) in first_rejection(rd).items()]
         tables: dict[str, pa.Table] = {
             "rejections": pa.Table.from_pylist(rej, schema=pa.schema([(c, pa.string()) for c in

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 from pipeline.store import RunDir
 
 STAGE_ORDER = ("import", "filter", "decontaminate", "dedupe")
@@ -43,6 +41,3 @@ def first_rejection(rd: RunDir) -> dict[str, tuple[str, str]]:
                 break
     return out
 
-
-def rejection_counts(rd: RunDir) -> Counter:
-    return Counter(f"{stage}: {reason.split(' (')[0]}" for stage, reason in first_rejection(rd).values())

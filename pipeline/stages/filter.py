@@ -6,7 +6,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from filters.base import decide
+from filters.base import decide, reason_kind
 from filters.degenerate import input_sensitive, not_degenerate
 from filters.determinism import compiles_and_agrees, deterministic
 from filters.labels import labels_match
@@ -33,6 +33,6 @@ def run(rd: RunDir, cfg: Config) -> dict[str, Any]:
         rows.append({"task_id": m["task_id"], "keep": keep, "reason": reason})
     rd.write_verdicts("filter", rows)
     kept = sum(r["keep"] for r in rows)
-    reasons = Counter(r["reason"].split(" (")[0] for r in rows if not r["keep"])
+    reasons = Counter(reason_kind(r["reason"]) for r in rows if not r["keep"])
     rd.record_stage("filter", time.time() - t0, considered=len(rows), kept=kept, rejected=dict(reasons))
     return {"considered": len(rows), "kept": kept, "rejected": dict(reasons)}

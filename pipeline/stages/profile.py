@@ -15,6 +15,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from filters.base import reason_kind
 from filters.static_check import check_task_source
 from pipeline.config import Config
 from pipeline.schema import MEASUREMENTS, conform
@@ -63,7 +64,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
         keep, why = decide_measurement({**m, "ops": ops_of.get(m["task_id"])}, cfg)
         accepted += keep
         if not keep:
-            reasons[why.split(" (")[0].split(":")[0]] += 1
+            reasons[reason_kind(why)] += 1
         top = ", ".join(f"{r} {c}" for r, c in reasons.most_common(2))
         bar.set_postfix_str(f"accepted {accepted}" + (f" | {top}" if top else ""), refresh=False)
         bar.update(1)
