@@ -281,7 +281,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
     k = rng.choices(range(lo, hi + 1), cfg.depth_weights[lo - 1:hi])[0]
     dag = k >= 2 and rng.random() < cfg.dag_share
     target = math.exp(rng.uniform(math.log(cfg.target_min_ms), math.log(cfg.target_max_ms)))
-    cap = int(cfg.max_peak_memory_gb * 2**30)
+    cap = int(cfg.max_peak_memory_gb * cfg.peak_headroom * 2**30)
     bw, tf, launch = cfg.bandwidth_gbps, cfg.tflops_fp32, cfg.launch_overhead_us
     shrink = 1.0
     for _ in range(3):
