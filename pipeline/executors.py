@@ -199,7 +199,8 @@ class LocalExecutor(Executor):
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
-        cfg = {"device": self.device, "settings": self.settings, "lock_path": str(self.tmp / f"gpu-{group}.lock"),
+        settings = {**self.settings, "workers_per_gpu": self.workers_per_group}
+        cfg = {"device": self.device, "settings": settings, "lock_path": str(self.tmp / f"gpu-{group}.lock"),
                "threads": self.threads}
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)

@@ -70,42 +70,131 @@ def _classify(e: BaseException) -> tuple[str, bool]:
 
 
 class GpuLock:
-    """Exclusive lock on one GPU shared by the workers of that GPU: flock, so a killed holder frees it."""
+    """One GPU shared by its workers: timed runs hold it exclusively; other device work (setup, checks, the
+    first compiled call with inductor's autotuning) holds it shared, so neighbours overlap untimed work with
+    each other but never with a timed run. flock, so a killed holder frees it; a turnstile file queues
+    newcomers behind a waiting exclusive holder, so timing is never starved by a stream of shared holders.
+    `sync` runs before every release: no kernel of ours may still be running when a neighbour starts timing."""
 
-    def __init__(self, path: str | None, notify: Callable[[str], None]) -> None:
+    def __init__(self, path: str | None, notify: Callable[[str], None],
+                 sync: Callable[[], None] = lambda: None) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
-        self.notify = notify
-        self.held = False
+        self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.notify, self.sync = notify, sync
+        self.mode: str | None = None  # None | "shared" | "exclusive"
         self.held_s = 0.0
+        self.exclusive_s = 0.0
         self._since = 0.0
 
-    def acquire(self) -> None:
-        if self.held:
+    @property
+    def held(self) -> bool:
+        return self.mode is not None
+
+    def _flock(self, fd: int, op: int) -> None:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.notify("lock_wait")
+            fcntl.flock(fd, op)
+            self.notify("lock_held")
+
+    def acquire(self, exclusive: bool = False) -> None:
+        mode = "exclusive" if exclusive else "shared"
+        if self.mode == mode:
             return
-        if self.fd is not None:
+        self.release()
+        if self.fd is not None and self.turnstile is not None:
+            self._flock(self.turnstile, fcntl.LOCK_EX)
             try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self.notify("lock_wait")
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
-                self.notify("lock_held")
-        self.held, self._since = True, time.perf_counter()
+                self._flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.mode, self._since = mode, time.perf_counter()
 
     def release(self) -> None:
-        if not self.held:
+        if self.mode is None:
             return
-        self.held_s += time.perf_counter() - self._since
+        with contextlib.suppress(Exception):  # a poisoned context fails here too; the task has its status
+            self.sync()
+        dt = time.perf_counter() - self._since
+        self.held_s += dt
+        if self.mode == "exclusive":
+            self.exclusive_s += dt
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-        self.held = False
+        self.mode = None
 
     @contextlib.contextmanager
-    def hold(self):
-        self.acquire()
+    def hold(self, exclusive: bool = False):
+        self.acquire(exclusive)
         try:
             yield
         finally:
             self.release()
+
+
+class MemoryBudget:
+    """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
+    it touches the device and waits while the others' reservations leave no room, so many workers never
+    meet with their largest tasks at once and OOM for each other. A file of `pid bytes` lines under flock;
+    entries of dead workers are dropped on every read, so a crashed worker frees its share."""
+
+    def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
+                 owner: int | None = None) -> None:
+        self.path, self.total, self.notify = path, int(total_bytes), notify
+        self.owner = owner or os.getpid()  # a live process id: the entry dies with it
+        self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.reserved = 0
+
+    def _entries(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        with contextlib.suppress(FileNotFoundError), open(self.path) as f:  # type: ignore[arg-type]
+            for line in f:
+                pid, _, nbytes = line.partition(" ")
+                with contextlib.suppress(ValueError):
+                    out[int(pid)] = int(nbytes)
+        for pid in list(out):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                del out[pid]
+            except PermissionError:
+                pass
+        return out
+
+    def _try(self, nbytes: int, force: bool) -> bool:
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # type: ignore[arg-type]
+        try:
+            entries = self._entries()
+            me = self.owner
+            others = sum(v for k, v in entries.items() if k != me)
+            if not force and others and others + nbytes > self.total:
+                return False
+            entries[me] = nbytes
+            tmp = f"{self.path}.{me}"
+            with open(tmp, "w") as f:
+                f.write("".join(f"{k} {v}\n" for k, v in entries.items() if v > 0))
+            os.replace(tmp, self.path)  # type: ignore[arg-type]
+            self.reserved = nbytes
+            return True
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+
+    def reserve(self, nbytes: int, wait: bool = True) -> None:
+        """Hold nbytes (replacing this worker's reservation). wait=False records it without waiting: used to
+        raise a reservation mid-task, where waiting while holding memory could deadlock two workers."""
+        if self.fd is None or nbytes == self.reserved:
+            return
+        if self._try(nbytes, force=not wait):
+            return
+        self.notify("lock_wait")
+        while not self._try(nbytes, force=False):
+            time.sleep(0.02)
+        self.notify("lock_held")
+
+    def release(self) -> None:
+        if self.fd is not None and self.reserved:
+            self._try(0, force=True)
 
 
 class _Recorder(TorchDispatchMode):
@@ -240,6 +329,14 @@ class _LockedBackend:
         return getattr(self._inner, name)
 
 
+def _budget_bytes(settings: dict, total: int) -> int:
+    """Device memory the workers of one GPU may reserve for tasks: gpu_memory_budget_gb if set, else the
+    card less 5% and about 1 GiB per worker for its CUDA context, cuBLAS/cuDNN workspaces and L2 flush."""
+    if settings.get("gpu_memory_budget_gb"):
+        return int(float(settings["gpu_memory_budget_gb"]) * 2**30)
+    return int(0.95 * total - int(settings.get("workers_per_gpu") or 1) * 2**30)
+
+
 class Harness:
     """One worker's state: torch, the device, the L2 flush buffer, the GPU lock; `profile` runs one task."""
 
@@ -248,9 +345,11 @@ class Harness:
         self.s = settings
         self.cuda = device.startswith("cuda")
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
-        self.lock = GpuLock(lock_path, notify)
+        self.lock = GpuLock(lock_path, notify, sync=self._sync)
         self.torch_version = torch.__version__
         limit = float(settings.get("memory_limit_gb", 0) or 0)
+        self.budget = MemoryBudget(None, 0, notify)
+        self.task_cap = 0
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -260,6 +359,9 @@ class Harness:
                 peak_cap = float(settings.get("max_peak_memory_gb") or 0)
                 limit = max(limit, 3 * peak_cap + 2)
                 torch.cuda.set_per_process_memory_fraction(min(1.0, limit * 2**30 / props.total_memory), self.device)
+            self.task_cap = int(min(limit * 2**30, props.total_memory)) if limit > 0 else int(props.total_memory)
+            if lock_path:
+                self.budget = MemoryBudget(lock_path + ".mem", _budget_bytes(settings, props.total_memory), notify)
             self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
             torch.zeros(1, device=self.device).sum().item()  # context and allocator warm
         else:
@@ -315,6 +417,9 @@ class Harness:
         if self.cuda:  # the peak of one forward: weights, inputs, intermediates, output
             m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(self.device) - base)
             self._reject_memory(m)  # before a second output would sit beside the first
+            # the measured peak replaces the prediction; raised without waiting, since waiting while
+            # holding memory could deadlock two workers
+            self.budget.reserve(self._footprint(m["peak_memory_bytes"]), wait=False)
         t0 = time.perf_counter()
         model(*x)
         self._sync()
@@ -352,7 +457,9 @@ class Harness:
         m: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                              "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                              "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
+        self.lock.exclusive_s = 0.0
         try:
+            self.budget.reserve(self._footprint(task.get("predicted_peak_bytes")))
             with torch.no_grad():
                 self._profile(task, m)
         except Exception as e:  # noqa: BLE001 - whatever the task does is a result
@@ -363,9 +470,19 @@ class Harness:
         if self.cuda and not m["_fatal"]:
             with contextlib.suppress(Exception):
                 torch.cuda.empty_cache()
+        self.budget.release()
         m["wall_s"] = time.perf_counter() - t0
         m["gpu_busy_s"] = self.lock.held_s
+        m["gpu_exclusive_s"] = self.lock.exclusive_s
         return m
+
+    def _footprint(self, peak: int | None) -> int:
+        """Device memory a task may hold at once: about two forwards' peak (the reference output stays
+        alive beside a second eager or compiled forward) plus allocator slack; the whole per-worker cap when
+        nothing predicts the peak (imported tasks)."""
+        if not self.task_cap:
+            return 0
+        return self.task_cap if not peak else min(self.task_cap, int(2 * peak + 2**29))
 
     def _device_ctx(self) -> Any:
         """Where weights and inputs are created: on the GPU directly (far faster than a CPU draw of GBs
@@ -422,9 +539,10 @@ class Harness:
                                                for i in range(len(subs)) for j in range(i + 1, len(subs)))
             m["degenerate"] = degenerate(ref0)
             m["output_numel"] = int(ref0.numel())
+        with self.lock.hold(exclusive=True):  # timed runs alone on the GPU
             med, iqr, n = self._time(model, x0, done_runs=2 + draws)
             m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
-            self._roofline(task, m)
+        self._roofline(task, m)
         m["gpu_busy_eager_s"] = self.lock.held_s
 
         if not s.get("compile", True):
@@ -478,6 +596,7 @@ class Harness:
             m.update(compile_ok=True, compile_error="",
                      compile_max_abs_err=max(e[0] for e in errs), compile_max_rel_err=max(e[1] for e in errs),
                      compile_agrees_1e4=all(e[2] for e in errs), compile_agrees_1e2=all(e[3] for e in errs))
+        with self.lock.hold(exclusive=True):
             med, iqr, n = self._time(compiled, x0, done_runs=len(subs))
             m.update(compile_ms=med, compile_iqr_ms=iqr, compile_runs=n)
 

@@ -39,7 +39,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
-    tasks = rd.require_table("tasks", "sample").select(["task_id", "code", "ops", "flops", "bytes_moved"]).to_pylist()
+    tasks = rd.require_table("tasks", "sample").select(["task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes"]).to_pylist()
     size = cfg.run.shard_size
     pending: dict[int, list[dict[str, Any]]] = {
         k: rows for k, rows in chunks(tasks, size) if not rd.is_done("measurements", k)

@@ -1,0 +1,111 @@
+"""How the workers of one GPU share it: the shared/exclusive GPU lock and the memory admission budget."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from pipeline.harness import GpuLock, MemoryBudget
+
+
+def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:
+    done = threading.Event()
+
+    def run():
+        fn()
+        done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, done
+
+
+def test_shared_holders_overlap_and_exclusive_waits_for_them(tmp_path):
+    path = str(tmp_path / "gpu.lock")
+    events: list[str] = []
+    a, b = GpuLock(path, events.append), GpuLock(path, events.append)
+    a.acquire()
+    b.acquire()  # a second shared holder gets in at once
+    assert a.mode == b.mode == "shared" and events == []
+    c = GpuLock(path, events.append)
+    _, got = _in_thread(lambda: c.acquire(exclusive=True))
+    assert not got.wait(0.3)  # a timed run waits for untimed work to finish
+    a.release()
+    assert not got.wait(0.2)
+    b.release()
+    assert got.wait(5) and c.mode == "exclusive"
+    assert events[:1] == ["lock_wait"] and "lock_held" in events
+    c.release()
+    assert c.exclusive_s > 0
+    assert c.held_s == c.exclusive_s
+
+
+def test_waiting_exclusive_holder_is_not_starved_by_new_shared_holders(tmp_path):
+    path = str(tmp_path / "gpu.lock")
+    reader, writer, late = (GpuLock(path, lambda _: None) for _ in range(3))
+    reader.acquire()
+    order: list[str] = []
+    _, w_got = _in_thread(lambda: (writer.acquire(exclusive=True), order.append("writer")))
+    time.sleep(0.2)  # the writer now waits in the turnstile
+    _, r_got = _in_thread(lambda: (late.acquire(), order.append("late reader")))
+    assert not r_got.wait(0.3)  # the newcomer queues behind the waiting writer
+    reader.release()
+    assert w_got.wait(5)
+    assert not r_got.wait(0.2)
+    writer.release()
+    assert r_got.wait(5)
+    assert order == ["writer", "late reader"]
+    late.release()
+
+
+def test_switching_modes_releases_first_and_syncs(tmp_path):
+    syncs: list[int] = []
+    lock = GpuLock(str(tmp_path / "gpu.lock"), lambda _: None, sync=lambda: syncs.append(1))
+    with lock.hold():
+        with lock.hold(exclusive=True):
+            assert lock.mode == "exclusive"
+        assert lock.mode is None
+    assert len(syncs) == 2  # once per release: the shared hold, then the exclusive one
+
+
+@pytest.fixture
+def other_pid():
+    """A live process standing in for a second worker (entries are keyed by worker pid)."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield p.pid
+    p.kill()
+    p.wait()
+
+
+def test_memory_budget_admits_by_room_and_frees_on_release(tmp_path, other_pid):
+    path = str(tmp_path / "gpu.mem")
+    events: list[str] = []
+    a, b = MemoryBudget(path, 10, events.append, owner=other_pid), MemoryBudget(path, 10, events.append)
+    a.reserve(6)
+    _, got = _in_thread(lambda: b.reserve(6))
+    assert not got.wait(0.3)  # 6 + 6 > 10
+    a.release()
+    assert got.wait(5) and b.reserved == 6
+    assert events == ["lock_wait", "lock_held"]
+
+
+def test_memory_budget_never_blocks_a_lone_task_or_a_raise_without_wait(tmp_path, other_pid):
+    path = str(tmp_path / "gpu.mem")
+    a, b = MemoryBudget(path, 10, lambda _: None, owner=other_pid), MemoryBudget(path, 10, lambda _: None)
+    a.reserve(50)  # larger than the budget, but nothing else holds memory: it runs alone
+    assert a.reserved == 50
+    b.reserve(4, wait=False)  # recorded without waiting (mid-task raise)
+    assert b.reserved == 4
+
+
+def test_memory_budget_drops_reservations_of_dead_workers(tmp_path):
+    path = str(tmp_path / "gpu.mem")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    with open(path, "w") as f:
+        f.write(f"{int(dead.stdout)} 9\n")
+    b = MemoryBudget(path, 10, lambda _: None)
+    _, got = _in_thread(lambda: b.reserve(6))
+    assert got.wait(5)  # the dead worker's 9 no longer counts
+    assert str(int(dead.stdout)) not in open(path).read()
