@@ -11,7 +11,13 @@ A fingerprint holds no source text, only what the detectors compare:
 - `minhash`: datasketch MinHash (128 permutations) of 5-token shingles of the lexical token stream with
   comments, docstrings and numbers normalized away (short strings such as model ids are kept).
 - `ops`: the ATen ops that run in forward (traced on the meta device), normalized so module and
-  functional spellings agree (in-place `relu_` is `relu`; pure view/reshape/copy ops are dropped).
+  functional spellings agree (in-place `relu_` is `relu`, `rsub` is `sub`; pure view/reshape/copy ops are
+  dropped).
+- `text_sig`: for problems that cannot be traced offline because they load a Hugging Face model (KernelBench
+  level 4), the model ids that reach a `transformers` entry point (`from_pretrained`, `AutoConfig`, ...) as
+  `model:<id>`, plus the module's integer size constants as `const:<n>`. The model id is what the program
+  computes; renaming, reordering or wrapping cannot remove it, so a shared model id fires the op-signature
+  detector (recorded as a text match). Sources that do not import transformers have no text signature.
 
 The all-pairs comparison is vectorized: a sparse matmul over the multiset of AST tokens gives an upper
 bound on the ratio for every (task, reference) pair (the LCS cannot exceed the multiset intersection), and
@@ -25,6 +31,7 @@ import ast
 import difflib
 import io
 import keyword
+import re
 import tokenize
 import zlib
 from collections.abc import Sequence
@@ -35,7 +42,7 @@ import numpy as np
 NUM_PERM = 128
 SHINGLE = 5
 MINHASH_SEED = 1
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3  # 3: text_sig (model ids), rsub normalized to sub
 REFINE_TOP = 2  # exact AST ratio for this many best upper-bound candidates per task (and all that can fire)
 
 API_ROOTS = frozenset({"torch", "nn", "F", "functional", "math", "np", "numpy", "einops"})
@@ -47,6 +54,12 @@ KEEP_NAMES = frozenset({"self", "super", "range", "len", "int", "float", "list",
 NEUTRAL_OPS = frozenset({"view", "_unsafe_view", "reshape", "expand", "contiguous", "clone", "alias", "detach",
                          "lift_fresh", "_to_copy", "copy", "unsqueeze", "squeeze", "flatten", "as_strided",
                          "view_as", "expand_as", "reshape_as", "resolve_conj", "resolve_neg"})
+# one computation, two ATen spellings: `1 - x` dispatches to rsub, `torch.sub(1, x)` to sub
+OP_ALIASES = {"rsub": "sub"}
+# transformers calls that take a model id (or a config made from one) as their first argument or keyword
+HF_ENTRY_ATTRS = frozenset({"from_pretrained", "from_config", "for_model"})
+HF_ID_KEYWORDS = frozenset({"pretrained_model_name_or_path", "model", "model_name_or_path", "config", "model_id"})
+HF_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 
 
 # ---- AST fingerprint -----------------------------------------------------------------------------
@@ -261,7 +274,7 @@ def normalize_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
         name = op.split(".", 1)[1] if op.startswith(("aten.", "prim.")) else op
         name = name.rstrip("_") if not name.startswith("_") else "_" + name[1:].rstrip("_")
         if name and name not in NEUTRAL_OPS:
-            out.append(name)
+            out.append(OP_ALIASES.get(name, name))
     return tuple(out)
 
 
@@ -273,12 +286,137 @@ def multiset_key(ops: Sequence[str]) -> str:
     return "|".join(sorted(ops))
 
 
+# ---- text signature (untraceable Hugging Face model wrappers) -------------------------------------
+def _str_value(node: ast.AST) -> str | None:
+    """The value of a string expression built only from literals ("a" + "b", f"{'a'}b"), else None."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _str_value(node.left), _str_value(node.right)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [_str_value(v.value if isinstance(v, ast.FormattedValue) and v.format_spec is None
+                            and v.conversion == -1 else v) for v in node.values]
+        return "".join(parts) if all(p is not None for p in parts) else None
+    return None
+
+
+def _ref_name(node: ast.AST) -> str | None:
+    """`x` -> "x", `self.x` -> "self.x": the names a value can flow through."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+        return "self." + node.attr
+    return None
+
+
+def _flow(node: ast.AST, names: set[str], strings: list[str]) -> None:
+    """Collect the string values and the names that `node` reads."""
+    s = _str_value(node)
+    if s is not None:
+        strings.append(s)
+        return
+    n = _ref_name(node)
+    if n is not None:
+        names.add(n)
+        if n.startswith("self."):
+            return
+    for child in ast.iter_child_nodes(node):
+        _flow(child, names, strings)
+
+
+def hf_model_ids(code: str) -> list[str]:
+    """Sorted, lower-cased model ids that reach a transformers entry point; [] without a transformers import.
+
+    Follows values back through assignments (`name = "gpt2"`, `self.name = name`), through tuple unpacking and
+    from `get_init_inputs()` into `Model.__init__` parameters, so a renamed or wrapped copy keeps its id.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    hf_names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            hf_names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name.split(".")[0] == "transformers"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "transformers":
+            hf_names |= {a.asname or a.name for a in node.names}
+    if not hf_names:
+        return []
+    names: set[str] = set()
+    strings: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        chain = _dotted(node.func) or []
+        entry = isinstance(node.func, ast.Attribute) and node.func.attr in HF_ENTRY_ATTRS
+        if not (entry or (chain and chain[0] in hf_names)):
+            continue
+        for arg in node.args[:1] if entry else ():  # pipeline("text-generation", model=...): the task is no id
+            _flow(arg, names, strings)
+        for kw in node.keywords:
+            if kw.arg in HF_ID_KEYWORDS:
+                _flow(kw.value, names, strings)
+    # assignments, and get_init_inputs()' list feeding Model.__init__'s parameters, as (targets, value) edges
+    edges: list[tuple[list[str], ast.AST]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Tuple | ast.List) and isinstance(node.value, ast.Tuple | ast.List) and len(
+                        t.elts) == len(node.value.elts):
+                    edges += [([_ref_name(a) or ""], b) for a, b in zip(t.elts, node.value.elts, strict=True)]
+                else:
+                    edges.append(([n for e in ast.walk(t) if (n := _ref_name(e))], node.value))
+    init_params: list[str] = []
+    init_values: list[ast.AST] = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            init = next((f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+            init_params = [a.arg for a in init.args.args[1:]] if init else []
+        elif isinstance(node, ast.FunctionDef) and node.name == "get_init_inputs":
+            ret = next((r for r in ast.walk(node) if isinstance(r, ast.Return)), None)
+            if ret is not None and isinstance(ret.value, ast.List | ast.Tuple):
+                init_values = list(ret.value.elts)
+    edges += [([p], v) for p, v in zip(init_params, init_values, strict=False)]
+    done: set[str] = set()
+    while names - done:
+        todo = names - done
+        done |= todo
+        for targets, value in edges:
+            if todo & set(targets):
+                _flow(value, names, strings)
+    return sorted({s.strip().lower() for s in strings if HF_ID.fullmatch(s.strip()) and not s.strip().isdigit()})
+
+
+def size_constants(code: str) -> list[int]:
+    """Integer constants assigned at module level (batch size, sequence length): the shape of a problem."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return []
+    return sorted({n.value for s in tree.body if isinstance(s, ast.Assign) for n in ast.walk(s.value)
+                   if isinstance(n, ast.Constant) and type(n.value) is int})
+
+
+def text_signature(code: str) -> tuple[str, ...]:
+    """`model:<id>` for every transformers model id, then `const:<n>` sizes; () for sources without model ids."""
+    ids = hf_model_ids(code)
+    if not ids:
+        return ()
+    return tuple([f"model:{m}" for m in ids] + [f"const:{c}" for c in size_constants(code)])
+
+
+def model_ids(sig: Sequence[str]) -> list[str]:
+    return [s[len("model:"):] for s in sig if s.startswith("model:")]
+
+
 # ---- fingerprints --------------------------------------------------------------------------------
 def fingerprints(codes: Sequence[str], ops: Sequence[Sequence[str] | None] | None = None) -> dict[str, Any]:
-    """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops."""
+    """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops, text_sig."""
     ops = ops if ops is not None else [None] * len(codes)
     return {"ast": [ast_fingerprint(c) for c in codes], "minhash": minhashes(codes),
-            "ops": [normalize_ops(o) if o else () for o in ops]}
+            "ops": [normalize_ops(o) if o else () for o in ops], "text_sig": [text_signature(c) for c in codes]}
 
 
 # ---- the comparison -------------------------------------------------------------------------------
@@ -302,7 +440,7 @@ class ReferenceMatrix:
     """Reference fingerprints prepared for fast all-pairs comparison."""
 
     def __init__(self, keys: list[str], ast_seqs: list[np.ndarray], minhash: np.ndarray,
-                 ops: list[tuple[str, ...]]):
+                 ops: list[tuple[str, ...]], text_sigs: list[tuple[str, ...]] | None = None):
         from scipy import sparse
 
         self.keys, self.ast, self.minhash = keys, ast_seqs, minhash
@@ -318,6 +456,15 @@ class ReferenceMatrix:
             if o:
                 self.by_sig.setdefault(signature_key(o), []).append(i)
                 self.by_multiset.setdefault(multiset_key(o), []).append(i)
+        self.text_sigs = [tuple(t or ()) for t in text_sigs] if text_sigs is not None else [()] * len(keys)
+        self.by_model: dict[str, list[int]] = {}
+        for i, t in enumerate(self.text_sigs):
+            for m in model_ids(t):
+                self.by_model.setdefault(m, []).append(i)
+
+    def text_hits(self, sig: Sequence[str]) -> list[int]:
+        """Reference problems that load one of the model ids in `sig`."""
+        return sorted({r for m in model_ids(sig) for r in self.by_model.get(m, [])})
 
     def ast_upper_bound(self, seqs: Sequence[np.ndarray]) -> np.ndarray:
         """Multiset Dice of AST tokens for every (task, reference): an upper bound on the difflib ratio."""
@@ -341,7 +488,7 @@ _SHARED: dict[str, Any] = {}
 def _compare_range(bounds: tuple[int, int]) -> list[dict]:
     lo, hi = bounds
     fp, ref, kw = _SHARED["fp"], _SHARED["ref"], _SHARED["kw"]
-    part = {k: fp[k][lo:hi] for k in ("ast", "minhash", "ops")}
+    part = {k: fp[k][lo:hi] for k in ("ast", "minhash", "ops", "text_sig") if k in fp}
     return _compare(part, ref, **kw)
 
 
@@ -390,6 +537,12 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             ops = task_fp["ops"][lo + j]
             sig_hits = ref.by_sig.get(signature_key(ops), []) if ops and use_op_signature else []
             ms_hits = ref.by_multiset.get(multiset_key(ops), []) if ops and use_op_signature else []
+            tsig = task_fp["text_sig"][lo + j] if "text_sig" in task_fp else ()
+            text_hits = ref.text_hits(tsig) if tsig and use_op_signature and not sig_hits else []
+            via = "ops" if sig_hits else ("text:" + ",".join(model_ids(tsig)) if text_hits else None)
+            if text_hits:  # the problem whose sizes agree most, then the closest text
+                consts = set(tsig)
+                sig_hits = [max(text_hits, key=lambda r: (len(consts & set(ref.text_sigs[r])), jac[j, r]))]
             fired = []
             if best_ast >= ast_threshold:
                 fired.append("ast")
@@ -398,8 +551,12 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             if best_jac >= minhash_threshold:
                 fired.append("minhash")
             key = ref.keys
-            sig_ref = max(sig_hits, key=lambda r: jac[j, r]) if sig_hits else (
-                max(ms_hits, key=lambda r: jac[j, r]) if ms_hits else -1)
+            if text_hits:
+                sig_ref = sig_hits[0]
+            elif sig_hits or ms_hits:
+                sig_ref = max(sig_hits or ms_hits, key=lambda r: jac[j, r])
+            else:
+                sig_ref = -1
             if sig_hits:
                 nearest = sig_ref
             else:  # the candidate with the most evidence over both text detectors
@@ -418,5 +575,6 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
                 "kb_minhash_nearest": key[mj] if mj >= 0 else None,
                 "detectors_fired": fired,
                 "_nearest_index": nearest,
+                "_op_signature_via": via,
             })
     return out

@@ -2,8 +2,9 @@
 
 A reference is the Hub dataset `ScalingIntelligence/KernelBench` (all splits), a local parquet/jsonl
 with a `code` column, a folder of `.py` files, or an index file built here. An index holds, per
-problem, its name, level, AST fingerprint, traced operator signature and MinHash signature, plus the
-reference version it came from; never the source text, so it can ship in data/reference/ and make
+problem, its name, level, AST fingerprint, traced operator signature, MinHash signature and text signature
+(transformers model ids and size constants of problems that cannot be traced offline), plus the reference
+version it came from; never the source text, so it can ship in data/reference/ and make
 decontamination run offline and reproducibly.
 """
 
@@ -37,6 +38,7 @@ INDEX_SCHEMA = pa.schema([
     ("minhash", pa.list_(pa.uint32())),
     ("ops", pa.list_(pa.string())),   # normalized ATen signature of forward, [] when not traced
     ("op_status", pa.string()),       # traced | text-only: why
+    ("text_sig", pa.list_(pa.string())),  # model:<transformers model id>, const:<size>; [] without model ids
     ("code_sha256", pa.string()),     # identifies the exact source without storing it
     ("fingerprint_version", pa.int32()),
 ])
@@ -182,10 +184,19 @@ def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True
         key = f"level{level}/{r['name']}" if level is not None else str(r["name"])
         out.append({"source": source, "key": key, "level": level, "problem_id": r.get("problem_id"),
                     "name": r["name"], "ast": fp["ast"][i].tolist(), "minhash": fp["minhash"][i].tolist(),
-                    "ops": list(fp["ops"][i]), "op_status": status[i],
+                    "ops": list(fp["ops"][i]), "op_status": status[i], "text_sig": list(fp["text_sig"][i]),
                     "code_sha256": hashlib.sha256(codes[i].encode()).hexdigest(),
                     "fingerprint_version": FINGERPRINT_VERSION})
     return pa.Table.from_pylist(out, schema=INDEX_SCHEMA)
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """An index table in INDEX_SCHEMA; an index from before text signatures gets empty ones (and an old
+    fingerprint_version, which `reference_matrix` refuses with a rebuild hint)."""
+    if "text_sig" not in table.column_names:
+        table = table.append_column("text_sig", pa.array([[]] * table.num_rows, pa.list_(pa.string())))
+    meta = table.schema.metadata
+    return table.select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA).replace_schema_metadata(meta)
 
 
 def _is_index(path: Path) -> bool:
@@ -210,7 +221,7 @@ def build_index(sources: list[str], out: Path) -> Path:
     tables, descs = [], []
     for spec in sources:
         if Path(spec).exists() and _is_index(Path(spec)):
-            tables.append(pq.read_table(spec).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA))
+            tables.append(_conform(pq.read_table(spec)))
             descs.append(f"{spec} (prebuilt index)")
             continue
         rows, label, desc = _raw_rows(spec)
@@ -239,21 +250,23 @@ def load_index(spec: str, cache_dir: Path | None = None) -> pa.Table:
             raise OpsynthError(f"no shipped reference index matches {spec!r} in {REFERENCE_DIR}; rebuild it with "
                                "`opsynth reference build ../shared/reference/kernelbench/kernelbench_main.parquet "
                                f"--out {BUILTIN}`")
-        return pa.concat_tables([pq.read_table(f).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA) for f in files])
+        return pa.concat_tables([_conform(pq.read_table(f)) for f in files])
     path = Path(spec)
     if path.exists() and path.is_file() and path.suffix == ".parquet":
         try:
             if _is_index(path):
-                return pq.read_table(path)
+                return _conform(pq.read_table(path))
         except Exception as e:  # noqa: BLE001
             raise OpsynthError(f"cannot read reference {path} ({type(e).__name__}); give a readable parquet file") from None
+    from filters.contamination import FINGERPRINT_VERSION
+
     rows, label, _ = _raw_rows(spec)
     if cache_dir is not None:
         digest = hashlib.sha256("\x00".join(r["code"] for r in rows).encode()).hexdigest()[:16]
         safe = re.sub(r"[^\w.@-]", "_", label)
-        cached = Path(cache_dir) / f"{safe}-{digest}.index.parquet"
+        cached = Path(cache_dir) / f"{safe}-{digest}.v{FINGERPRINT_VERSION}.index.parquet"
         if cached.exists():
-            return pq.read_table(cached)
+            return _conform(pq.read_table(cached))
         table = fingerprint_rows(rows, label)
         cached.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, cached)
@@ -262,7 +275,7 @@ def load_index(spec: str, cache_dir: Path | None = None) -> pa.Table:
 
 
 def load_references(specs: list[str] | tuple[str, ...], cache_dir: Path | None = None) -> pa.Table:
-    tables = [load_index(s, cache_dir).select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA) for s in specs]
+    tables = [_conform(load_index(s, cache_dir)) for s in specs]
     return pa.concat_tables(tables)
 
 
@@ -279,4 +292,4 @@ def reference_matrix(index: pa.Table):
                            f"{FINGERPRINT_VERSION}; rebuild it with `opsynth reference build SOURCE --out PATH`")
     return ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
                            np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
-                           [tuple(o or ()) for o in d["ops"]])
+                           [tuple(o or ()) for o in d["ops"]], [tuple(t or ()) for t in d["text_sig"]])

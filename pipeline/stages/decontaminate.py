@@ -2,6 +2,8 @@
 
 Writes DIR/contamination/ (one row per task in tasks/, every score kept) and the stage's verdicts:
 a task is dropped when any detector fires, with the detectors and the nearest problem in the reason.
+The op-signature detector also fires on a shared transformers model id (problems that load a Hugging Face
+model cannot be traced offline); `op_signature_source` then starts with `text:` and names the ids.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0
 
 def _reason(row: dict) -> str:
     fired = "+".join(row["detectors_fired"])
+    how = " (text: model id)" if row["op_signature_source"].startswith("text:") else ""
     return (f"contaminated by {fired} (nearest {row['kb_nearest']}; ast {row['kb_ast_similarity']:.3f}, "
-            f"minhash {row['kb_minhash_jaccard']:.3f}, op signature match {row['kb_op_signature_match']})")
+            f"minhash {row['kb_minhash_jaccard']:.3f}, op signature match {row['kb_op_signature_match']}{how})")
 
 
 def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
@@ -63,6 +66,9 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     rows = []
     for t, s, src in zip(tasks, scored, op_source, strict=False):
         i = s.pop("_nearest_index")
+        via = s.pop("_op_signature_via")
+        if via and via.startswith("text:"):  # matched by the transformers model ids, not by traced ops
+            src = f"text: model id {via[len('text:'):]} ({src})"
         rows.append({"task_id": t["task_id"], **s, "op_signature_source": src,
                      "reference": sources[i] if i >= 0 else ",".join(dict.fromkeys(sources))})
     rd.replace_table("contamination", rows, CONTAMINATION)
@@ -71,6 +77,7 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     by_detector = {d: sum(d in r["detectors_fired"] for r in rows) for d in ("ast", "op_signature", "minhash")}
     counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
               "references": sorted(set(sources)), "reference_problems": len(sources),
-              "text_only_tasks": sum(s.startswith("text-only") for s in op_source)}
+              "text_only_tasks": sum(s.startswith("text-only") for s in op_source),
+              "text_signature_matches": sum(r["op_signature_source"].startswith("text:") for r in rows)}
     rd.record_stage("decontaminate", time.time() - t0, **counts)
     return counts
