@@ -5,7 +5,11 @@
 Quality: every KernelBench problem of the main snapshot is disguised six ways (rename, reorder,
 swap_forms, sizes, noop_wrap, all at once; benchmarks/disguise.py) and scored against the shipped
 index (fingerprints of the same snapshot); clean tasks come from the sampler (operators.sample).
-Recall per disguise and detector, false-positive rate on clean tasks per detector and combined.
+Recall per disguise and detector (and per KernelBench level), false-positive rate on clean tasks per
+detector and combined: on all sampler tasks, and on the truly clean ones, since a sampler task whose
+normalized ATen signature equals a KernelBench problem's exactly (a lone Softmax, a lone Conv2d) is
+contamination by the issue's definition, not a false positive; the share of such exact copies is
+reported single-op vs multi-op.
 Calibration of the AST measure: distributions of the score for disguised copies, for v0 vs main of
 the same problem, and between different KernelBench problems.
 Scale: the fingerprints are tiled to `--scale` candidates and compared against the full reference;
@@ -54,7 +58,14 @@ def main() -> None:
     args = ap.parse_args()
 
     from benchmarks.disguise import KINDS, disguise
-    from filters.contamination import ast_fingerprint, ast_ratio, compare, difflib_ratio, fingerprints
+    from filters.contamination import (
+        ast_fingerprint,
+        ast_ratio,
+        compare,
+        difflib_ratio,
+        fingerprints,
+        signature_key,
+    )
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
     from pipeline.reference import load_index, reference_matrix, trace_many
 
@@ -140,6 +151,13 @@ def main() -> None:
         row.append(f"{100 * rate:.1f}%")
         result["recall"]["overall"][det or "combined"] = rate
     recall_rows.append(row)
+    result["recall_by_level"] = {}
+    for level in sorted({it["level"] for it in items}):
+        sel = [s for s, it in zip(scored, items, strict=True) if it["level"] == level]
+        result["recall_by_level"][f"level{level}"] = {"n": len(sel), **{det or "combined": float(_fired(sel, det).mean())
+                                                                         for det in (*DETECTORS, None)}}
+    result["op_signature_by_text"] = sum(s["_op_signature_via"] is not None and s["_op_signature_via"].startswith("text:")
+                                         for s in scored)
     missed = [(it["kind"], it["key"], s["kb_ast_similarity"], s["kb_minhash_jaccard"], ops[i] is not None)
               for i, (s, it) in enumerate(zip(scored, items, strict=True)) if not s["contaminated"]]
     result["missed"] = missed
@@ -149,8 +167,18 @@ def main() -> None:
     result["nearest_is_source"] = float(right)
 
     n_ops = np.array([c["num_ops"] or 0 for c in clean])
+    # an exact ordered ATen-signature match is contamination by definition, so those tasks are not clean
+    copy = np.array([bool(o) and signature_key(o) in ref.by_sig for o in cfp["ops"]])
+    result["exact_signature_copies"] = {
+        label: {"n": int(mask.sum()), "copies": int((copy & mask).sum()),
+                "share": float((copy & mask).sum() / max(1, mask.sum()))}
+        for label, mask in (("all", n_ops >= 0), ("single-op", n_ops == 1), ("multi-op", n_ops >= 2))}
+    result["exact_signature_copies"]["copied_problems"] = sorted(
+        {s["kb_op_signature_nearest"] for s, c in zip(cscored, copy, strict=True) if c})
     fp_rows = []
-    for label, mask in (("all clean", n_ops >= 0), ("single-op", n_ops == 1), ("2+ ops", n_ops >= 2)):
+    for label, mask in (("all clean", n_ops >= 0), ("single-op", n_ops == 1), ("2+ ops", n_ops >= 2),
+                        ("truly clean (no exact signature copy)", ~copy),
+                        ("truly clean, single-op", ~copy & (n_ops == 1)), ("truly clean, 2+ ops", ~copy & (n_ops >= 2))):
         sel = [s for s, m in zip(cscored, mask, strict=True) if m]
         row = [label, len(sel)]
         result["false_positive"][label] = {"n": len(sel)}
@@ -162,6 +190,11 @@ def main() -> None:
     flagged_clean = [(c["name"], s["detectors_fired"], s["kb_nearest"], s["kb_ast_similarity"], s["kb_minhash_jaccard"])
                      for c, s in zip(clean, cscored, strict=True) if s["contaminated"]]
     result["clean_flagged"] = flagged_clean
+    result["truly_clean_flagged"] = [
+        {"name": c["name"], "num_ops": c["num_ops"], "detectors": s["detectors_fired"], "nearest": s["kb_nearest"],
+         "ast": s["kb_ast_similarity"], "ast_nearest": s["kb_ast_nearest"], "minhash": s["kb_minhash_jaccard"],
+         "minhash_nearest": s["kb_minhash_nearest"], "ops": list(o)}
+        for c, s, o, cp in zip(clean, cscored, cfp["ops"], copy, strict=True) if s["contaminated"] and not cp]
 
     # ---- calibration of the AST score
     fps = {f"level{r['level']}/{r['name']}": ast_fingerprint(r["code"]) for r in main_rows}
@@ -210,7 +243,7 @@ def main() -> None:
     reps = -(-args.scale // n_unique)
     big = {"ast": (fp["ast"] + cfp["ast"]) * reps,
            "minhash": np.tile(np.concatenate([fp["minhash"], cfp["minhash"]]), (reps, 1)),
-           "ops": (fp["ops"] + cfp["ops"]) * reps}
+           "ops": (fp["ops"] + cfp["ops"]) * reps, "text_sig": (fp["text_sig"] + cfp["text_sig"]) * reps}
     big = {k: v[: args.scale] for k, v in big.items()}
     t0 = time.time()
     big_scored = compare(big, ref, workers=2)
@@ -234,12 +267,18 @@ def main() -> None:
     hdr = ["set", "n", "ast", "op_signature", "minhash", "combined"]
     print("Recall on disguised KernelBench copies (main snapshot, all 4 levels)")
     print(_table(hdr, recall_rows))
+    print(_table(["level", *hdr[1:]], [[lv, r["n"], *(f"{100 * r[d]:.1f}%" for d in (*DETECTORS, "combined"))]
+                                        for lv, r in result["recall_by_level"].items()]))
+    print(f"op signature fired by a transformers model id (text) on {result['op_signature_by_text']} copies")
     print(f"\nnearest problem is the disguised source in {100 * right:.1f}% of detections")
     print(f"missed ({len(missed)}): {missed[:40]}")
     print(f"trace errors ({len(trace_errors)}): {list(trace_errors.items())[:15]}")
     print("\nFalse-positive rate on clean sampler tasks (demo preset, seed 12345)")
     print(_table(hdr, fp_rows))
+    print(f"exact ATen-signature copies of a KernelBench problem among sampler tasks: "
+          f"{json.dumps({k: v for k, v in result['exact_signature_copies'].items() if k != 'copied_problems'})}")
     print(f"flagged clean tasks: {flagged_clean[:30]}")
+    print(f"flagged truly clean tasks: {result['truly_clean_flagged']}")
     print("\nCalibration of the AST score (2*LCS/total over normalized AST tokens)")
     print(_table(["pairs", "n", "p5", "p25", "p50", "p75", "p95", ">=0.9"], cal_rows))
     print(f"LCS ratio vs difflib ratio at 0.9: {result['difflib_agreement_at_0.9']}")
