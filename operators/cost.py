@@ -41,6 +41,12 @@ class CostMode(TorchDispatchMode):
 
     _dtype_cache: dict = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # nothing here is ever compiled: without this torch wraps __torch_dispatch__ in torch._disable_dynamo,
+        # ~20 us a call and an import of torch._dynamo (~3 s) at the first dispatch in a process
+        return False
+
     def __init__(self) -> None:
         super().__init__()
         self.records: list[OpCost] = []
@@ -71,8 +77,9 @@ class CostMode(TorchDispatchMode):
                     fixed += _nbytes(a)
                 else:
                     act += _nbytes(a)
-        out_bytes = sum(_nbytes(t) for t in _tensors((out,), {}))
-        self.records.append(OpCost(name, flops, act + (0 if view else out_bytes), fixed, 0 if view else out_bytes, view))
+        # a view writes nothing (and split/unbind may return tens of thousands of them)
+        out_bytes = 0 if view else sum(_nbytes(t) for t in _tensors((out,), {}))
+        self.records.append(OpCost(name, flops, act + out_bytes, fixed, out_bytes, view))
         return out
 
     def _fast_rule(self, rule, args, kwargs):

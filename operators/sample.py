@@ -14,8 +14,10 @@ import json
 import math
 import random
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from hashlib import blake2b
 
 import networkx as nx
 
@@ -37,8 +39,6 @@ from operators.render import render, task_name
 from operators.sizing import base_sizes, per_sample_budget, solve_batch
 from operators.spec import accepts
 
-# networkx >= 3.5 warns on every directed WL hash that hashes changed once; ours are computed by one version
-warnings.filterwarnings("ignore", message="The hashes produced for directed graphs changed")
 MAX_ATTEMPTS = 40
 OP_TRIES = 24
 SPATIAL = ("length", "height", "width", "depth", "seq_len")
@@ -230,23 +230,44 @@ def single_op_graph(spec: OpSpec, rng: random.Random, rank: int) -> nx.DiGraph:
 
 def _hashes(g: nx.DiGraph) -> tuple[str, str]:
     """(canonical graph hash over ops, params and shapes; task_id over that hash and the constants)."""
-    h = nx.DiGraph()
+    labels = {}
     for n, d in g.nodes(data=True):
         if d["kind"] == "input":
-            label = f"input|{d['draw']}|{d['shape']}"
+            labels[n] = f"input|{d['draw']}|{d['shape']}"
         else:
-            label = f"{d['op']}|{json.dumps(d['params'], sort_keys=True)}|{d['call'].count('self.')}|{d['shape']}"
-        h.add_node(n, label=label)
-    for u, v, d in g.edges(data=True):
-        h.add_edge(u, v, arg=d["arg"])
-    wl = nx.weisfeiler_lehman_graph_hash(h, node_attr="label", edge_attr="arg", iterations=3)
+            labels[n] = f"{d['op']}|{json.dumps(d['params'], sort_keys=True)}|{d['call'].count('self.')}|{d['shape']}"
+    wl = wl_hash(labels, [(u, v, str(d["arg"])) for u, v, d in g.edges(data=True)])
     shapes = json.dumps(sorted(g.graph["constants"].items()))
     task_id = hashlib.sha256(f"{wl}|{shapes}".encode()).hexdigest()[:16]
     return wl, task_id
 
 
+def wl_hash(labels: dict[str, str], edges: list[tuple[str, str, str]], iterations: int = 3) -> str:
+    """networkx's directed `weisfeiler_lehman_graph_hash(node_attr=..., edge_attr=...)`, digit for digit,
+    without building a second graph (a test compares the two)."""
+    succ: dict[str, list[tuple[str, str]]] = {n: [] for n in labels}
+    pred: dict[str, list[tuple[str, str]]] = {n: [] for n in labels}
+    for u, v, arg in edges:
+        succ[u].append((arg, v))
+        pred[v].append((arg, u))
+    counts: list[tuple[str, int]] = []
+    for _ in range(iterations):
+        new = {}
+        for n, label in labels.items():
+            out = "".join(sorted(a + labels[v] for a, v in succ[n]))
+            inn = "".join(sorted(a + labels[u] for a, u in pred[n]))
+            new[n] = blake2b((label + out + inn).encode("ascii"), digest_size=16).hexdigest()
+        labels = new
+        counts.extend(sorted(Counter(new.values()).items()))
+    return blake2b(str(tuple(counts)).encode("ascii"), digest_size=16).hexdigest()
+
+
 def _graph_json(g: nx.DiGraph) -> str:
-    return json.dumps(nx.node_link_data(g, edges="edges"))  # key order kept: constants render in order
+    """networkx's node_link_data(edges="edges") as JSON, built directly (key order kept: constants render in
+    order)."""
+    return json.dumps({"directed": True, "multigraph": False, "graph": g.graph,
+                       "nodes": [{**d, "id": n} for n, d in g.nodes(data=True)],
+                       "edges": [{**d, "source": u, "target": v} for u, v, d in g.edges(data=True)]})
 
 
 def _variants(g: nx.DiGraph, consts: dict[str, int], built_batch: int = 0) -> list[dict[str, int]]:
@@ -381,3 +402,41 @@ def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats) -> lis
             raise OpsynthError(f"could not sample task {i} in {MAX_ATTEMPTS} attempts (last: {stats.rejected}); "
                                "widen sample.categories or the runtime window")
     return rows
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)  # meta ops compute nothing: intra-op threads only contend with other workers
+    warnings.filterwarnings("ignore")
+
+
+def _sample_chunk(args: tuple) -> list[dict]:
+    cfg, seed, start, stop = args
+    return sample_tasks(cfg, seed, range(start, stop), set())
+
+
+def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: int, chunk: int = 32,
+                    stats: Stats | None = None):
+    """`sample_tasks` over a process pool, yielding (index, row) in index order: the same rows, the same `seen`.
+
+    Each worker samples a chunk with only that chunk's task_ids as `seen`, a subset of the ids a serial run
+    would have seen at each index: a row whose id is not among the ids before it is exactly the serial row
+    (every attempt the worker skipped, serial would skip too); a row whose id is, is redrawn here, serially,
+    against the full set. With `processes` <= 1 it samples in this process."""
+    if processes <= 1:
+        for i in indices:
+            yield i, sample_tasks(cfg, seed, range(i, i + 1), seen, stats)[0]
+        return
+    import multiprocessing as mp
+
+    bounds = [(a, min(a + chunk, indices.stop)) for a in range(indices.start, indices.stop, chunk)]
+    with mp.get_context("spawn").Pool(processes, initializer=_init_worker) as pool:
+        for (a, _), rows in zip(bounds, pool.imap(_sample_chunk, [(cfg, seed, a, b) for a, b in bounds]),
+                                strict=True):
+            for i, row in enumerate(rows, a):
+                if row["task_id"] in seen:
+                    row = sample_tasks(cfg, seed, range(i, i + 1), seen, stats)[0]
+                else:
+                    seen.add(row["task_id"])
+                yield i, row
