@@ -40,8 +40,8 @@ from pipeline.config import load_preset  # noqa: E402
 from pipeline.executors import make_executor  # noqa: E402
 
 # the filter stage's checks, labels aside (label truth needs the catalog, which is not on the GPU image)
-CHECKS = (ran_ok, eager_in_window, compiles_and_agrees, deterministic, input_sensitive, not_degenerate,
-          peak_memory_under_cap)
+CHECKS = (ran_ok, eager_in_window, deterministic, input_sensitive, not_degenerate, peak_memory_under_cap,
+          compiles_and_agrees)
 
 PLANTED = '''
 import torch
@@ -67,7 +67,8 @@ GOOD = PLANTED.replace("{body}", "return torch.tanh(x @ x) * 2")
 def settings_for(preset: str, seed: int, **over) -> tuple[dict, object]:
     cfg = load_preset(preset)
     s = {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
-         "seed": seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb}
+         "seed": seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
+         "reject": cfg.filter.eager_thresholds()}
     s.update(over)
     return s, cfg.filter
 

@@ -69,6 +69,9 @@ class ProfileSection:
     early_reject_factor: float = 10.0  # quick eager run this far outside the window skips the rest
     max_timing_s: float = 10.0  # bound on the timed loop of one task
     warm_worker: bool = True  # pay each worker's one-time compile cost at startup, not on its first task
+    # a task the eager checks already reject (window, determinism, input sensitivity, degenerate output,
+    # with the filter's thresholds) is not compiled: compilation is most of a task's CPU cost
+    skip_compile_when_rejected: bool = True
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,12 @@ class FilterSection:
     reject_degenerate: bool = True
     max_peak_memory_gb: float = 8.0
     require_label_match: bool = True
+
+    def eager_thresholds(self) -> dict[str, Any]:
+        """The thresholds a profile worker applies to eager measurements before it decides to compile."""
+        return {"require_deterministic": self.require_deterministic,
+                "determinism_tolerance": self.determinism_tolerance,
+                "min_input_sensitivity": self.min_input_sensitivity, "reject_degenerate": self.reject_degenerate}
 
 
 @dataclass(frozen=True)

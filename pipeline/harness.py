@@ -84,6 +84,7 @@ class GpuLock:
         self.mode: str | None = None  # None | "shared" | "exclusive"
         self.held_s = 0.0
         self.exclusive_s = 0.0
+        self.wait_s = 0.0
         self._since = 0.0
 
     @property
@@ -94,9 +95,11 @@ class GpuLock:
         try:
             fcntl.flock(fd, op | fcntl.LOCK_NB)
         except BlockingIOError:
+            t0 = time.perf_counter()
             self.notify("lock_wait")
             fcntl.flock(fd, op)
             self.notify("lock_held")
+            self.wait_s += time.perf_counter() - t0
 
     def acquire(self, exclusive: bool = False) -> None:
         mode = "exclusive" if exclusive else "shared"
@@ -135,9 +138,11 @@ class GpuLock:
 
 class MemoryBudget:
     """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
-    it touches the device and waits while the others' reservations leave no room, so many workers never
-    meet with their largest tasks at once and OOM for each other. A file of `pid bytes` lines under flock;
-    entries of dead workers are dropped on every read, so a crashed worker frees its share."""
+    it touches the device and waits while the others' reservations leave no room, so workers never meet
+    with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
+    so a large reservation (a task retried alone) is never starved by a stream of small ones. The state is
+    a file of `pid bytes held|wait` lines, in arrival order, under flock; lines of dead workers are
+    dropped on every read, so a crashed worker frees its share."""
 
     def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
                  owner: int | None = None) -> None:
@@ -145,52 +150,71 @@ class MemoryBudget:
         self.owner = owner or os.getpid()  # a live process id: the entry dies with it
         self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.reserved = 0
+        self.others_at_admission = 0
+        self.wait_s = 0.0
 
-    def _entries(self) -> dict[int, int]:
-        out: dict[int, int] = {}
+    def _entries(self) -> list[list]:
+        out: list[list] = []
         with contextlib.suppress(FileNotFoundError), open(self.path) as f:  # type: ignore[arg-type]
             for line in f:
-                pid, _, nbytes = line.partition(" ")
-                with contextlib.suppress(ValueError):
-                    out[int(pid)] = int(nbytes)
-        for pid in list(out):
+                parts = line.split()
+                with contextlib.suppress(ValueError, IndexError):
+                    out.append([int(parts[0]), int(parts[1]), parts[2]])
+        live = []
+        for e in out:
             try:
-                os.kill(pid, 0)
+                os.kill(e[0], 0)
             except ProcessLookupError:
-                del out[pid]
+                continue
             except PermissionError:
                 pass
-        return out
+            live.append(e)
+        return live
+
+    def _write(self, entries: list[list]) -> None:
+        tmp = f"{self.path}.{self.owner}"
+        with open(tmp, "w") as f:
+            f.write("".join(f"{pid} {n} {state}\n" for pid, n, state in entries))
+        os.replace(tmp, self.path)  # type: ignore[arg-type]
 
     def _try(self, nbytes: int, force: bool) -> bool:
+        """Admit (or queue) this worker for nbytes; nbytes=0 leaves the queue."""
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # type: ignore[arg-type]
         try:
             entries = self._entries()
-            me = self.owner
-            others = sum(v for k, v in entries.items() if k != me)
-            if not force and others and others + nbytes > self.total:
-                return False
-            entries[me] = nbytes
-            tmp = f"{self.path}.{me}"
-            with open(tmp, "w") as f:
-                f.write("".join(f"{k} {v}\n" for k, v in entries.items() if v > 0))
-            os.replace(tmp, self.path)  # type: ignore[arg-type]
-            self.reserved = nbytes
-            return True
+            mine = next((e for e in entries if e[0] == self.owner), None)
+            if nbytes == 0:
+                self._write([e for e in entries if e[0] != self.owner])
+                self.reserved = 0
+                return True
+            if mine is None:
+                mine = [self.owner, nbytes, "wait"]
+                entries.append(mine)
+            mine[1] = nbytes
+            held = sum(e[1] for e in entries if e[0] != self.owner and e[2] == "held")
+            ahead = any(e[2] == "wait" for e in entries[:entries.index(mine)])
+            ok = force or mine[2] == "held" or (not ahead and (held == 0 or held + nbytes <= self.total))
+            if ok:
+                mine[2] = "held"
+                self.reserved, self.others_at_admission = nbytes, held
+            self._write(entries)
+            return ok
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
     def reserve(self, nbytes: int, wait: bool = True) -> None:
         """Hold nbytes (replacing this worker's reservation). wait=False records it without waiting: used to
-        raise a reservation mid-task, where waiting while holding memory could deadlock two workers."""
+        change a reservation mid-task, where waiting while holding memory could deadlock two workers."""
         if self.fd is None or nbytes == self.reserved:
             return
         if self._try(nbytes, force=not wait):
             return
+        t0 = time.perf_counter()
         self.notify("lock_wait")
         while not self._try(nbytes, force=False):
             time.sleep(0.02)
         self.notify("lock_held")
+        self.wait_s += time.perf_counter() - t0
 
     def release(self) -> None:
         if self.fd is not None and self.reserved:
@@ -329,6 +353,12 @@ class _LockedBackend:
         return getattr(self._inner, name)
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (Triton's ptxas runs as a child)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def _budget_bytes(settings: dict, total: int) -> int:
     """Device memory the workers of one GPU may reserve for tasks: gpu_memory_budget_gb if set, else the
     card less 5% and about 1 GiB per worker for its CUDA context, cuBLAS/cuDNN workspaces and L2 flush."""
@@ -454,12 +484,29 @@ class Harness:
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
         t0 = time.perf_counter()
         self.lock.held_s = 0.0
-        m: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
-                             "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
-                             "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
-        self.lock.exclusive_s = 0.0
+        base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
+                                "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
+                                "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
+        m = base
+        self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = 0.0
+        cpu0 = _cpu_s()
+        m = self._attempt(task, m, self._footprint(task.get("predicted_peak_bytes")))
+        if m["status"] == "oom" and self.budget.others_at_admission and not m["_fatal"]:
+            # neighbours held memory when this ran out: run it again with the whole budget to itself, so an
+            # OOM is the task's own doing and never a neighbour's
+            m = self._attempt(task, {k: v for k, v in base.items()}, self.budget.total)
+            m["error"] = (m["error"] + " (retried alone)").strip() if m["status"] != "ok" else ""
+        m["wall_s"] = time.perf_counter() - t0
+        m["gpu_busy_s"] = self.lock.held_s
+        m["gpu_exclusive_s"] = self.lock.exclusive_s
+        m["wait_s"] = self.lock.wait_s + self.budget.wait_s
+        m["cpu_s"] = _cpu_s() - cpu0
+        return m
+
+    def _attempt(self, task: dict, m: dict, reserve: int) -> dict:
+        m = dict(m)
         try:
-            self.budget.reserve(self._footprint(task.get("predicted_peak_bytes")))
+            self.budget.reserve(reserve)
             with torch.no_grad():
                 self._profile(task, m)
         except Exception as e:  # noqa: BLE001 - whatever the task does is a result
@@ -471,9 +518,6 @@ class Harness:
             with contextlib.suppress(Exception):
                 torch.cuda.empty_cache()
         self.budget.release()
-        m["wall_s"] = time.perf_counter() - t0
-        m["gpu_busy_s"] = self.lock.held_s
-        m["gpu_exclusive_s"] = self.lock.exclusive_s
         return m
 
     def _footprint(self, peak: int | None) -> int:
@@ -547,7 +591,26 @@ class Harness:
 
         if not s.get("compile", True):
             return
+        why = self._eager_rejection(m)
+        if why and s.get("skip_compile_when_rejected", True):
+            m["compile_error"] = f"skipped: {why}"  # compilation is the costliest step; the task is out anyway
+            return
         self._compile(model, ns, x0, ref0, subs, stride, m)
+
+    def _eager_rejection(self, m: dict) -> str:
+        """The first filter (settings["reject"], the filter section's thresholds) the eager measurements
+        already fail, or ''."""
+        r = self.s.get("reject") or {}
+        lo, hi = self.s.get("window_ms") or (0.0, math.inf)
+        if not lo <= m["eager_ms"] <= hi:
+            return "eager runtime outside the window"
+        if r.get("require_deterministic") and m["determinism_max_diff"] > float(r.get("determinism_tolerance", 0)):
+            return "non-deterministic"
+        if m["input_min_pairwise_diff"] < float(r.get("min_input_sensitivity", 0)):
+            return "input-insensitive"
+        if r.get("reject_degenerate") and m["degenerate"]:
+            return "degenerate output"
+        return ""
 
     def _early_reject(self, quick: float, m: dict) -> None:
         s = self.s

@@ -15,8 +15,9 @@ from pipeline.config import Config
 from pipeline.store import RunDir
 
 # order matters: the first failing check is the reason recorded
-CHECKS = (ran_ok, eager_in_window, compiles_and_agrees, deterministic, input_sensitive, not_degenerate,
-          peak_memory_under_cap, labels_match)
+# cheap eager checks first: a task the worker did not compile because one of them failed reports that one
+CHECKS = (ran_ok, eager_in_window, deterministic, input_sensitive, not_degenerate, peak_memory_under_cap,
+          compiles_and_agrees, labels_match)
 
 
 def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:

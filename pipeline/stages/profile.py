@@ -29,6 +29,7 @@ def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[st
 def executor_settings(cfg: Config) -> dict[str, Any]:
     return {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
             "seed": cfg.run.seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
+            "reject": cfg.filter.eager_thresholds(),
             # roofline ceilings of the target device: TFLOP/s fp32 and TB/s
             "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
 

@@ -86,3 +86,23 @@ def test_compile_agreement_and_graph_breaks():
     assert r["status"] == "ok" and r["compile_ok"], r
     assert r["compile_agrees_1e4"] and r["compile_agrees_1e2"] and r["compile_max_abs_err"] < 1e-5
     assert r["graph_breaks"] >= 1 and r["compile_ms"] > 0 and r["compile_runs"] >= 3
+
+
+REJECT = {"require_deterministic": True, "determinism_tolerance": 0.0, "min_input_sensitivity": 1e-4,
+          "reject_degenerate": True}
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("self.w.expand(32, 16) + 0 * x", "input-insensitive"),
+    ("F.pad(x[:1, :4], (0, 508), value=1.0)", "degenerate output"),
+    ("self.drop(x)", "non-deterministic"),
+])
+def test_eager_rejection_skips_the_compile(expr, why):
+    r = run(expr, compile=True, reject=REJECT)
+    assert r["status"] == "ok" and r["eager_ms"] > 0
+    assert r.get("compile_ok") is None and r["compile_error"] == f"skipped: {why}"
+
+
+def test_eager_rejection_compiles_when_told_to():
+    r = run("self.w.expand(32, 16) + 0 * x", compile=True, reject=REJECT, skip_compile_when_rejected=False)
+    assert r["compile_ok"] and r["compile_ms"] > 0

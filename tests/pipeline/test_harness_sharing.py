@@ -109,3 +109,25 @@ def test_memory_budget_drops_reservations_of_dead_workers(tmp_path):
     _, got = _in_thread(lambda: b.reserve(6))
     assert got.wait(5)  # the dead worker's 9 no longer counts
     assert str(int(dead.stdout)) not in open(path).read()
+
+
+def test_memory_budget_serves_waiters_first_come_first_served(tmp_path, other_pid):
+    """A large waiter is not overtaken by a later small request that would fit: no starvation."""
+    path = str(tmp_path / "gpu.mem")
+    third = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = MemoryBudget(path, 10, lambda _: None, owner=other_pid)
+        big = MemoryBudget(path, 10, lambda _: None, owner=third.pid)
+        small = MemoryBudget(path, 10, lambda _: None)
+        holder.reserve(6)
+        _, big_in = _in_thread(lambda: big.reserve(10))
+        time.sleep(0.2)  # big is queued now
+        _, small_in = _in_thread(lambda: small.reserve(2))
+        assert not small_in.wait(0.3)  # 6 + 2 fits, but big came first
+        holder.release()
+        assert big_in.wait(5) and not small_in.wait(0.2)
+        big.release()
+        assert small_in.wait(5)
+    finally:
+        third.kill()
+        third.wait()
