@@ -197,6 +197,9 @@ class LocalExecutor(Executor):
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
+        # freed blocks are returned to segments that grow and shrink, so a worker's reserved memory stays
+        # near what it allocated and the memory budget holds
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         settings = {**self.settings, "workers_per_gpu": self.workers_per_group}
