@@ -99,8 +99,7 @@ class CostMode(TorchDispatchMode):
             if inplace or len(big) != 1 or not _dense(big[0]) or _layout_arg(func):
                 return None
             strided = big[0].stride()
-        key = (func, tuple(a if not isinstance(a, torch.Tensor) else (a.dtype, a.dim() == 0) for a in args),
-               tuple(sorted(kwargs.items())))
+        key = (func, tuple(_dtype_key(a) for a in args), tuple(sorted(kwargs.items())))
         try:
             dtype = self._dtype_cache.get(key)
         except TypeError:  # an unhashable scalar argument
@@ -118,6 +117,14 @@ class CostMode(TorchDispatchMode):
         if strided is not None:
             return torch.empty_strided(shape, strided, dtype=dtype, device="meta")
         return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _dtype_key(a):
+    """What of a pointwise argument decides the result dtype: a tensor's dtype and whether it is 0-d; a Python
+    scalar's type and value (True, 1 and 1.0 are equal dict keys but promote differently)."""
+    if isinstance(a, torch.Tensor):
+        return a.dtype, a.dim() == 0
+    return type(a), a
 
 
 _LAYOUT_ARG: dict = {}

@@ -106,3 +106,17 @@ def test_flops_bytes_and_roofline():
     assert t == pytest.approx(expect)
     assert predict_ms(mode.records, 1.0, 1.0, 0.0, batch_scale=2.0) > t
     assert peak_bytes(mode.records, x.numel() * 4, w.numel() * 4) == (x.numel() + 2 * y.numel() + w.numel()) * 4
+
+
+def test_pointwise_dtype_cache_tells_bool_int_and_float_scalars_apart():
+    import torch
+
+    from operators.cost import CostMode
+
+    x = torch.empty(4, 3, dtype=torch.int64, device="meta")
+    with CostMode():
+        as_int = x + 1
+        as_float = x + 1.0
+        as_bool = x * True
+    want = [(x + 1).dtype, (x + 1.0).dtype, (x * True).dtype]
+    assert [as_int.dtype, as_float.dtype, as_bool.dtype] == want == [torch.int64, torch.float32, torch.int64]
