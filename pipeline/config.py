@@ -69,8 +69,8 @@ class ProfileSection:
     early_reject_factor: float = 10.0  # quick eager run this far outside the window skips the rest
     max_timing_s: float = 10.0  # bound on the timed loop of one task
     warm_worker: bool = True  # pay each worker's one-time compile cost at startup, not on its first task
-    # a task the eager checks already reject (window, determinism, input sensitivity, degenerate output,
-    # with the filter's thresholds) is not compiled: compilation is most of a task's CPU cost
+    # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
+    # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True
 
 

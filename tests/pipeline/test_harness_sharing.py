@@ -131,3 +131,17 @@ def test_memory_budget_serves_waiters_first_come_first_served(tmp_path, other_pi
     finally:
         third.kill()
         third.wait()
+
+
+def test_yield_lets_a_waiting_exclusive_holder_in_between_steps(tmp_path):
+    path = str(tmp_path / "gpu.lock")
+    reader, writer = GpuLock(path, lambda _: None), GpuLock(path, lambda _: None)
+    reader.acquire()
+    order: list[str] = []
+    _, w_got = _in_thread(lambda: (writer.acquire(exclusive=True), order.append("writer"), time.sleep(0.2),
+                                   writer.release()))
+    time.sleep(0.2)
+    reader.yield_()  # returns only after the writer has had its turn
+    order.append("reader again")
+    assert w_got.wait(5) and order == ["writer", "reader again"] and reader.mode == "shared"
+    reader.release()
