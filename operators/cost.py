@@ -291,20 +291,33 @@ def _meta(shape, dtype=torch.float32) -> torch.Tensor:
 
 
 def _layer_norm(x, args, kwargs):
-    axis = x.dim() - len(args[1])
+    # torch's checks first: a shape it rejects goes to the real kernel, which raises
+    shape = list(args[1])
+    axis = x.dim() - len(shape)
+    if not shape or axis < 0 or list(x.shape[axis:]) != shape:
+        return None
+    if any(isinstance(w, torch.Tensor) and list(w.shape) != shape for w in args[2:4]):
+        return None
     stats = list(x.shape[:axis]) + [1] * len(args[1])
     return _like(x), _meta(stats, x.dtype), _meta(stats, x.dtype)
 
 
 def _batch_norm(x, args, kwargs):
     training = args[5] if len(args) > 5 else kwargs.get("training")
-    if not training:
+    if not training or x.dim() < 2:
+        return None
+    c = x.shape[1]
+    if any(isinstance(t, torch.Tensor) and list(t.shape) != [c] for t in args[1:5]):
         return None
     return _like(x), _meta([x.shape[1]], x.dtype), _meta([x.shape[1]], x.dtype)
 
 
 def _group_norm(x, args, kwargs):
-    n, group = args[3], args[6]
+    n, c, hxw, group = args[3], args[4], args[5], args[6]
+    if x.dim() < 2 or [n, c] != list(x.shape[:2]) or x.numel() != n * c * hxw or group <= 0 or c % group:
+        return None
+    if any(isinstance(t, torch.Tensor) and list(t.shape) != [c] for t in args[1:3]):
+        return None
     return _like(x), _meta([n, group], x.dtype), _meta([n, group], x.dtype)
 
 
@@ -317,11 +330,17 @@ def _upsample(x, args, kwargs):
 
 def _grid_sampler(x, args, kwargs):
     grid = args[1]
+    if not isinstance(grid, torch.Tensor) or grid.dim() != x.dim() or grid.shape[0] != x.shape[0] \
+            or grid.shape[-1] != x.dim() - 2 or grid.dtype != x.dtype:
+        return None
     return _meta([x.shape[0], x.shape[1], *grid.shape[1:-1]], x.dtype)
 
 
 def _euclidean_dist(x, args, kwargs):
     y = args[1]
+    if not isinstance(y, torch.Tensor) or y.dim() != x.dim() or x.shape[:-2] != y.shape[:-2] \
+            or x.shape[-1] != y.shape[-1] or y.dtype != x.dtype:
+        return None
     return _meta([*x.shape[:-1], y.shape[-2]], x.dtype)
 
 

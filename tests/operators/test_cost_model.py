@@ -120,3 +120,23 @@ def test_pointwise_dtype_cache_tells_bool_int_and_float_scalars_apart():
         as_bool = x * True
     want = [(x + 1).dtype, (x + 1.0).dtype, (x * True).dtype]
     assert [as_int.dtype, as_float.dtype, as_bool.dtype] == want == [torch.int64, torch.float32, torch.int64]
+
+
+REJECTED = {
+    "layer_norm_other_width": lambda: F.layer_norm(_m(4, 6, 9), (10,)),
+    "layer_norm_weight": lambda: F.layer_norm(_m(4, 6, 10), (10,), weight=_m(9)),
+    "group_norm_weight": lambda: F.group_norm(_m(4, 6, 5, 5), 3, weight=_m(5)),
+    "batch_norm_weight": lambda: F.batch_norm(_m(4, 6, 5, 5), None, None, weight=_m(5), training=True),
+    "grid_sample_batch": lambda: F.grid_sample(_m(2, 3, 8, 8), _m(3, 5, 7, 2), align_corners=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REJECTED))
+def test_shortcuts_reject_what_the_meta_kernels_reject(name):
+    # a shape variant is kept only if it runs: a shortcut must not accept what torch refuses
+    with pytest.raises(RuntimeError):
+        with torch.no_grad():
+            REJECTED[name]()
+    with pytest.raises(RuntimeError):
+        with CostMode(), torch.no_grad():
+            REJECTED[name]()
