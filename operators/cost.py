@@ -344,13 +344,97 @@ def _euclidean_dist(x, args, kwargs):
     return _meta([*x.shape[:-1], y.shape[-2]], x.dtype)
 
 
+def _ints(v, n: int, lo: int) -> bool:
+    return isinstance(v, list | tuple) and len(v) == n and all(type(i) is int and i >= lo for i in v)
+
+
+def _im2col(x, args, kwargs):
+    """nn.Unfold: [N, C, H, W] -> [N, C*kh*kw, L] (batched input, valid sizes; else torch decides)."""
+    if x.dim() != 4 or len(args) != 5 or kwargs or not all(x.shape):
+        return None
+    _, kernel, dilation, padding, stride = args
+    if not (_ints(kernel, 2, 1) and _ints(dilation, 2, 1) and _ints(padding, 2, 0) and _ints(stride, 2, 1)):
+        return None
+    length = 1
+    for i in range(2):
+        n = (x.shape[2 + i] + 2 * padding[i] - dilation[i] * (kernel[i] - 1) - 1) // stride[i] + 1
+        # torch's decomposition ends in a reshape of a permuted gather: a copy (contiguous) when no kernel or
+        # output extent is 1; otherwise it may be a view with other strides, which torch works out
+        if n < 2 or kernel[i] < 2:
+            return None
+        length *= n
+    return _meta([x.shape[0], x.shape[1] * kernel[0] * kernel[1], length], x.dtype)
+
+
+def _same_dims(x, dims) -> bool:
+    r = x.dim()
+    return bool(dims) and all(type(d) is int and -r <= d < r for d in dims) and len({d % r for d in dims}) == len(dims)
+
+
+def _roll(x, args, kwargs):
+    shifts, dims = args[1], args[2] if len(args) > 2 else kwargs.get("dims", [])
+    if not _ints(shifts, len(shifts), -2**62) or len(shifts) != len(dims) or not _same_dims(x, dims):
+        return None
+    return _like(x)
+
+
+def _flip(x, args, kwargs):
+    return _like(x) if len(args) == 2 and not kwargs and _same_dims(x, list(args[1])) else None
+
+
+def _renorm(x, args, kwargs):
+    if len(args) != 4 or kwargs or x.dim() < 2:
+        return None
+    _, p, dim, maxnorm = args
+    ok = isinstance(p, int | float) and p > 0 and isinstance(maxnorm, int | float) and maxnorm >= 0
+    return _like(x) if ok and _same_dims(x, [dim]) else None
+
+
+def _log_sigmoid(x, args, kwargs):
+    return _like(x), _like(x)
+
+
+def _pair_loss(func, args, kwargs):
+    """Elementwise losses of a contiguous float x and a target of x's layout, no weights: reduction none keeps
+    x's shape, mean and sum give a 0-d tensor."""
+    b = _bind(func, args, kwargs)
+    x, y = b.get("self"), b.get("target")
+    if not isinstance(x, torch.Tensor) or not x.is_contiguous() or not x.is_floating_point():
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype or not y.is_contiguous():
+        return None
+    if b.get("weight") is not None or b.get("pos_weight") is not None or b.get("reduction") not in (0, 1, 2):
+        return None
+    return _like(x) if b["reduction"] == 0 else _meta([], x.dtype)
+
+
+def _dist(x, args, kwargs):
+    y = args[1] if len(args) > 1 else None
+    if kwargs or not isinstance(y, torch.Tensor) or y.dtype != x.dtype or _broadcast([x.shape, y.shape]) is None:
+        return None
+    return _meta([], x.dtype)
+
+
+def _reduce_all(func, args, kwargs):
+    """mean()/sum() of a whole float tensor, no dtype override: a 0-d tensor."""
+    b = _bind(func, args, kwargs)
+    x = b.get("self")
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or b.get("dtype") is not None:
+        return None
+    return _meta([], x.dtype)
+
+
+def _reduce_pair(func, args, kwargs):
+    """std_mean / var_mean over listed dims: two tensors of the reduced shape."""
+    out = _reduce(func, args, kwargs)
+    return None if out is None else (out, _meta(out.shape, out.dtype))
+
+
 # ops whose output is the input's shape and dtype (softmaxes, scans, triangles, some activations)
 _SAME = ("aten._log_softmax", "aten._softmax", "aten._safe_softmax", "aten.hardswish", "aten.hardsigmoid",
          "aten.cumsum", "aten.cumprod", "aten.logcumsumexp", "aten.tril", "aten.triu", "aten._prelu_kernel",
-         "aten.mish", "aten.softplus", "aten.elu", "aten.leaky_relu", "aten.hardtanh",
-         "aten.log_sigmoid_forward")
+         "aten.mish", "aten.softplus", "aten.elu", "aten.leaky_relu", "aten.hardtanh")
 _RULES = {name: _like for name in _SAME}
-_RULES.pop("aten.log_sigmoid_forward")  # returns (out, buffer)
 _RULES.update({
     "aten.native_layer_norm": _layer_norm, "aten.native_batch_norm": _batch_norm,
     "aten.native_group_norm": _group_norm, "aten.upsample_bicubic2d": _upsample,
@@ -358,6 +442,8 @@ _RULES.update({
     "aten.upsample_linear1d": _upsample, "aten.upsample_nearest1d": _upsample,
     "aten.upsample_trilinear3d": _upsample, "aten.upsample_nearest3d": _upsample,
     "aten.grid_sampler_2d": _grid_sampler, "aten._euclidean_dist": _euclidean_dist,
+    "aten.log_sigmoid_forward": _log_sigmoid,  # returns (out, buffer)
+    "aten.im2col": _im2col, "aten.roll": _roll, "aten.flip": _flip, "aten.renorm": _renorm, "aten.dist": _dist,
 })
 
 
@@ -365,6 +451,11 @@ _OVERLOAD_RULES = {name: _reduce for name in (
     "aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default",
     "aten.linalg_vector_norm.default", "aten.norm.ScalarOpt_dim", "aten.logsumexp.default", "aten.std.correction",
     "aten.var.correction", "aten.prod.dim_int", "aten.nansum.default")}
+_OVERLOAD_RULES.update({"aten.mean.default": _reduce_all, "aten.sum.default": _reduce_all,
+                        "aten.std_mean.correction": _reduce_pair, "aten.var_mean.correction": _reduce_pair})
+_OVERLOAD_RULES.update({name: _pair_loss for name in (
+    "aten.binary_cross_entropy.default", "aten.binary_cross_entropy_with_logits.default",
+    "aten.smooth_l1_loss.default", "aten.huber_loss.default")})
 _OVERLOAD_RULES.update({"aten.mm.default": _mm, "aten.bmm.default": _bmm, "aten.addmm.default": _add_mm(_mm),
                         "aten.baddbmm.default": _add_mm(_bmm)})
 

@@ -1,5 +1,7 @@
 """The cost mode's shortcuts give the same outputs as the real meta kernels, and its numbers are right."""
 
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -72,6 +74,22 @@ CASES = {
     "add_": lambda: _m(4, 5).add_(_m(5), alpha=2),
     "lerp_": lambda: _m(4, 5).lerp_(_m(4, 5), 0.5),
     "cosine_similarity": lambda: F.cosine_similarity(_m(4, 6, 5), _m(4, 6, 5), dim=1),
+    "logsigmoid": lambda: F.logsigmoid(_m(4, 6, 5)),
+    "unfold": lambda: F.unfold(_m(2, 3, 8, 9), kernel_size=(2, 3), dilation=1, padding=(0, 1), stride=(1, 2)),
+    "roll": lambda: torch.roll(_m(4, 6, 5), shifts=(1, -2), dims=(1, 2)),
+    "flip": lambda: torch.flip(_m(4, 6, 5), dims=(0, 2)),
+    "renorm": lambda: torch.renorm(_m(4, 6, 5), p=2, dim=1, maxnorm=1.0),
+    "dist": lambda: torch.dist(_m(4, 6, 5), _m(6, 5), p=3),
+    "mean_all": lambda: _m(4, 6, 5).mean(),
+    "sum_all_3d": lambda: torch.sum(_m(4, 6, 5)),
+    "std_mean": lambda: torch.std_mean(_m(4, 6, 5), dim=1, keepdim=True)[1],
+    "var_mean": lambda: torch.var_mean(_m(4, 6, 5), dim=2)[0],
+    "bce": lambda: F.binary_cross_entropy(torch.sigmoid(_m(4, 6)), torch.rand(4, 6, device="meta")),
+    "bce_none": lambda: F.binary_cross_entropy(torch.sigmoid(_m(4, 6)), torch.rand(4, 6, device="meta"),
+                                               reduction="none"),
+    "bce_logits_sum": lambda: F.binary_cross_entropy_with_logits(_m(4, 6), _m(4, 6), reduction="sum"),
+    "smooth_l1": lambda: F.smooth_l1_loss(_m(4, 6, 5), _m(4, 6, 5), beta=0.5),
+    "huber_none": lambda: F.huber_loss(_m(4, 6, 5), _m(4, 6, 5), reduction="none", delta=2.0),
 }
 
 
@@ -128,15 +146,42 @@ REJECTED = {
     "group_norm_weight": lambda: F.group_norm(_m(4, 6, 5, 5), 3, weight=_m(5)),
     "batch_norm_weight": lambda: F.batch_norm(_m(4, 6, 5, 5), None, None, weight=_m(5), training=True),
     "grid_sample_batch": lambda: F.grid_sample(_m(2, 3, 8, 8), _m(3, 5, 7, 2), align_corners=False),
+    "unfold_too_small": lambda: F.unfold(_m(2, 3, 2, 9), kernel_size=3),
+    "roll_bad_dim": lambda: torch.roll(_m(4, 6), shifts=1, dims=2),
+    "renorm_bad_p": lambda: torch.renorm(_m(4, 6), p=0, dim=1, maxnorm=1.0),
+    "dist_shapes": lambda: torch.dist(_m(4, 6), _m(5, 6)),
+    "smooth_l1_shapes": lambda: F.smooth_l1_loss(_m(4, 6), _m(5, 6)),
 }
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("name", sorted(REJECTED))
 def test_shortcuts_reject_what_the_meta_kernels_reject(name):
     # a shape variant is kept only if it runs: a shortcut must not accept what torch refuses
-    with pytest.raises(RuntimeError):
+    with pytest.raises((RuntimeError, IndexError)) as real:
         with torch.no_grad():
             REJECTED[name]()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(real.type):
         with CostMode(), torch.no_grad():
             REJECTED[name]()
+
+
+def _outcome(fn, mode=None):
+    try:
+        with (mode or torch.no_grad()), torch.no_grad():
+            out = fn()
+    except (RuntimeError, IndexError) as e:
+        return type(e).__name__
+    return tuple(out.shape), out.stride(), out.dtype
+
+
+def test_unfold_shortcut_equals_meta_over_random_sizes():
+    import random
+
+    rng = random.Random(0)
+    for _ in range(400):
+        x = _m(rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 12), rng.randint(1, 12))
+        kw = {"kernel_size": (rng.randint(1, 4), rng.randint(1, 4)), "dilation": (rng.randint(1, 2), rng.randint(1, 2)),
+              "padding": (rng.randint(0, 2), rng.randint(0, 2)), "stride": (rng.randint(1, 3), rng.randint(1, 3))}
+        run = functools.partial(F.unfold, x, **kw)
+        assert _outcome(run, CostMode()) == _outcome(run), kw
