@@ -1,9 +1,10 @@
 """Executors that map pipeline.harness over tasks: local worker processes per GPU, or Ray actors.
 
 Local: one group of long-lived worker processes per GPU (`CUDA_VISIBLE_DEVICES` set in each worker's
-environment before torch loads), each running pipeline/harness.py as a script. Workers of one GPU share
-a file lock that their timed runs hold, so compilation overlaps timing without disturbing it. The
-parent enforces the per-task wall-clock timeout (the clock stops while a worker waits for the lock),
+environment before torch loads), each running `python -m pipeline.harness`. Workers of one GPU share
+it through pipeline.gpu_share (a lock that only timed runs hold exclusively, and a memory budget), so
+compilation and checks overlap timing without disturbing it. The parent enforces the per-task
+wall-clock timeout (the clock stops while a worker waits for the GPU or its memory share),
 kills the worker's whole process group on timeout, and replaces any worker that dies, hangs or reports a
 poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error).
 
@@ -31,7 +32,8 @@ from typing import Any
 
 from pipeline.errors import OpsynthError
 
-HARNESS = Path(__file__).resolve().with_name("harness.py")
+ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
+HARNESS = "pipeline.harness"
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA context on a cold machine
 MAX_STARTUP_FAILURES = 3  # consecutive workers that die before `ready`: the environment is broken
 
@@ -68,7 +70,7 @@ class _Worker:
         self.group = group
         self.log_path = log_dir / f"worker-{group}-{serial}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen([sys.executable, "-P", str(HARNESS)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-P", "-m", HARNESS], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._log, env=env,
                                      start_new_session=True)  # own process group: kill takes compilers too
         self.buf = b""
@@ -202,6 +204,7 @@ class LocalExecutor(Executor):
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
         settings = {**self.settings, "workers_per_gpu": self.workers_per_group}
         cfg = {"device": self.device, "settings": settings, "lock_path": str(self.tmp / f"gpu-{group}.lock"),
                "threads": self.threads}
@@ -232,7 +235,7 @@ class LocalExecutor(Executor):
         if self.startup_failures >= MAX_STARTUP_FAILURES:
             self.close()
             raise OpsynthError(f"profile workers fail to start ({why}: {tail or 'no output'}); "
-                               f"check that `python {HARNESS}` runs here (torch installed, GPU visible)")
+                               f"check that `python -m {HARNESS}` runs here (torch installed, GPU visible)")
 
     def wait_ready(self, timeout_s: float = STARTUP_TIMEOUT_S) -> int:
         """Block until every worker has torch and its device up (benchmarks time the steady state);

@@ -1,33 +1,32 @@
-"""What a profile worker does with one task: load it, check it, time it. Imports torch and stdlib only.
+"""What a profile worker does with one task: load it, check it, time it. torch and stdlib only, plus its two
+torch/stdlib-only siblings (pipeline.gpu_share: the GPU lock and memory budget; pipeline.tensor_checks).
 
-This file runs on a bare GPU image as a script (`python harness.py`), started by pipeline.executors,
-and speaks JSON lines: the first stdin line is the worker config ({"device", "settings", "lock_path"}),
-then one task per line; it answers {"ready": ...} once torch and the device are up, {"event": ...}
-while it waits for or holds the GPU lock (so the parent's timeout clock skips lock waits), and one
-{"result": measurement} per task. The protocol uses a duplicate of the original stdout; fd 1 is pointed
-at stderr so a task that prints cannot corrupt it. Nothing here imports pipeline/, operators/ or filters/.
+Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
+on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
+"settings", "lock_path"}), then one task per line; it answers {"ready": ...} once torch and the device are
+up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
+clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
+original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
 
 Per task: exec the module as KernelBench does; weights and inputs from one seed, created on the GPU
 itself (KernelBench draws on the CPU and moves them: same shapes and distribution, other values, and a
 CPU draw of several GB per worker would exhaust host memory and time); a quick eager run (early reject
 far outside the window or over the memory cap); determinism (two eager runs on the same inputs); input
-sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed; peak memory; eager
-timing; then `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with eager on every draw at
-1e-4 and 1e-2, graph breaks, and compiled timing. All device work runs under an exclusive per-GPU file
-lock; loading and compilation (CPU work) run outside it, so several workers per GPU overlap compile with
-their neighbours' timed runs without disturbing them.
+sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed; peak memory; then, unless
+those checks already reject the task, `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with
+eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eager and compiled timing in one exclusive
+hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds nothing,
+so several workers per GPU overlap their work without ever disturbing a timed run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import faulthandler
-import fcntl
 import json
 import math
 import os
 import resource
-import statistics
 import sys
 import time
 import weakref
@@ -36,6 +35,9 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from pipeline.gpu_share import GpuLock, MemoryBudget
+from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, tensors
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
@@ -70,164 +72,6 @@ def _classify(e: BaseException) -> tuple[str, bool]:
     return "error", False
 
 
-class GpuLock:
-    """One GPU shared by its workers: timed runs hold it exclusively; other device work (setup, checks, the
-    first compiled call with inductor's autotuning) holds it shared, so neighbours overlap untimed work with
-    each other but never with a timed run. flock, so a killed holder frees it; a turnstile file queues
-    newcomers behind a waiting exclusive holder, so timing is never starved by a stream of shared holders.
-    `sync` runs before every release: no kernel of ours may still be running when a neighbour starts timing."""
-
-    def __init__(self, path: str | None, notify: Callable[[str], None],
-                 sync: Callable[[], None] = lambda: None) -> None:
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
-        self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
-        self.notify, self.sync = notify, sync
-        self.mode: str | None = None  # None | "shared" | "exclusive"
-        self.held_s = 0.0
-        self.exclusive_s = 0.0
-        self.wait_s = 0.0
-        self._since = 0.0
-
-    @property
-    def held(self) -> bool:
-        return self.mode is not None
-
-    def _flock(self, fd: int, op: int) -> None:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-        except BlockingIOError:
-            t0 = time.perf_counter()
-            self.notify("lock_wait")
-            fcntl.flock(fd, op)
-            self.notify("lock_held")
-            self.wait_s += time.perf_counter() - t0
-
-    def acquire(self, exclusive: bool = False) -> None:
-        mode = "exclusive" if exclusive else "shared"
-        if self.mode == mode:
-            return
-        self.release()
-        if self.fd is not None and self.turnstile is not None:
-            self._flock(self.turnstile, fcntl.LOCK_EX)
-            try:
-                self._flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            finally:
-                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-        self.mode, self._since = mode, time.perf_counter()
-
-    def release(self) -> None:
-        if self.mode is None:
-            return
-        with contextlib.suppress(Exception):  # a poisoned context fails here too; the task has its status
-            self.sync()
-        dt = time.perf_counter() - self._since
-        self.held_s += dt
-        if self.mode == "exclusive":
-            self.exclusive_s += dt
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-        self.mode = None
-
-    def yield_(self) -> None:
-        """Between steps of a shared section: let a waiting exclusive holder in (the turnstile queues this
-        worker behind it), so a timed run waits for one step of each neighbour, not a whole section."""
-        if self.mode == "shared":
-            self.release()
-            self.acquire()
-
-    @contextlib.contextmanager
-    def hold(self, exclusive: bool = False):
-        self.acquire(exclusive)
-        try:
-            yield
-        finally:
-            self.release()
-
-
-class MemoryBudget:
-    """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
-    it touches the device and waits while the others' reservations leave no room, so workers never meet
-    with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
-    so a large reservation (a task retried alone) is never starved by a stream of small ones. The state is
-    a file of `pid bytes held|wait` lines, in arrival order, under flock; lines of dead workers are
-    dropped on every read, so a crashed worker frees its share."""
-
-    def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
-                 owner: int | None = None) -> None:
-        self.path, self.total, self.notify = path, int(total_bytes), notify
-        self.owner = owner or os.getpid()  # a live process id: the entry dies with it
-        self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
-        self.reserved = 0
-        self.wait_s = 0.0
-
-    def _entries(self) -> list[list]:
-        out: list[list] = []
-        with contextlib.suppress(FileNotFoundError), open(self.path) as f:  # type: ignore[arg-type]
-            for line in f:
-                parts = line.split()
-                with contextlib.suppress(ValueError, IndexError):
-                    out.append([int(parts[0]), int(parts[1]), parts[2]])
-        live = []
-        for e in out:
-            try:
-                os.kill(e[0], 0)
-            except ProcessLookupError:
-                continue
-            except PermissionError:
-                pass
-            live.append(e)
-        return live
-
-    def _write(self, entries: list[list]) -> None:
-        tmp = f"{self.path}.{self.owner}"
-        with open(tmp, "w") as f:
-            f.write("".join(f"{pid} {n} {state}\n" for pid, n, state in entries))
-        os.replace(tmp, self.path)  # type: ignore[arg-type]
-
-    def _try(self, nbytes: int, force: bool) -> bool:
-        """Admit (or queue) this worker for nbytes; nbytes=0 leaves the queue."""
-        fcntl.flock(self.fd, fcntl.LOCK_EX)  # type: ignore[arg-type]
-        try:
-            entries = self._entries()
-            mine = next((e for e in entries if e[0] == self.owner), None)
-            if nbytes == 0:
-                self._write([e for e in entries if e[0] != self.owner])
-                self.reserved = 0
-                return True
-            if mine is None:
-                mine = [self.owner, nbytes, "wait"]
-                entries.append(mine)
-            mine[1] = nbytes
-            held = sum(e[1] for e in entries if e[0] != self.owner and e[2] == "held")
-            ahead = any(e[2] == "wait" for e in entries[:entries.index(mine)])
-            ok = force or mine[2] == "held" or (not ahead and (held == 0 or held + nbytes <= self.total))
-            if ok:
-                mine[2] = "held"
-                self.reserved = nbytes
-            self._write(entries)
-            return ok
-        finally:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
-
-    def reserve(self, nbytes: int, wait: bool = True) -> None:
-        """Hold nbytes (replacing this worker's reservation). wait=False records it without waiting: used to
-        change a reservation mid-task, where waiting while holding memory could deadlock two workers."""
-        if self.fd is None or nbytes == self.reserved:
-            return
-        if self._try(nbytes, force=not wait):
-            return
-        t0 = time.perf_counter()
-        self.notify("lock_wait")
-        while not self._try(nbytes, force=False):
-            time.sleep(0.02)
-        self.notify("lock_held")
-        self.wait_s += time.perf_counter() - t0
-
-    def release(self) -> None:
-        if self.fd is not None and self.reserved:
-            self._try(0, force=True)
-
-
 class _Recorder(TorchDispatchMode):
     """ATen ops executed, in order, and the peak bytes of live tensors they created (CPU memory estimate)."""
 
@@ -254,7 +98,7 @@ class _Recorder(TorchDispatchMode):
         if name not in _SKIP_OPS:
             self.ops.append(name)
         out = func(*args, **(kwargs or {}))
-        for t in _tensors(out):
+        for t in tensors(out):
             try:
                 st = t.untyped_storage()
                 ptr, nbytes = st.data_ptr(), st.nbytes()
@@ -269,16 +113,6 @@ class _Recorder(TorchDispatchMode):
         return out
 
 
-def _tensors(obj: Any) -> list:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, list | tuple):
-        return [t for o in obj for t in _tensors(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors(o)]
-    return []
-
-
 def _to(obj: Any, device: Any) -> Any:
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
@@ -288,58 +122,11 @@ def _to(obj: Any, device: Any) -> Any:
 
 
 def _flat(out: Any) -> Any:
-    ts = _tensors(out)
+    ts = tensors(out)
     if not ts:
         raise TaskError("error", f"forward returned no tensor ({type(out).__name__})")
     flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
     return flat[0] if len(flat) == 1 else torch.cat(flat)  # one float output: a view, no copy
-
-
-def degenerate(flat: Any) -> str:
-    """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
-    if flat.numel() == 0:
-        return "empty"
-    if not bool(torch.isfinite(flat).all()):
-        return "nonfinite"
-    amax = float(flat.abs().max())
-    if amax == 0.0:
-        return "zero"
-    if amax < 1e-4:
-        return "tiny"
-    if flat.numel() > 1 and float(flat.max()) == float(flat.min()):
-        return "constant"
-    # share of the most common value, exact up to 1M elements, on an even stride above that
-    sample = flat[:: max(1, flat.numel() // 1_000_000)]
-    counts = torch.unique(sample, return_counts=True)[1]
-    if sample.numel() > 1 and float(counts.max()) / sample.numel() > 0.99:
-        return "saturated"
-    return ""
-
-
-def max_diff(a: Any, b: Any) -> float:
-    if a.shape != b.shape:
-        return math.inf
-    d = (a - b).abs()
-    d = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(d), d)
-    return float(d.max()) if d.numel() else 0.0
-
-
-def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
-    """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
-    if out.shape != ref.shape:
-        return math.inf, math.inf, False, False
-    err = (out - ref).abs()
-    abs_err = float(err.max()) if err.numel() else 0.0
-    rel_err = float((err / ref.abs().clamp_min(1e-8)).max()) if err.numel() else 0.0
-    return (abs_err, rel_err, bool(torch.allclose(out, ref, atol=1e-4, rtol=1e-4)),
-            bool(torch.allclose(out, ref, atol=1e-2, rtol=1e-2)))
-
-
-def _quantiles(xs: list[float]) -> tuple[float, float]:
-    if len(xs) < 2:
-        return xs[0], 0.0
-    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return q2, q3 - q1
 
 
 class _LockedBackend:
@@ -443,7 +230,7 @@ class Harness:
                     t0 = time.perf_counter()
                     fn(*args)
                     times.append((time.perf_counter() - t0) * 1e3)
-            med, iqr = _quantiles(times)
+            med, iqr = quantiles(times)
             if iqr <= float(s["iqr_target"]) * med or len(times) >= max_runs or time.perf_counter() > budget_end:
                 return med, iqr, len(times)
             batch = min(max(batch, len(times) // 2), max_runs - len(times))
@@ -456,7 +243,7 @@ class Harness:
             self._reject_memory(m)  # before a second output would sit beside the first
             # the measured need replaces the prediction: one forward's peak beside the reference output kept
             # for the checks; changed without waiting, since waiting while holding memory could deadlock
-            out_bytes = sum(t.numel() * t.element_size() for t in _tensors(out))
+            out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
             self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
         t0 = time.perf_counter()
         model(*x)
@@ -591,10 +378,10 @@ class Harness:
             m["aten_ops"] = rec.ops
             if not self.cuda:
                 resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(),
-                                                                      *_tensors(x0)])
+                                                                      *tensors(x0)])
                 m["peak_memory_bytes"] = int(resident + rec.peak)
             ref0 = _flat(out0)
-            owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *_tensors(x0)]}
+            owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *tensors(x0)]}
             if ref0.numel() < 2**28 or ref0.untyped_storage().data_ptr() in owned:
                 ref0 = ref0.clone()  # the next run may write into the same buffer (in-place on an input, say)
             del out0

@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 
 from pipeline.config import ProfileSection
-from pipeline.harness import Harness, degenerate
+from pipeline.harness import Harness
+from pipeline.tensor_checks import degenerate
 
 TEMPLATE = '''
 import torch

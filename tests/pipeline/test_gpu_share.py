@@ -1,4 +1,4 @@
-"""How the workers of one GPU share it: the shared/exclusive GPU lock and the memory admission budget."""
+"""How the workers of one GPU share it (pipeline.gpu_share): the shared/exclusive lock and the memory budget."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.harness import GpuLock, MemoryBudget
+from pipeline.gpu_share import GpuLock, MemoryBudget
 
 
 def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:

@@ -1,0 +1,169 @@
+"""How the profile workers of one GPU share it: a shared/exclusive lock (only timed runs hold the GPU alone)
+and a memory budget whose reservations are each worker's hard allocator cap. Stdlib only: file locks, so a
+killed worker frees what it held."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Callable
+
+
+class GpuLock:
+    """One GPU shared by its workers: timed runs hold it exclusively; other device work (setup, checks, the
+    first compiled call with inductor's autotuning) holds it shared, so neighbours overlap untimed work with
+    each other but never with a timed run. flock, so a killed holder frees it; a turnstile file queues
+    newcomers behind a waiting exclusive holder, so timing is never starved by a stream of shared holders.
+    `sync` runs before every release: no kernel of ours may still be running when a neighbour starts timing."""
+
+    def __init__(self, path: str | None, notify: Callable[[str], None],
+                 sync: Callable[[], None] = lambda: None) -> None:
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.notify, self.sync = notify, sync
+        self.mode: str | None = None  # None | "shared" | "exclusive"
+        self.held_s = 0.0
+        self.exclusive_s = 0.0
+        self.wait_s = 0.0
+        self._since = 0.0
+
+    @property
+    def held(self) -> bool:
+        return self.mode is not None
+
+    def _flock(self, fd: int, op: int) -> None:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            t0 = time.perf_counter()
+            self.notify("lock_wait")
+            fcntl.flock(fd, op)
+            self.notify("lock_held")
+            self.wait_s += time.perf_counter() - t0
+
+    def acquire(self, exclusive: bool = False) -> None:
+        mode = "exclusive" if exclusive else "shared"
+        if self.mode == mode:
+            return
+        self.release()
+        if self.fd is not None and self.turnstile is not None:
+            self._flock(self.turnstile, fcntl.LOCK_EX)
+            try:
+                self._flock(self.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.mode, self._since = mode, time.perf_counter()
+
+    def release(self) -> None:
+        if self.mode is None:
+            return
+        with contextlib.suppress(Exception):  # a poisoned context fails here too; the task has its status
+            self.sync()
+        dt = time.perf_counter() - self._since
+        self.held_s += dt
+        if self.mode == "exclusive":
+            self.exclusive_s += dt
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        self.mode = None
+
+    def yield_(self) -> None:
+        """Between steps of a shared section: let a waiting exclusive holder in (the turnstile queues this
+        worker behind it), so a timed run waits for one step of each neighbour, not a whole section."""
+        if self.mode == "shared":
+            self.release()
+            self.acquire()
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool = False):
+        self.acquire(exclusive)
+        try:
+            yield
+        finally:
+            self.release()
+
+
+class MemoryBudget:
+    """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
+    it touches the device and waits while the others' reservations leave no room, so workers never meet
+    with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
+    so a large reservation (a task retried alone) is never starved by a stream of small ones. The state is
+    a file of `pid bytes held|wait` lines, in arrival order, under flock; lines of dead workers are
+    dropped on every read, so a crashed worker frees its share."""
+
+    def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
+                 owner: int | None = None) -> None:
+        self.path, self.total, self.notify = path, int(total_bytes), notify
+        self.owner = owner or os.getpid()  # a live process id: the entry dies with it
+        self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
+        self.reserved = 0
+        self.wait_s = 0.0
+
+    def _entries(self) -> list[list]:
+        out: list[list] = []
+        with contextlib.suppress(FileNotFoundError), open(self.path) as f:  # type: ignore[arg-type]
+            for line in f:
+                parts = line.split()
+                with contextlib.suppress(ValueError, IndexError):
+                    out.append([int(parts[0]), int(parts[1]), parts[2]])
+        live = []
+        for e in out:
+            try:
+                os.kill(e[0], 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass
+            live.append(e)
+        return live
+
+    def _write(self, entries: list[list]) -> None:
+        tmp = f"{self.path}.{self.owner}"
+        with open(tmp, "w") as f:
+            f.write("".join(f"{pid} {n} {state}\n" for pid, n, state in entries))
+        os.replace(tmp, self.path)  # type: ignore[arg-type]
+
+    def _try(self, nbytes: int, force: bool) -> bool:
+        """Admit (or queue) this worker for nbytes; nbytes=0 leaves the queue."""
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # type: ignore[arg-type]
+        try:
+            entries = self._entries()
+            mine = next((e for e in entries if e[0] == self.owner), None)
+            if nbytes == 0:
+                self._write([e for e in entries if e[0] != self.owner])
+                self.reserved = 0
+                return True
+            if mine is None:
+                mine = [self.owner, nbytes, "wait"]
+                entries.append(mine)
+            mine[1] = nbytes
+            held = sum(e[1] for e in entries if e[0] != self.owner and e[2] == "held")
+            ahead = any(e[2] == "wait" for e in entries[:entries.index(mine)])
+            ok = force or mine[2] == "held" or (not ahead and (held == 0 or held + nbytes <= self.total))
+            if ok:
+                mine[2] = "held"
+                self.reserved = nbytes
+            self._write(entries)
+            return ok
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+
+    def reserve(self, nbytes: int, wait: bool = True) -> None:
+        """Hold nbytes (replacing this worker's reservation). wait=False records it without waiting: used to
+        change a reservation mid-task, where waiting while holding memory could deadlock two workers."""
+        if self.fd is None or nbytes == self.reserved:
+            return
+        if self._try(nbytes, force=not wait):
+            return
+        t0 = time.perf_counter()
+        self.notify("lock_wait")
+        while not self._try(nbytes, force=False):
+            time.sleep(0.02)
+        self.notify("lock_held")
+        self.wait_s += time.perf_counter() - t0
+
+    def release(self) -> None:
+        if self.fd is not None and self.reserved:
+            self._try(0, force=True)
