@@ -93,10 +93,13 @@ class CostMode(TorchDispatchMode):
         ts = [a for a in args if isinstance(a, torch.Tensor)]
         if not ts or any(isinstance(v, torch.Tensor) for v in kwargs.values()):
             return None
-        strided = None  # one dense, permuted input (a transposed q, say): the output takes its strides
+        strided = None  # dense, permuted inputs of one layout (a transposed q, say): the output takes it
         big = [a for a in ts if a.dim()]
         if any(not a.is_contiguous() for a in big):
-            if inplace or len(big) != 1 or not _dense(big[0]) or _layout_arg(func):
+            if inplace or not _dense(big[0]) or _layout_arg(func):
+                return None
+            if len(big) > 1 and (1 in big[0].shape or any(a.shape != big[0].shape or a.stride() != big[0].stride()
+                                                         for a in big[1:])):
                 return None
             strided = big[0].stride()
         key = (func, tuple(_dtype_key(a) for a in args), tuple(sorted(kwargs.items())))
@@ -451,6 +454,15 @@ _OVERLOAD_RULES = {name: _reduce for name in (
     "aten.mean.dim", "aten.sum.dim_IntList", "aten.amax.default", "aten.amin.default",
     "aten.linalg_vector_norm.default", "aten.norm.ScalarOpt_dim", "aten.logsumexp.default", "aten.std.correction",
     "aten.var.correction", "aten.prod.dim_int", "aten.nansum.default")}
+def _triangle(func, args, kwargs):
+    """tril/triu of a contiguous matrix (batch) of any dtype (causal masks are bool)."""
+    x = args[0]
+    if not isinstance(x, torch.Tensor) or x.dim() < 2 or not x.is_contiguous():
+        return None
+    return _like(x)
+
+
+_OVERLOAD_RULES.update({"aten.tril.default": _triangle, "aten.triu.default": _triangle})
 _OVERLOAD_RULES.update({"aten.mean.default": _reduce_all, "aten.sum.default": _reduce_all,
                         "aten.std_mean.correction": _reduce_pair, "aten.var_mean.correction": _reduce_pair})
 _OVERLOAD_RULES.update({name: _pair_loss for name in (

@@ -75,6 +75,12 @@ CASES = {
     "lerp_": lambda: _m(4, 5).lerp_(_m(4, 5), 0.5),
     "cosine_similarity": lambda: F.cosine_similarity(_m(4, 6, 5), _m(4, 6, 5), dim=1),
     "logsigmoid": lambda: F.logsigmoid(_m(4, 6, 5)),
+    "tril_bool": lambda: torch.ones(5, 5, dtype=torch.bool, device="meta").tril(),
+    "triu_batched": lambda: torch.triu(_m(3, 5, 6), diagonal=-1),
+    "add_both_transposed": lambda: _m(4, 6, 5).transpose(1, 2) + _m(4, 6, 5).transpose(1, 2),
+    "sub_both_permuted": lambda: torch.sub(_m(2, 3, 4, 5).permute(0, 2, 3, 1), _m(2, 3, 4, 5).permute(0, 2, 3, 1)),
+    "add_transposed_and_contiguous": lambda: _m(4, 6, 5).transpose(1, 2) + _m(4, 5, 6),
+    "add_sliced_pair": lambda: _m(4, 6)[:, ::2] + _m(4, 6)[:, ::2],
     "unfold": lambda: F.unfold(_m(2, 3, 8, 9), kernel_size=(2, 3), dilation=1, padding=(0, 1), stride=(1, 2)),
     "roll": lambda: torch.roll(_m(4, 6, 5), shifts=(1, -2), dims=(1, 2)),
     "flip": lambda: torch.flip(_m(4, 6, 5), dims=(0, 2)),
@@ -172,7 +178,9 @@ def _outcome(fn, mode=None):
             out = fn()
     except (RuntimeError, IndexError) as e:
         return type(e).__name__
-    return tuple(out.shape), out.stride(), out.dtype
+    # the stride of a size-1 dim never matters (views, contiguity); torch keeps the input's, shortcuts may not
+    stride = tuple(st if n != 1 else None for n, st in zip(out.shape, out.stride(), strict=True))
+    return tuple(out.shape), stride, out.dtype
 
 
 def test_unfold_shortcut_equals_meta_over_random_sizes():
@@ -185,3 +193,20 @@ def test_unfold_shortcut_equals_meta_over_random_sizes():
               "padding": (rng.randint(0, 2), rng.randint(0, 2)), "stride": (rng.randint(1, 3), rng.randint(1, 3))}
         run = functools.partial(F.unfold, x, **kw)
         assert _outcome(run, CostMode()) == _outcome(run), kw
+
+
+def test_pointwise_shortcut_equals_meta_over_random_layouts():
+    import random
+
+    rng = random.Random(1)
+    for _ in range(300):
+        shape = [rng.randint(1, 4) for _ in range(rng.randint(1, 4))]
+        perms = [rng.sample(range(len(shape)), len(shape)) for _ in range(2)]
+        if rng.random() < 0.5:
+            perms[1] = perms[0]
+        xs = []
+        for perm in perms:
+            base = _m(*[shape[i] for i in perm])  # a dense tensor whose memory order is `perm`
+            xs.append(base.permute(*[perm.index(i) for i in range(len(shape))]))
+        run = functools.partial(rng.choice([torch.add, torch.sub, torch.mul, torch.maximum]), *xs)
+        assert _outcome(run, CostMode()) == _outcome(run), (shape, perms)
