@@ -4,10 +4,13 @@ Writes DIR/contamination/ (one row per task in tasks/, every score kept) and the
 a task is dropped when any detector fires, with the detectors and the nearest problem in the reason.
 The op-signature detector also fires on a shared transformers model id (problems that load a Hugging Face
 model cannot be traced offline); `op_signature_source` then starts with `text:` and names the ids.
+Beside the detectors, a task that carries a reference problem's numbered name verbatim (an imported
+benchmark problem, however rewritten) is flagged with `name` in `detectors_fired`.
 """
 
 from __future__ import annotations
 
+import re
 import time
 
 from pipeline.config import Config
@@ -40,6 +43,17 @@ def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0
     return ops, source
 
 
+def name_matches(names: list[str | None], index_names: list[str], index_keys: list[str]) -> list[str | None]:
+    """Per task, the reference key whose problem name it carries verbatim (`27_Conv3d_HardSwish_GroupNorm_Mean`:
+    a benchmark problem imported under its own name, however its code was changed); only numbered names
+    count, so the sampler's names (operator chains, never numbered) cannot match."""
+    by_name: dict[str, str] = {}
+    for n, k in zip(index_names, index_keys, strict=True):
+        if n and re.match(r"\d+_", n):
+            by_name.setdefault(n.lower(), k)
+    return [by_name.get((n or "").lower()) for n in names]
+
+
 def _reason(row: dict) -> str:
     fired = "+".join(row["detectors_fired"])
     how = " (text: model id)" if row["op_signature_source"].startswith("text:") else ""
@@ -55,7 +69,7 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     t0 = time.time()
     dc = cfg.decontaminate
     specs = list(references or dc.reference)
-    tasks = rd.read_rows("tasks", ["task_id", "code", "aten_ops"])
+    tasks = rd.read_rows("tasks", ["task_id", "code", "aten_ops", "name"])
     index = load_references(specs, cache_dir=rd.path / "reference")
     ref = reference_matrix(index)
     sources = index.column("source").to_pylist()
@@ -63,8 +77,14 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
         [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
     fp = fingerprints([t["code"] or "" for t in tasks], ops)
     scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)
+    by_name = (name_matches([t.get("name") for t in tasks], index.column("name").to_pylist(),
+                            index.column("key").to_pylist()) if dc.name_match else [None] * len(tasks))
     rows = []
-    for t, s, src in zip(tasks, scored, op_source, strict=False):
+    for t, s, src, named in zip(tasks, scored, op_source, by_name, strict=False):
+        if named:
+            if not s["contaminated"]:
+                s["kb_nearest"] = named
+            s["contaminated"], s["detectors_fired"] = True, [*s["detectors_fired"], "name"]
         i = s.pop("_nearest_index")
         via = s.pop("_op_signature_via")
         if via and via.startswith("text:"):  # matched by the transformers model ids, not by traced ops
@@ -74,7 +94,7 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     rd.replace_table("contamination", rows, CONTAMINATION)
     rd.write_verdicts("decontaminate", [{"task_id": r["task_id"], "keep": not r["contaminated"],
                                          "reason": _reason(r) if r["contaminated"] else ""} for r in rows])
-    by_detector = {d: sum(d in r["detectors_fired"] for r in rows) for d in ("ast", "op_signature", "minhash")}
+    by_detector = {d: sum(d in r["detectors_fired"] for r in rows) for d in ("ast", "op_signature", "minhash", "name")}
     counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
               "references": sorted(set(sources)), "reference_problems": len(sources),
               "text_only_tasks": sum(s.startswith("text-only") for s in op_source),

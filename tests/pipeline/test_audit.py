@@ -1,5 +1,6 @@
 """Audit mode: importing a foreign dataset, then decontaminate and dedupe on it (functions, then the CLI)."""
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -228,3 +229,30 @@ def test_shipped_index_covers_kernelbench_without_source():
     assert load_index("builtin:v0").num_rows == 270
     with pytest.raises(OpsynthError, match="no shipped reference index"):
         load_index("builtin:v9")
+
+
+@needs_snapshot
+def test_a_task_under_a_reference_problem_name_is_flagged_by_name_only(tmp_path, tiny_reference):
+    """A rewritten benchmark problem that keeps its numbered name (KernelBench v0 vs main) is caught by name;
+    the same code under another name, and unnumbered sampler-style names, are not."""
+    rows = [{"code": GOOD, "name": "19_ReLU"}, {"code": GOOD.replace("3.0", "4.0"), "name": "ReLU"},
+            {"code": GOOD.replace("3.0", "5.0"), "name": "my_19_ReLU"}]
+    p = tmp_path / "named.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), p)
+    cfg = Config()
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    audit.import_dataset(str(p), rd, cfg)
+    decontaminate.run(rd, cfg, [str(tiny_reference)])
+    got = {r["task_id"]: r for r in rd.read_rows("contamination")}
+    names = {t["task_id"]: t["name"] for t in rd.read_rows("tasks")}
+    by_name = {names[k]: v for k, v in got.items()}
+    assert by_name["19_ReLU"]["contaminated"] and by_name["19_ReLU"]["detectors_fired"] == ["name"]
+    assert by_name["19_ReLU"]["kb_nearest"] == "level1/19_ReLU"
+    assert not by_name["ReLU"]["contaminated"] and not by_name["my_19_ReLU"]["contaminated"]
+    off = Config(decontaminate=dataclasses.replace(cfg.decontaminate, name_match=False))
+    rd2 = RunDir(tmp_path / "run2")
+    rd2.init(off)
+    audit.import_dataset(str(p), rd2, off)
+    decontaminate.run(rd2, off, [str(tiny_reference)])
+    assert not any(r["contaminated"] for r in rd2.read_rows("contamination"))
