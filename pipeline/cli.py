@@ -23,7 +23,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 reference_app = typer.Typer(no_args_is_help=True, help="Build and inspect decontamination references.")
 app.add_typer(reference_app, name="reference")
 
-RUN_STAGES = ("sample", "profile", "filter", "decontaminate", "dedupe", "publish", "report")
+RUN_STAGES = ("sample", "decontaminate", "profile", "filter", "dedupe", "publish", "report")
 DirArg = Annotated[Path, typer.Argument(help="run directory")]
 ExecutorOpt = Annotated[str, typer.Option(help="local (processes pinned to GPUs) or ray")]
 GpusOpt = Annotated[str | None, typer.Option(help="GPU indices for the local executor, e.g. 0,1 (default: all visible)")]
@@ -99,7 +99,8 @@ def run(
     llm_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint for --composer llm")] = None,
     llm_model: Annotated[str | None, typer.Option(help="model name for --composer llm")] = None,
 ) -> None:
-    """Run every stage: sample, profile, filter, decontaminate, dedupe, publish, report."""
+    """Run every stage: sample, decontaminate, profile (only what decontaminate kept), filter, dedupe, publish,
+    report."""
     import dataclasses
 
     cfg = _resolve_config(preset, config).with_overrides(n=n, seed=seed, device=device, workers=workers)
@@ -119,9 +120,9 @@ def run(
     from pipeline.stages import sample as sample_stage
 
     _stage("sample", sample_stage.run, rd, cfg, llm)
-    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address)
+    _decontaminate(rd, cfg, None)  # needs only the code: no GPU time for tasks it drops
+    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=True)
     _stage("filter", filter_stage.run, rd, cfg)
-    _decontaminate(rd, cfg, None)
     _dedupe(rd, cfg)
     folder = _publish(rd, None)
     summary = _report(rd, None)
@@ -145,12 +146,14 @@ def sample(
 
 @app.command()
 def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "local", gpus: GpusOpt = None,
-            ray_address: RayOpt = None) -> None:
-    """Measure every task in isolated worker processes into DIR/measurements/."""
+            ray_address: RayOpt = None,
+            all_tasks: Annotated[bool, typer.Option("--all", help="also tasks decontaminate already dropped")] = False,
+            ) -> None:
+    """Measure the tasks in isolated worker processes into DIR/measurements/ (not those already dropped)."""
     from pipeline.stages import profile as profile_stage
 
     rd, cfg = _open(dir, workers)
-    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address)
+    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=not all_tasks)
 
 
 @app.command("filter")

@@ -159,17 +159,25 @@ def _by_task(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def funnel(rd: RunDir, tasks: list[dict[str, Any]], measurements: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """Tasks left after each step: sampled, profiled ok, then each deciding stage that ran."""
-    out = [{"step": "sampled", "tasks": len(tasks)}]
-    if measurements is not None:
-        ok = sum(1 for r in _by_task(measurements).values() if r.get("status") == "ok")
-        out.append({"step": "profiled (ran ok)", "tasks": ok})
+    """Tasks left after each step, in `opsynth run`'s order: sampled, the code-only stages (import check,
+    decontaminate), profiled ok among the tasks still in, then filter and dedupe."""
     verdicts = verdicts_by_task(rd)
     ran: list[str] = []
-    for stage in stages_run(rd):
+
+    def left() -> list[str]:
+        return [t["task_id"] for t in tasks if all(verdicts.get(t["task_id"], {}).get(s, (False, ""))[0] for s in ran)]
+
+    out = [{"step": "sampled", "tasks": len(tasks)}]
+    to_profile = measurements is not None
+    for stage in [*stages_run(rd), None]:  # None: the end, where profiling goes if only code stages ran
+        if to_profile and stage not in ("import", "decontaminate"):
+            ok = {k for k, r in _by_task(measurements or []).items() if r.get("status") == "ok"}
+            out.append({"step": "profiled (ran ok)", "tasks": sum(t in ok for t in left())})
+            to_profile = False
+        if stage is None:
+            break
         ran.append(stage)
-        kept = sum(1 for t in tasks if all(verdicts.get(t["task_id"], {}).get(s, (False, ""))[0] for s in ran))
-        out.append({"step": f"kept after {stage}", "tasks": kept})
+        out.append({"step": f"kept after {stage}", "tasks": len(left())})
     return out
 
 

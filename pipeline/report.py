@@ -23,7 +23,7 @@ from pipeline.store import TABLES, RunDir
 VIEWS = {
     "rejection_reasons": """
         SELECT stage, reason_short AS reason, count(*) AS tasks FROM rejections GROUP BY stage, reason_short
-        ORDER BY list_position(['import','filter','decontaminate','dedupe'], stage), tasks DESC, reason""",
+        ORDER BY list_position(['import','decontaminate','filter','dedupe'], stage), tasks DESC, reason""",
     "contamination_by_detector": """
         SELECT detector, count(*) AS tasks FROM (SELECT unnest(detectors_fired) AS detector FROM contamination)
         GROUP BY detector ORDER BY tasks DESC""",
@@ -52,19 +52,23 @@ def _db_path(rd: RunDir) -> Path:
 
 def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
     steps = ["SELECT 0 AS step, 'tasks (sampled or imported)' AS stage, (SELECT count(*) FROM tasks) AS tasks"]
+    order = ("import", "decontaminate", "filter", "dedupe")
+
+    def kept_after(s: str) -> str:
+        names = ", ".join(f"'{p}'" for p in order[: order.index(s) + 1])
+        return f"(SELECT count(*) FROM tasks WHERE task_id NOT IN (SELECT task_id FROM rejections WHERE stage IN ({names})))"
+
     if "import" in stages:
-        steps.append("SELECT 1, 'passed import check', (SELECT count(*) FROM tasks WHERE task_id NOT IN "
-                     "(SELECT task_id FROM rejections WHERE stage = 'import'))")
-    if has_measurements:
-        steps.append("SELECT 2, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM measurements "
-                     "WHERE status = 'ok')")
-    for i, s in enumerate(("filter", "decontaminate", "dedupe")):
+        steps.append(f"SELECT 1, 'passed import check', {kept_after('import')}")
+    if "decontaminate" in stages:
+        steps.append(f"SELECT 2, 'kept after decontaminate', {kept_after('decontaminate')}")
+    if has_measurements:  # among the tasks still in: the funnel narrows at every step
+        steps.append("SELECT 3, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM measurements "
+                     "WHERE status = 'ok' AND task_id NOT IN (SELECT task_id FROM rejections WHERE stage IN "
+                     "('import', 'decontaminate')))")
+    for i, s in enumerate(("filter", "dedupe")):
         if s in stages:
-            prior = [x for x in ("import", "filter", "decontaminate", "dedupe")][: ("import", "filter", "decontaminate",
-                                                                                    "dedupe").index(s) + 1]
-            names = ", ".join(f"'{p}'" for p in prior)
-            steps.append(f"SELECT {3 + i}, 'kept after {s}', (SELECT count(*) FROM tasks WHERE task_id NOT IN "
-                         f"(SELECT task_id FROM rejections WHERE stage IN ({names})))")
+            steps.append(f"SELECT {4 + i}, 'kept after {s}', {kept_after(s)}")
     steps.append("SELECT 9, 'accepted', (SELECT count(*) FROM accepted)")
     return " UNION ALL ".join(steps) + " ORDER BY step"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pipeline.store import RunDir
 
-STAGE_ORDER = ("import", "filter", "decontaminate", "dedupe")
+# the order `opsynth run` applies them: decontamination needs only the code, so it comes before the GPU
+STAGE_ORDER = ("import", "decontaminate", "filter", "dedupe")
 
 
 def verdicts_by_task(rd: RunDir) -> dict[str, dict[str, tuple[bool, str]]]:

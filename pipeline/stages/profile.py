@@ -35,8 +35,11 @@ def executor_settings(cfg: Config) -> dict[str, Any]:
 
 
 def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None = None,
-        ray_address: str | None = None) -> dict[str, Any]:
+        ray_address: str | None = None, skip_dropped: bool = False) -> dict[str, Any]:
+    """Measure the tasks of `rd`. skip_dropped: tasks an earlier stage already dropped (decontaminate, when
+    `opsynth run` puts it first) get a `skipped` row instead of GPU time."""
     from pipeline.executors import make_executor
+    from pipeline.selection import first_rejection
     from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
@@ -48,11 +51,17 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     results: dict[int, dict[str, dict[str, Any]]] = {k: {} for k in pending}
     shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows}
     ops_of = {t["task_id"]: t["ops"] for t in tasks}
+    dropped = first_rejection(rd) if skip_dropped else {}
     to_run = []
     for rows in pending.values():
         for t in rows:
             reason = check_task_source(t["code"])
-            if reason:
+            if t["task_id"] in dropped:
+                stage, why = dropped[t["task_id"]]
+                results[shard_of[t["task_id"]]][t["task_id"]] = {
+                    "task_id": t["task_id"], "status": "skipped", "device": cfg.run.device,
+                    "error": f"not profiled: dropped by {stage} ({why})"[:300]}
+            elif reason:
                 results[shard_of[t["task_id"]]][t["task_id"]] = _static_rejection(t, reason, cfg.run.device)
             else:
                 to_run.append(t)
@@ -87,7 +96,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 note(m)
                 flush_ready()
     bar.close()
-    profiled = sum(1 for _ in rd.read_rows("measurements", ["task_id"]))
-    rd.record_stage("profile", time.time() - t0, profiled=profiled, device=cfg.run.device,
-                    executor=executor, workers=cfg.run.workers)
-    return {"profiled": profiled, "measured_now": len(to_run)}
+    statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
+    profiled = sum(statuses.values()) - statuses.get("skipped", 0)
+    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
+                    device=cfg.run.device, executor=executor, workers=cfg.run.workers)
+    return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": len(to_run)}

@@ -151,7 +151,9 @@ def test_polars_duckdb_and_exec(published: Path):
 
 def test_manifest_card_and_plots(published: Path):
     m = json.loads((published / "manifest.json").read_text())
-    assert [s["tasks"] for s in m["funnel"]] == [4, 4, 3, 2]
+    assert [s["step"] for s in m["funnel"]] == ["sampled", "kept after decontaminate", "profiled (ran ok)",
+                                                "kept after filter"]
+    assert [s["tasks"] for s in m["funnel"]] == [4, 3, 3, 2]
     assert m["config"]["name"] == "demo" and m["seeds"]["task_seeds"] == [100, 101]
     assert m["reference"]["used"] == ["builtin"] and m["gpu"] == ["cpu"]
     for rel, info in m["files"].items():
@@ -161,7 +163,7 @@ def test_manifest_card_and_plots(published: Path):
         png = published / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size < 100_000
         assert f"(plots/{name}.png)" in readme
-    assert "| kept after decontaminate | 2 |" in readme and "CUDA-Agent-Ops-6K" in readme
+    assert "| kept after decontaminate | 3 |" in readme and "CUDA-Agent-Ops-6K" in readme
     assert "hf://datasets/ORG/NAME/data/*.parquet" in readme
     assert not list(published.parent.glob(".out.*"))  # no temp folder left beside it
 

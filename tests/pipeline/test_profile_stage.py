@@ -1,0 +1,51 @@
+"""The profile stage spends no worker time on tasks an earlier stage (decontaminate) already dropped."""
+
+import dataclasses
+
+from pipeline.config import load_preset
+from pipeline.schema import TASKS, conform
+from pipeline.stages import profile
+from pipeline.store import RunDir
+
+CODE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * {k}
+
+def get_inputs():
+    return [torch.rand(16, 16)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _run(tmp_path, skip_dropped: bool) -> dict:
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    rd = RunDir(tmp_path / f"run-{skip_dropped}")
+    rd.init(cfg)
+    tasks = [{"task_id": f"t{i}", "name": "Tanh", "code": CODE.format(k=i + 2)} for i in range(2)]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+    rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True, "reason": ""},
+                                        {"task_id": "t1", "keep": False, "reason": "contaminated by ast"}])
+    counts = profile.run(rd, cfg, "local", skip_dropped=skip_dropped)
+    return {"counts": counts, "rows": {m["task_id"]: m for m in rd.read_rows("measurements")}}
+
+
+def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_path):
+    got = _run(tmp_path, skip_dropped=True)
+    assert got["counts"]["profiled"] == 1 and got["counts"]["skipped"] == 1
+    assert got["rows"]["t0"]["status"] == "ok" and got["rows"]["t0"]["eager_ms"] > 0
+    skipped = got["rows"]["t1"]
+    assert skipped["status"] == "skipped" and skipped["eager_ms"] is None
+    assert "decontaminate" in skipped["error"] and "contaminated by ast" in skipped["error"]
+
+
+def test_without_skipping_every_task_is_profiled(tmp_path):
+    got = _run(tmp_path, skip_dropped=False)
+    assert got["counts"]["skipped"] == 0
+    assert {m["status"] for m in got["rows"].values()} == {"ok"}
