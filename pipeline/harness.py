@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import gc
 import json
 import math
 import os
@@ -324,6 +325,9 @@ class Harness:
         finally:
             self.lock.release()
         if self.cuda and not m["_fatal"]:
+            # tensors held by reference cycles (compiled frames, tracebacks) would otherwise count against the
+            # next task's hard cap
+            gc.collect()
             with contextlib.suppress(Exception):
                 torch.cuda.empty_cache()
         self.budget.release()
