@@ -81,12 +81,7 @@ def _function_source(code: str, name: str) -> str:
 
 
 def _describe(row: dict[str, Any]) -> str:
-    try:
-        from operators.labels import describe_graph
-    except ImportError:  # the sampler's helpers are optional here: fall back to the raw graph
-        describe_graph = None
-    if describe_graph is not None:
-        return describe_graph(row)
+    # sizes and input functions go in their own prompt sections, so the graph is described without them
     try:
         return _describe_node_link(json.loads(row["graph"]))
     except (KeyError, TypeError, ValueError):  # an unknown graph layout: give the model the raw graph

@@ -43,7 +43,7 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
     """The YAML metadata block as a dict (license, categories, configs, dataset_info)."""
     from datasets import Features
 
-    from pipeline import publish
+    from pipeline import schema
 
     cfg = manifest["config"]
     configs, infos = [], []
@@ -52,7 +52,7 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
         if name == "default":
             entry["default"] = True
         configs.append(entry)
-        features = Features.from_arrow_schema(getattr(publish, schema_name))._to_yaml_list()
+        features = Features.from_arrow_schema(getattr(schema, schema_name))._to_yaml_list()
         n_bytes = int(manifest.get("arrow_bytes", {}).get(name, 0))
         infos.append({"config_name": name, "features": features,
                       "splits": [{"name": "train", "num_bytes": n_bytes, "num_examples": _num_rows(manifest, name)}],
@@ -192,7 +192,7 @@ def _composed(rows: list[dict[str, Any]]) -> str:
 
 
 def _columns() -> list[str]:
-    from pipeline.publish import COLUMNS
+    from pipeline.schema import COLUMNS
 
     out = ["| column | type | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | {_type_name(t)} | {doc} |" for name, (t, doc) in COLUMNS.items()]

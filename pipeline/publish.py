@@ -30,59 +30,9 @@ import pyarrow.parquet as pq
 
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError
-from pipeline.schema import CONTAMINATION
+from pipeline.schema import CONTAMINATION, PUBLISHED, PUBLISHED_CONTAMINATION, REJECTION_SUMMARY, REJECTIONS
 from pipeline.selection import STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
 from pipeline.store import RunDir
-
-STR_LIST = pa.list_(pa.string())
-
-# column -> (arrow type, description); order is the published column order
-COLUMNS: dict[str, tuple[pa.DataType, str]] = {
-    "ops": (pa.string(), "operator names as a JSON list string, exactly as in CUDA-Agent-Ops-6K"),
-    "data_source": (pa.string(), "`torch#k`: k fused torch operators (Ops-6K convention)"),
-    "code": (pa.string(), "the KernelBench-format module (Model, get_inputs, get_init_inputs)"),
-    "task_id": (pa.string(), "content id: sha256 of the canonical graph and sizes (16 hex chars)"),
-    "name": (pa.string(), "KernelBench-style name, e.g. Conv2d_GroupNorm_GELU"),
-    "ops_list": (STR_LIST, "`ops` as a list"),
-    "num_ops": (pa.int32(), "number of operators in the graph"),
-    "categories": (STR_LIST, "catalog categories of the operators"),
-    "is_dag": (pa.bool_(), "true for graphs with branches, residuals or several inputs"),
-    "graph": (pa.string(), "the operator graph, JSON node-link"),
-    "graph_hash": (pa.string(), "canonical graph hash at these sizes (structural dedupe key)"),
-    "aten_ops": (STR_LIST, "ATen ops that actually ran in forward, in order"),
-    "eager_ms": (pa.float64(), "median eager runtime, ms"),
-    "eager_iqr_ms": (pa.float64(), "interquartile range of the eager runtime, ms"),
-    "compile_ms": (pa.float64(), "median torch.compile runtime, ms"),
-    "compile_speedup": (pa.float64(), "eager_ms / compile_ms (> 1: compile is faster)"),
-    "compile_ok": (pa.bool_(), "torch.compile ran"),
-    "compile_agrees_1e4": (pa.bool_(), "compile output matches eager at atol=rtol=1e-4"),
-    "compile_agrees_1e2": (pa.bool_(), "compile output matches eager at atol=rtol=1e-2 (Ops-6K verifier)"),
-    "deterministic": (pa.bool_(), "two runs on the same input agree"),
-    "flops": (pa.int64(), "floating-point operations of one forward (cost model)"),
-    "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),
-    "arithmetic_intensity": (pa.float64(), "flops / bytes_moved"),
-    "peak_memory_bytes": (pa.int64(), "peak memory measured during forward"),
-    "achieved_tflops": (pa.float64(), "flops / eager time, TFLOP/s"),
-    "achieved_tbps": (pa.float64(), "bytes_moved / eager time, TB/s"),
-    "roofline_fraction": (pa.float64(), "roofline time / eager time on this device (1.0: no headroom left)"),
-    "gpu": (pa.string(), "device the runtimes were measured on"),
-    "torch_version": (pa.string(), "torch version of the measurement"),
-    "tf32": (pa.bool_(), "TF32 matmuls/convolutions were enabled while timing"),
-    "kb_nearest": (pa.string(), "nearest KernelBench problem (level/name)"),
-    "kb_ast_similarity": (pa.float64(), "AST similarity to the nearest KernelBench problem (Ops-6K dropped > 0.9)"),
-    "kb_op_signature_match": (pa.bool_(), "same traced operator sequence as a KernelBench problem"),
-    "kb_minhash_jaccard": (pa.float64(), "MinHash Jaccard estimate to the nearest KernelBench problem"),
-    "shape_variants": (pa.string(), "JSON list of alternative sizes {CONSTANT: value} the task also runs on"),
-    "composer": (pa.string(), "template (deterministic renderer) or llm"),
-    "seed": (pa.int64(), "sampling seed of this task"),
-    "opsynth_version": (pa.string(), "opsynth version that built the row"),
-}
-PUBLISHED = pa.schema([(name, t) for name, (t, _) in COLUMNS.items()])
-
-REJECTIONS = pa.schema([("task_id", pa.string()), ("name", pa.string()), ("stage", pa.string()),
-                        ("reason_kind", pa.string()), ("reason", pa.string())])
-REJECTION_SUMMARY = pa.schema([("stage", pa.string()), ("reason_kind", pa.string()), ("count", pa.int64())])
-PUBLISHED_CONTAMINATION = CONTAMINATION.append(pa.field("published", pa.bool_()))
 
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
 

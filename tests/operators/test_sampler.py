@@ -10,7 +10,8 @@ import pytest
 from filters.static_check import check_task_source
 from operators.catalog import REGISTRY
 from operators.describe import describe_graph
-from operators.labels import check_labels, pin_spec
+from operators.labels import check_labels
+from operators.pin_labels import pin_spec
 from operators.render import as_graph, render
 from operators.sample import sample_tasks
 from operators.spec import OpSpec
