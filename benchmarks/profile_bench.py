@@ -15,7 +15,6 @@ the summary table is printed last.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -33,15 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from filters.base import decide, reason_kind  # noqa: E402
-from filters.degenerate import input_sensitive, not_degenerate  # noqa: E402
-from filters.determinism import compiles_and_agrees, deterministic  # noqa: E402
-from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok  # noqa: E402
-from pipeline.config import load_preset  # noqa: E402
+from filters.labels import labels_match  # noqa: E402
+from pipeline.config import load_preset, worker_settings  # noqa: E402
 from pipeline.executors import make_executor  # noqa: E402
+from pipeline.stages.filter import CHECKS as FILTER_CHECKS  # noqa: E402
 
-# the filter stage's checks, labels aside (label truth needs the catalog, which is not on the GPU image)
-CHECKS = (ran_ok, eager_in_window, deterministic, input_sensitive, not_degenerate, peak_memory_under_cap,
-          compiles_and_agrees)
+# the filter stage's checks, labels aside (label truth is the sampler's business; measurements carry no `ops`)
+CHECKS = tuple(c for c in FILTER_CHECKS if c is not labels_match)
 
 PLANTED = '''
 import torch
@@ -64,13 +61,10 @@ PLANTS = {
 GOOD = PLANTED.replace("{body}", "return torch.tanh(x @ x) * 2")
 
 
-def settings_for(preset: str, seed: int, **over) -> tuple[dict, object]:
+def settings_for(preset: str, seed: int) -> tuple[dict, object]:
+    """The workers' settings exactly as `opsynth profile` builds them for the preset, with this seed."""
     cfg = load_preset(preset)
-    s = {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
-         "seed": seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
-         "reject": cfg.filter.eager_thresholds()}
-    s.update(over)
-    return s, cfg.filter
+    return {**worker_settings(cfg), "seed": seed}, cfg.filter
 
 
 def fresh_caches(tag: str) -> dict:

@@ -87,12 +87,6 @@ class FilterSection:
     max_peak_memory_gb: float = 8.0
     require_label_match: bool = True
 
-    def eager_thresholds(self) -> dict[str, Any]:
-        """The thresholds a profile worker applies to eager measurements before it decides to compile."""
-        return {"require_deterministic": self.require_deterministic,
-                "determinism_tolerance": self.determinism_tolerance,
-                "min_input_sensitivity": self.min_input_sensitivity, "reject_degenerate": self.reject_degenerate}
-
 
 @dataclass(frozen=True)
 class DecontaminateSection:
@@ -144,6 +138,18 @@ class Config:
 def _check(cond: bool, where: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"config error in {where}: {msg}")
+
+
+def worker_settings(cfg: Config) -> dict[str, Any]:
+    """What a profile worker (pipeline/harness.py) is told: the profile section, the filter section (it skips
+    compiling a task the eager checks already reject), the window and memory cap for early rejects, the
+    weights seed and the target device's roofline ceilings (TFLOP/s fp32, TB/s)."""
+    import dataclasses
+
+    return {**dataclasses.asdict(cfg.profile), "filter": dataclasses.asdict(cfg.filter),
+            "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms], "seed": cfg.run.seed,
+            "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
+            "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
 
 
 def validate(cfg: Config, where: str) -> Config:

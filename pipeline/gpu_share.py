@@ -89,7 +89,7 @@ class MemoryBudget:
     """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
     it touches the device and waits while the others' reservations leave no room, so workers never meet
     with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
-    so a large reservation (a task retried alone) is never starved by a stream of small ones. The state is
+    so a large reservation (a task retried with the worker's whole cap) is never starved by small ones. The state is
     a file of `pid bytes held|wait` lines, in arrival order, under flock; lines of dead workers are
     dropped on every read, so a crashed worker frees its share."""
 

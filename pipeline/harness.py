@@ -1,5 +1,6 @@
-"""What a profile worker does with one task: load it, check it, time it. torch and stdlib only, plus its two
-torch/stdlib-only siblings (pipeline.gpu_share: the GPU lock and memory budget; pipeline.tensor_checks).
+"""What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
+siblings pipeline.gpu_share (the GPU lock and memory budget) and pipeline.tensor_checks, and the filter
+stage's eager checks (pipeline.stages.filter), so a task they reject is not compiled.
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
@@ -32,6 +33,7 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -178,7 +180,7 @@ class Harness:
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
-            self.gpu = props.name
+            self.gpu, self.total_memory = props.name, props.total_memory
             if limit > 0:
                 # the checks hold about three outputs of a task whose one forward peaks at the filter's cap
                 peak_cap = float(settings.get("max_peak_memory_gb") or 0)
@@ -278,16 +280,12 @@ class Harness:
     def profile(self, task: dict) -> dict:
         """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
-        t0 = time.perf_counter()
-        self.lock.held_s = 0.0
+        t0, cpu0 = time.perf_counter(), _cpu_s()
+        self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = 0.0
         base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
-        m = base
-        self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = 0.0
-        cpu0 = _cpu_s()
-        first = self._footprint(task.get("predicted_peak_bytes"))
-        m = self._attempt(task, m, first)
+        m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
         if m["status"] == "oom" and not m["_fatal"] and self.budget.fd is not None and self.reserved_cap < self.task_cap:
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
             # again with the worker's whole cap, so an OOM is the task's own. (Reserving the whole GPU instead
@@ -297,7 +295,6 @@ class Harness:
         m["wall_s"] = time.perf_counter() - t0
         m["gpu_busy_s"] = self.lock.held_s
         m["gpu_exclusive_s"] = self.lock.exclusive_s
-        m["wait_s"] = self.lock.wait_s + self.budget.wait_s
         m["lock_wait_s"], m["budget_wait_s"] = self.lock.wait_s, self.budget.wait_s
         m["cpu_s"] = _cpu_s() - cpu0
         return m
@@ -308,9 +305,8 @@ class Harness:
         fails alone instead of starving a neighbour (call 8: 34 of 160 tasks OOM with estimates only)."""
         self.budget.reserve(nbytes, wait=wait)
         if self.cuda and self.budget.fd is not None and nbytes:
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            cap = min(nbytes + L2_FLUSH_BYTES + WORKSPACE_SLACK, total)
-            torch.cuda.set_per_process_memory_fraction(cap / total, self.device)
+            cap = min(nbytes + L2_FLUSH_BYTES + WORKSPACE_SLACK, self.total_memory)
+            torch.cuda.set_per_process_memory_fraction(cap / self.total_memory, self.device)
             self.reserved_cap = nbytes
 
     def _attempt(self, task: dict, m: dict, reserve: int) -> dict:
@@ -422,16 +418,15 @@ class Harness:
         self._roofline(task, m)
 
     def _eager_rejection(self, m: dict) -> str:
-        """The first filter (settings["reject"], the filter section's thresholds) the eager checks already
-        fail, or ''. The runtime window is left to the filter: eager timing comes last."""
-        r = self.s.get("reject") or {}
-        if r.get("require_deterministic") and m["determinism_max_diff"] > float(r.get("determinism_tolerance", 0)):
-            return "non-deterministic"
-        if m["input_min_pairwise_diff"] < float(r.get("min_input_sensitivity", 0)):
-            return "input-insensitive"
-        if r.get("reject_degenerate") and m["degenerate"]:
-            return "degenerate output"
-        return ""
+        """The filter stage's verdict from the eager checks alone (with settings["filter"], the filter section),
+        or '' when they keep the task or no filter section was given. The runtime window is left to the
+        filter: eager timing comes last."""
+        if not self.s.get("filter"):
+            return ""
+        from filters.base import decide
+        from pipeline.stages.filter import EAGER_CHECKS
+
+        return decide(m, EAGER_CHECKS, SimpleNamespace(**self.s["filter"]))[1]
 
     def _early_reject(self, quick: float, m: dict) -> None:
         s = self.s
@@ -442,7 +437,6 @@ class Harness:
             side = f"> {hi * factor:g}" if quick > hi * factor else f"< {lo / factor:g}"
             raise TaskError("early_reject", f"quick eager run {quick:.4g} ms {side} ms (window {lo:g}-{hi:g} ms, "
                                             f"factor {factor:g})")
-        self._reject_memory(m)
 
     def _reject_memory(self, m: dict) -> None:
         cap = self.s.get("max_peak_memory_gb")

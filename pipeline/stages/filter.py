@@ -14,10 +14,10 @@ from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok
 from pipeline.config import Config
 from pipeline.store import RunDir
 
-# order matters: the first failing check is the reason recorded
-# cheap eager checks first: a task the worker did not compile because one of them failed reports that one
-CHECKS = (ran_ok, eager_in_window, deterministic, input_sensitive, not_degenerate, peak_memory_under_cap,
-          compiles_and_agrees, labels_match)
+# what the eager runs alone decide; a profile worker applies them too, to skip compiling a task they reject
+EAGER_CHECKS = (deterministic, input_sensitive, not_degenerate)
+# order matters: the first failing check is the reason recorded, so the eager checks come before the compile's
+CHECKS = (ran_ok, eager_in_window, *EAGER_CHECKS, peak_memory_under_cap, compiles_and_agrees, labels_match)
 
 
 def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:

@@ -8,7 +8,6 @@ exactly those again.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import Counter
 from typing import Any
@@ -17,21 +16,13 @@ from tqdm import tqdm
 
 from filters.base import reason_kind
 from filters.static_check import check_task_source
-from pipeline.config import Config
+from pipeline.config import Config, worker_settings
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
 
 
 def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[str, Any]:
     return {"task_id": task["task_id"], "status": "rejected_static", "error": reason, "device": device}
-
-
-def executor_settings(cfg: Config) -> dict[str, Any]:
-    return {**dataclasses.asdict(cfg.profile), "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms],
-            "seed": cfg.run.seed, "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
-            "reject": cfg.filter.eager_thresholds(),
-            # roofline ceilings of the target device: TFLOP/s fp32 and TB/s
-            "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
 
 
 def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None = None,
@@ -90,7 +81,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     flush_ready()
     if to_run:
         with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                           executor_settings(cfg)) as ex:
+                           worker_settings(cfg)) as ex:
             for m in ex.imap_unordered(to_run):
                 results[shard_of[m["task_id"]]][m["task_id"]] = m
                 note(m)

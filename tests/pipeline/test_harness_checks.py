@@ -4,8 +4,10 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import ProfileSection
+from filters.base import decide
+from pipeline.config import FilterSection, ProfileSection
 from pipeline.harness import Harness
+from pipeline.stages.filter import EAGER_CHECKS
 from pipeline.tensor_checks import degenerate
 
 TEMPLATE = '''
@@ -89,8 +91,7 @@ def test_compile_agreement_and_graph_breaks():
     assert r["graph_breaks"] >= 1 and r["compile_ms"] > 0 and r["compile_runs"] >= 3
 
 
-REJECT = {"require_deterministic": True, "determinism_tolerance": 0.0, "min_input_sensitivity": 1e-4,
-          "reject_degenerate": True}
+FILTER = dataclasses.asdict(FilterSection())
 
 
 @pytest.mark.parametrize("expr, why", [
@@ -99,11 +100,13 @@ REJECT = {"require_deterministic": True, "determinism_tolerance": 0.0, "min_inpu
     ("self.drop(x)", "non-deterministic"),
 ])
 def test_eager_rejection_skips_the_compile(expr, why):
-    r = run(expr, compile=True, reject=REJECT)
+    r = run(expr, compile=True, filter=FILTER)
     assert r["status"] == "ok" and r["eager_ms"] > 0
-    assert r.get("compile_ok") is None and r["compile_error"] == f"skipped: {why}"
+    assert r.get("compile_ok") is None and r["compile_error"].startswith(f"skipped: {why} (")
+    # the worker's reason is the filter stage's own verdict on the same measurements
+    assert r["compile_error"] == "skipped: " + decide(r, EAGER_CHECKS, FilterSection())[1]
 
 
 def test_eager_rejection_compiles_when_told_to():
-    r = run("self.w.expand(32, 16) + 0 * x", compile=True, reject=REJECT, skip_compile_when_rejected=False)
+    r = run("self.w.expand(32, 16) + 0 * x", compile=True, filter=FILTER, skip_compile_when_rejected=False)
     assert r["compile_ok"] and r["compile_ms"] > 0
