@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError
 from pipeline.schema import CONTAMINATION, PUBLISHED, PUBLISHED_CONTAMINATION, REJECTION_SUMMARY, REJECTIONS
-from pipeline.selection import STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
+from pipeline.selection import CODE_STAGES, STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
 from pipeline.store import RunDir
 
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
@@ -120,7 +120,7 @@ def funnel(rd: RunDir, tasks: list[dict[str, Any]], measurements: list[dict[str,
     out = [{"step": "sampled", "tasks": len(tasks)}]
     to_profile = measurements is not None
     for stage in [*stages_run(rd), None]:  # None: the end, where profiling goes if only code stages ran
-        if to_profile and stage not in ("import", "decontaminate"):
+        if to_profile and stage not in CODE_STAGES:
             ok = {k for k, r in _by_task(measurements or []).items() if r.get("status") == "ok"}
             out.append({"step": "profiled (ran ok)", "tasks": sum(t in ok for t in left())})
             to_profile = False

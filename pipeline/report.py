@@ -18,12 +18,13 @@ import pyarrow as pa
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError, require
 from pipeline.schema import BY_TABLE
+from pipeline.selection import CODE_STAGES, STAGE_ORDER
 from pipeline.store import TABLES, RunDir
 
 VIEWS = {
-    "rejection_reasons": """
+    "rejection_reasons": f"""
         SELECT stage, reason_short AS reason, count(*) AS tasks FROM rejections GROUP BY stage, reason_short
-        ORDER BY list_position(['import','decontaminate','filter','dedupe'], stage), tasks DESC, reason""",
+        ORDER BY list_position({list(STAGE_ORDER)}, stage), tasks DESC, reason""",
     "contamination_by_detector": """
         SELECT detector, count(*) AS tasks FROM (SELECT unnest(detectors_fired) AS detector FROM contamination)
         GROUP BY detector ORDER BY tasks DESC""",
@@ -52,11 +53,11 @@ def _db_path(rd: RunDir) -> Path:
 
 def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
     steps = ["SELECT 0 AS step, 'tasks (sampled or imported)' AS stage, (SELECT count(*) FROM tasks) AS tasks"]
-    order = ("import", "decontaminate", "filter", "dedupe")
+    def dropped_by(names: tuple[str, ...]) -> str:
+        return "(SELECT task_id FROM rejections WHERE stage IN ({}))".format(", ".join(f"'{p}'" for p in names))
 
     def kept_after(s: str) -> str:
-        names = ", ".join(f"'{p}'" for p in order[: order.index(s) + 1])
-        return f"(SELECT count(*) FROM tasks WHERE task_id NOT IN (SELECT task_id FROM rejections WHERE stage IN ({names})))"
+        return f"(SELECT count(*) FROM tasks WHERE task_id NOT IN {dropped_by(STAGE_ORDER[: STAGE_ORDER.index(s) + 1])})"
 
     if "import" in stages:
         steps.append(f"SELECT 1, 'passed import check', {kept_after('import')}")
@@ -64,8 +65,7 @@ def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
         steps.append(f"SELECT 2, 'kept after decontaminate', {kept_after('decontaminate')}")
     if has_measurements:  # among the tasks still in: the funnel narrows at every step
         steps.append("SELECT 3, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM measurements "
-                     "WHERE status = 'ok' AND task_id NOT IN (SELECT task_id FROM rejections WHERE stage IN "
-                     "('import', 'decontaminate')))")
+                     f"WHERE status = 'ok' AND task_id NOT IN {dropped_by(CODE_STAGES)})")
     for i, s in enumerate(("filter", "dedupe")):
         if s in stages:
             steps.append(f"SELECT {4 + i}, 'kept after {s}', {kept_after(s)}")
