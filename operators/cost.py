@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 from operators.labels import VIEW_OPS
-from operators.trace import _SKIP
+from operators.trace import SKIP_OPS
 
 _POINTWISE = torch.Tag.pointwise
 
@@ -181,7 +181,7 @@ def _func_info(func) -> tuple:
     inplace = schema.is_mutable and name.endswith("_") and len(schema.returns) == 1 and bool(schema.arguments) \
         and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
     pointwise = _POINTWISE in func.tags and (inplace or not schema.is_mutable)
-    return (name, name in _SKIP, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
+    return (name, name in SKIP_OPS, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
             _RULES.get(name), _OVERLOAD_RULES.get(str(func)))
 
 

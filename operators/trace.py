@@ -17,7 +17,17 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-_SKIP = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
+# bookkeeping ops that are not part of what a task computes; never recorded
+SKIP_OPS = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
+
+
+def aten_name(func: Any) -> str:
+    """The name an ATen call is recorded under (`aten.convolution`): one vocabulary for the sampler's trace,
+    the profile worker's and the pinned labels."""
+    name = str(func.overloadpacket).replace("::", ".")
+    if not name.startswith("aten."):
+        name = f"aten.{name}" if "." not in name else name
+    return name
 
 
 class _Recorder(TorchDispatchMode):
@@ -26,10 +36,8 @@ class _Recorder(TorchDispatchMode):
         self.ops: list[str] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket).replace("::", ".")
-        if not name.startswith("aten."):
-            name = f"aten.{name}" if "." not in name else name
-        if name not in _SKIP:
+        name = aten_name(func)
+        if name not in SKIP_OPS:
             self.ops.append(name)
         return func(*args, **(kwargs or {}))
 

@@ -1,6 +1,7 @@
 """What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
-siblings pipeline.gpu_share (the GPU lock and memory budget) and pipeline.tensor_checks, and the filter
-stage's eager checks (pipeline.stages.filter), so a task they reject is not compiled.
+siblings pipeline.gpu_share (the GPU lock and memory budget) and pipeline.tensor_checks, the filter stage's
+eager checks (pipeline.stages.filter), so a task they reject is not compiled, and operators.trace's ATen
+naming, so the ops it records are the vocabulary the labels are pinned in.
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
@@ -39,13 +40,13 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from operators.trace import SKIP_OPS, aten_name
 from pipeline.gpu_share import GpuLock, MemoryBudget
 from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, tensors
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
 SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
-_SKIP_OPS = {"aten.detach", "aten.lift_fresh", "aten._to_copy", "aten.alias", "prim.device"}
 # Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
 _FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
                "unspecified launch failure", "CUBLAS_STATUS_EXECUTION_FAILED", "cudaError", "CUDNN_STATUS_EXECUTION")
@@ -95,10 +96,8 @@ class _Recorder(TorchDispatchMode):
             del self._refs[ptr]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket).replace("::", ".")
-        if not name.startswith("aten."):
-            name = f"aten.{name}" if "." not in name else name
-        if name not in _SKIP_OPS:
+        name = aten_name(func)
+        if name not in SKIP_OPS:
             self.ops.append(name)
         out = func(*args, **(kwargs or {}))
         for t in tensors(out):
