@@ -9,6 +9,7 @@ fails there is resampled, never written.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -369,11 +370,28 @@ def task_seed(seed: int, index: int, attempt: int) -> int:
     return int(hashlib.sha256(key.encode()).hexdigest()[:15], 16)
 
 
+_HEAP_FROZEN = False
+
+
+def _freeze_heap() -> None:
+    """Once per process: take what is alive now (mostly torch's ~330k import-time objects) out of the cyclic
+    collector's full passes. Sampling allocates enough tensors and records to trigger one every ~150 tasks,
+    and each walked the whole torch heap (~0.3 s, 10-25% of sampling time; cProfile does not show it).
+    Frozen objects are still freed by reference counting; only a cycle through one of them is never
+    collected. Results do not depend on it."""
+    global _HEAP_FROZEN
+    if not _HEAP_FROZEN:
+        _HEAP_FROZEN = True
+        gc.collect()
+        gc.freeze()
+
+
 def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | None = None) -> list[dict]:
     """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
     retry). A task whose task_id is already in `seen` (same canonical graph at the same shapes) is resampled;
     each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns)."""
     stats = stats if stats is not None else Stats()
+    _freeze_heap()
     with warnings.catch_warnings():  # deprecation chatter of torch ops on meta is not the user's concern
         warnings.simplefilter("ignore")
         return _sample(cfg, seed, indices, seen, stats)
