@@ -29,6 +29,7 @@ import gc
 import json
 import math
 import os
+import re
 import resource
 import sys
 import time
@@ -63,7 +64,13 @@ class TaskError(Exception):
 
 def one_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+    first = text[0] if text else ""
+    asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", first)
+    if asked:  # CUDA's OOM line lists every process on the card first: keep what explains this task's failure
+        allowed = re.search(r"([\d.]+ [KMGT]?i?B) allowed", first)
+        first = f"CUDA out of memory: tried to allocate {asked.group(1)}" + (
+            f" with {allowed.group(1)} allowed (the task's reserved cap)" if allowed else "")
+    return f"{type(e).__name__}: {first}"[:300]
 
 
 def _classify(e: BaseException) -> tuple[str, bool]:
@@ -176,6 +183,7 @@ class Harness:
         limit = float(settings.get("memory_limit_gb", 0) or 0)
         self.budget = MemoryBudget(None, 0, notify)
         self.task_cap = self.reserved_cap = 0
+        self.retrying = False
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -245,8 +253,10 @@ class Harness:
             self._reject_memory(m)  # before a second output would sit beside the first
             # the measured need replaces the prediction: one forward's peak beside the reference output kept
             # for the checks; changed without waiting, since waiting while holding memory could deadlock
-            out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
-            self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
+            # a further draw's inputs sit beside x0 during the sensitivity and compile checks
+            extra = sum(t.numel() * t.element_size() for t in [*tensors(out), *tensors(x)])
+            if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
+                self._reserve(self._footprint(m["peak_memory_bytes"], extra, measured=True), wait=False)
         t0 = time.perf_counter()
         model(*x)
         self._sync()
@@ -284,11 +294,13 @@ class Harness:
         base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
+        self.retrying = False
         m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
         if m["status"] == "oom" and not m["_fatal"] and self.budget.fd is not None and self.reserved_cap < self.task_cap:
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
             # again with the worker's whole cap, so an OOM is the task's own. (Reserving the whole GPU instead
             # drained every worker for each retry: 0.70 GPU-s per task instead of 0.44 on the H200, call 7.)
+            self.retrying = True
             m = self._attempt(task, dict(base), self.task_cap)
             m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
         m["wall_s"] = time.perf_counter() - t0
@@ -321,10 +333,12 @@ class Harness:
             self.lock.release()
         if self.cuda and not m["_fatal"]:
             # tensors held by reference cycles (compiled frames, tracebacks) would otherwise count against the
-            # next task's hard cap
-            gc.collect()
-            with contextlib.suppress(Exception):
-                torch.cuda.empty_cache()
+            # next task's hard cap; freed under the shared lock, since a cudaFree beside a neighbour's timed
+            # runs is suspected of slowing them (call 9: two of 30 tasks 65-90% slower than KernelBench's loop)
+            with self.lock.hold():
+                gc.collect()
+                with contextlib.suppress(Exception):
+                    torch.cuda.empty_cache()
         self.budget.release()
         return m
 
@@ -406,6 +420,9 @@ class Harness:
                 m["compile_error"] = f"skipped: {why}"  # compilation is the costliest step; the task is out anyway
             else:
                 compiled = self._compile(model, ns, x0, ref0, subs, stride, m)
+        # the checks are done: their outputs would only crowd the timed runs' allocations under the hard cap
+        del ref0, subs
+        retries0 = self._alloc_retries()
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput
         with self.lock.hold(exclusive=True):
@@ -414,7 +431,13 @@ class Harness:
             if compiled is not None:
                 med, iqr, n = self._time(compiled, x0, done_runs=int(s["warmup"]) - 1)
                 m.update(compile_ms=med, compile_iqr_ms=iqr, compile_runs=n)
+        # the allocator freeing its cache and calling cudaMalloc again inside timed runs (a cap too tight
+        # for the task) inflates them: recorded so such timings can be told apart
+        m["timing_alloc_retries"] = self._alloc_retries() - retries0
         self._roofline(task, m)
+
+    def _alloc_retries(self) -> int:
+        return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)) if self.cuda else 0
 
     def _eager_rejection(self, m: dict) -> str:
         """The filter stage's verdict from the eager checks alone (with settings["filter"], the filter section),

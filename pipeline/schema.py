@@ -43,6 +43,7 @@ MEASUREMENTS = pa.schema([
     ("compile_ms", pa.float64()),
     ("compile_iqr_ms", pa.float64()),
     ("compile_runs", pa.int32()),
+    ("timing_alloc_retries", pa.int32()),
     ("compile_max_abs_err", pa.float64()),
     ("compile_max_rel_err", pa.float64()),
     ("compile_agrees_1e4", pa.bool_()),

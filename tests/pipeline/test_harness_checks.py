@@ -6,7 +6,7 @@ import pytest
 
 from filters.base import decide
 from pipeline.config import FilterSection, ProfileSection
-from pipeline.harness import Harness
+from pipeline.harness import Harness, one_line
 from pipeline.stages.filter import EAGER_CHECKS
 from pipeline.tensor_checks import degenerate
 
@@ -110,3 +110,12 @@ def test_eager_rejection_skips_the_compile(expr, why):
 def test_eager_rejection_compiles_when_told_to():
     r = run("self.w.expand(32, 16) + 0 * x", compile=True, filter=FILTER, skip_compile_when_rejected=False)
     assert r["compile_ok"] and r["compile_ms"] > 0
+
+
+def test_oom_line_keeps_the_request_and_the_cap():
+    procs = " ".join(f"Process {i} has 9.23 GiB memory in use." for i in range(40))
+    msg = (f"CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
+           f"37.15 GiB is free. {procs} Of the allocated memory 5.1 GiB is allocated by PyTorch, 6.50 GiB allowed;")
+    line = one_line(RuntimeError(msg))
+    assert "tried to allocate 3.00 GiB" in line and "6.50 GiB allowed" in line
+    assert len(line) <= 300
