@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812 - the spelling task code uses
 
+from operators import batch_scale
 from operators.cost import CostMode, OpCost
 from operators.spec import Code, Dim, OpSpec, Reject, accepts, out_domain
 
@@ -221,6 +222,7 @@ class GraphBuilder:
             self.mode.fixed_ids = {id(t) for t in self._fixed_tensors()}
             ns = {**BASE_NS, "self": self.self_ns, **self.values}
             out = _run_call(key, node["call"], ns, self.mode)
+            _remember_batch(spec.name, key, self.g.graph["constants"].get(batch_scale.BATCH))
         if not isinstance(out, torch.Tensor):
             raise OpFailed("output is not a tensor")
         if preserve and tuple(out.shape) != tuple(self.values[x].shape):
@@ -363,8 +365,17 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
         key = node_key(d, constants, values)
         out = _replay(key, mode)
         if out is None:
-            fwd.update(values)
-            out = _run_call(key, d["call"], fwd, mode)
+            batch = constants.get(batch_scale.BATCH)
+            bkey = batch_scale.batch_key(d["op"], key, _STATIC[key[0]], batch)
+            hit = batch_scale.derive(bkey, batch) if bkey else None
+            if hit is not None:
+                mode.records.extend(hit[1])
+                out = _rebuild(hit[0])
+            else:
+                fwd.update(values)
+                out = _run_call(key, d["call"], fwd, mode)
+                if bkey:
+                    _remember_batch(d["op"], key, batch)
         values[var] = out
         for key in _same_operands(d["op"]):
             if key not in d["args"]:  # a learned bias/scale in its place broadcasts by design
@@ -409,6 +420,16 @@ def _rebuild(layout: tuple) -> torch.Tensor:
         return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
     span = 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) else 0
     return torch.empty((offset + span,), dtype=dtype, device="meta").as_strided(shape, stride, offset)
+
+
+def _remember_batch(op: str, key: tuple, batch: int | None) -> None:
+    """Offer a node's fresh meta result to batch scaling (operators.batch_scale)."""
+    hit = _MEMO.get(key)
+    if hit is None or hit[0] is None:
+        return
+    bkey = batch_scale.batch_key(op, key, _STATIC[key[0]], batch)
+    if bkey:
+        batch_scale.remember(bkey, batch, *hit)
 
 
 def _replay(key: tuple, mode: CostMode) -> torch.Tensor | None:

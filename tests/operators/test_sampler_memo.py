@@ -6,6 +6,7 @@ import warnings
 import pytest
 
 import operators.graph as graph_mod
+from operators import batch_scale
 from operators.catalog import REGISTRY
 from operators.cost import CostMode
 from operators.graph import MetaError, execute
@@ -30,6 +31,7 @@ def test_memo_replays_the_layouts_and_records_of_a_fresh_meta_run(monkeypatch):
         consts = dict(g.graph["constants"])
         consts["batch_size"] = max(1, consts["batch_size"] - 1)
         monkeypatch.setattr(graph_mod, "_MEMO", {})
+        monkeypatch.setattr(batch_scale, "BATCH_LINEAR", frozenset())  # every node runs (test_batch_scale.py)
         fresh = _run(g, consts)
         assert len(graph_mod._MEMO) == r["num_ops"]  # every op was run once and memoized
         replayed = _run(g, consts)  # now every op replays from the memo
