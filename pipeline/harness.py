@@ -253,8 +253,9 @@ class Harness:
             self._reject_memory(m)  # before a second output would sit beside the first
             # the measured need replaces the prediction: one forward's peak beside the reference output kept
             # for the checks; changed without waiting, since waiting while holding memory could deadlock
-            # a further draw's inputs sit beside x0 during the sensitivity and compile checks
-            extra = sum(t.numel() * t.element_size() for t in [*tensors(out), *tensors(x)])
+            # x0 is dropped before any further draw (and drawn again from its seed), so one forward's peak
+            # beside the reference output is the most the checks hold at once
+            extra = sum(t.numel() * t.element_size() for t in tensors(out))
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
                 self._reserve(self._footprint(m["peak_memory_bytes"], extra, measured=True), wait=False)
         t0 = time.perf_counter()
@@ -405,6 +406,7 @@ class Harness:
             # so the checks need one output's memory, not input_draws of them
             stride = max(1, ref0.numel() // SAMPLE)
             subs = [ref0[::stride]]
+            del x0  # a further draw beside x0 would need one more input set (call 9's OOMs under the hard cap)
             for k in range(1, draws):
                 self.lock.yield_()
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
@@ -419,9 +421,11 @@ class Harness:
             if why and s.get("skip_compile_when_rejected", True):
                 m["compile_error"] = f"skipped: {why}"  # compilation is the costliest step; the task is out anyway
             else:
-                compiled = self._compile(model, ns, x0, ref0, subs, stride, m)
+                compiled = self._compile(model, ns, ref0, subs, stride, m)
         # the checks are done: their outputs would only crowd the timed runs' allocations under the hard cap
         del ref0, subs
+        with self.lock.hold():
+            x0 = self._draw(ns, 0)  # the same values: draws are seeded
         retries0 = self._alloc_retries()
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput
@@ -465,7 +469,7 @@ class Harness:
         if cap and (m.get("peak_memory_bytes") or 0) > float(cap) * 2**30:
             raise TaskError("early_reject", f"peak memory {m['peak_memory_bytes'] / 2**30:.2f} GiB > {cap:g} GiB")
 
-    def _compile(self, model: Any, ns: dict, x0: tuple, ref0: Any, subs: list, stride: int, m: dict) -> Any:
+    def _compile(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict) -> Any:
         """Compile (CPU work, no lock), run and check agreement on every draw (shared lock); the compiled
         module, or None when compilation failed (recorded in m)."""
         import torch._dynamo as dynamo
@@ -479,7 +483,10 @@ class Harness:
             inner = dynamo.lookup_backend(backend_name)
         compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock))
         try:
+            with self.lock.hold():
+                x0 = self._draw(ns, 0)
             out = _flat(compiled(*x0))  # compiles without the lock, runs with it
+            del x0
         except Exception as e:  # noqa: BLE001 - a compile failure is a measurement
             status, fatal = _classify(e)
             if fatal or status == "oom":
