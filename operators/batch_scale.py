@@ -5,8 +5,8 @@ shape variants. For the operators in BATCH_LINEAR, a node whose arguments all le
 it outermost in memory) gives at batch B exactly what it gave at batch b, with the output's dim 0 set to B
 and every record's FLOPs, activation and output bytes times B/b (parameters and buffers stay). The list
 holds the operators that did so, with no exception, over every node of thousands of sampled tasks re-run
-at six other batch sizes (batch_linear.json; tests/operators/test_batch_scale.py re-checks each one
-against meta). Not on it:
+at six other batch sizes (batch_linear.json, written by `python -m operators.pin_batch`;
+tests/operators/test_batch_scale.py re-checks each one against meta). Not on it:
 operators whose meta trace holds a tensor of fixed size that is not a parameter (Linear reads a transposed
 view of its weight, BatchNorm counts num_batches_tracked, SDPA's causal mask), or whose ATen calls depend
 on the sizes (einsum's contraction order, quantile).
@@ -34,7 +34,8 @@ _MEMO: dict[tuple, tuple] = {}
 _LITERALS: dict[tuple, frozenset[int]] = {}
 _INT = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
-BATCH_LINEAR: frozenset[str] = frozenset(json.loads(Path(__file__).with_name("batch_linear.json").read_text())["operators"])
+PIN_FILE = Path(__file__).with_name("batch_linear.json")  # written by python -m operators.pin_batch
+BATCH_LINEAR: frozenset[str] = frozenset(json.loads(PIN_FILE.read_text())["operators"])
 
 
 def _outer(layout: tuple, batch: int) -> bool:
@@ -56,9 +57,10 @@ def _literals(static: tuple) -> frozenset[int]:
     return hit
 
 
-def batch_key(op: str, key: tuple, names: tuple[str, ...], batch: int | None) -> tuple | None:
-    """The node memo key with the batch taken out, or None where scaling would not be exact."""
-    if op not in BATCH_LINEAR or not batch or batch < 2 or BATCH in names:
+def batch_key(op: str, key: tuple, names: tuple[str, ...], batch: int | None, listed: bool = True) -> tuple | None:
+    """The node memo key with the batch taken out, or None where scaling would not be exact (`listed=False`:
+    whether or not `op` is on the list, for the pinning tool)."""
+    if (listed and op not in BATCH_LINEAR) or not batch or batch < 2 or BATCH in names:
         return None
     static, consts, args = key
     if not args or not all(_outer(layout, batch) for _, _, layout in args) or batch in _literals(static):
