@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
@@ -70,16 +71,29 @@ class CostMode(TorchDispatchMode):
         flops = 0
         if flop_fn is not None:
             flops = _flops(func, flop_fn, args, kwargs, out)
+        if view:  # a view reads and writes nothing (and split/unbind may return tens of thousands of them)
+            self.records.append(OpCost(name, flops, 0, 0, 0, True))
+            return out
         act = fixed = 0
-        if not view:
-            for a in _tensors(args, kwargs):
-                if id(a) in self.fixed_ids:
-                    fixed += _nbytes(a)
+        fixed_ids = self.fixed_ids
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            if isinstance(a, Tensor):
+                if id(a) in fixed_ids:
+                    fixed += a.nbytes
                 else:
-                    act += _nbytes(a)
-        # a view writes nothing (and split/unbind may return tens of thousands of them)
-        out_bytes = 0 if view else sum(_nbytes(t) for t in _tensors((out,), {}))
-        self.records.append(OpCost(name, flops, act + out_bytes, fixed, out_bytes, view))
+                    act += a.nbytes
+            elif isinstance(a, list | tuple):
+                for t in a:
+                    if isinstance(t, Tensor):
+                        if id(t) in fixed_ids:
+                            fixed += t.nbytes
+                        else:
+                            act += t.nbytes
+        if isinstance(out, Tensor):
+            out_bytes = out.nbytes
+        else:
+            out_bytes = sum(t.nbytes for t in _tensors((out,), {}))
+        self.records.append(OpCost(name, flops, act + out_bytes, fixed, out_bytes, False))
         return out
 
     def _fast_rule(self, rule, args, kwargs):

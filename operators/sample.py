@@ -30,6 +30,7 @@ from operators.graph import (
     TOKEN_NAMES,
     GraphBuilder,
     OpFailed,
+    ancestors,
     execute,
     is_dag,
     op_nodes,
@@ -348,7 +349,8 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
             stats.label_mismatches += 1
         raise TaskRejected(f"labels: {bad[0]}")
     out = g.graph["output"]
-    if any(out not in nx.descendants(g, n) for n in op_nodes(g) if n != out):
+    feeds = ancestors(g, out)  # n reaches the output: out in descendants(n), i.e. n in ancestors(out)
+    if any(n not in feeds for n in op_nodes(g) if n != out):
         raise TaskRejected("dead op")
     variants = _variants(g, consts, batch0)
     if len(variants) < 2:
