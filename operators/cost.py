@@ -508,17 +508,31 @@ def predict_ms(records: list[OpCost], bandwidth_gbps: float, tflops: float, laun
 
     `batch_scale` extrapolates to another batch size: FLOPs and activation bytes scale, weights do not.
     """
+    return roofline_ms(kernels(records), bandwidth_gbps, tflops, launch_us, batch_scale)
+
+
+def kernels(records: list[OpCost]) -> list[tuple[int, int, int]]:
+    """(FLOPs, activation bytes, fixed bytes) of each kernel (views are free): what `roofline_ms` reads, taken
+    once where one trace is priced at many batch sizes."""
+    return [(r.flops, r.act_bytes, r.fixed_bytes) for r in records if not r.view]
+
+
+def roofline_ms(kernels: list[tuple[int, int, int]], bandwidth_gbps: float, tflops: float, launch_us: float,
+                batch_scale: float = 1.0) -> float:
+    """predict_ms over `kernels(records)`."""
     t = 0.0
-    for r in records:
-        if r.view:
-            continue
-        compute = r.flops * batch_scale / (tflops * 1e12)
-        traffic = (r.act_bytes * batch_scale + r.fixed_bytes) / (bandwidth_gbps * 1e9)
+    for flops, act, fixed in kernels:
+        compute = flops * batch_scale / (tflops * 1e12)
+        traffic = (act * batch_scale + fixed) / (bandwidth_gbps * 1e9)
         t += max(compute, traffic) + launch_us * 1e-6
     return t * 1e3
 
 
 def peak_bytes(records: list[OpCost], input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
     """Upper bound on peak memory: inputs, weights and every intermediate alive at once."""
-    outs = sum(r.out_bytes for r in records)
+    return peak_from_outs(sum(r.out_bytes for r in records), input_bytes, fixed_bytes, batch_scale)
+
+
+def peak_from_outs(outs: int, input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
+    """peak_bytes given the summed output bytes of the trace."""
     return int((input_bytes + outs) * batch_scale + fixed_bytes)

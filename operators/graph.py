@@ -35,6 +35,7 @@ _MODULES: dict[tuple, Any] = {}
 _MEMO: dict[tuple, tuple] = {}
 MEMO_SIZE = 100_000
 _STATIC: dict[tuple, tuple[str, ...]] = {}
+_TENSORS: dict[int, tuple] = {}  # id(module) -> (module, its parameters and buffers)
 DIM_NAMES = {
     2: ("batch_size", "in_features"),
     3: ("batch_size", "in_channels", "length"),
@@ -261,8 +262,7 @@ class GraphBuilder:
     def _fixed_tensors(self):
         for v in vars(self.self_ns).values():
             if isinstance(v, nn.Module):
-                yield from v.parameters()
-                yield from v.buffers()
+                yield from module_tensors(v)
             elif isinstance(v, torch.Tensor):
                 yield v
 
@@ -331,9 +331,29 @@ def build_module(init: str, consts_ns: dict[str, Any]) -> Any:
     if m is None:
         if len(_MODULES) > 5000:
             _MODULES.clear()
+            _TENSORS.clear()
         with torch.device("meta"):
             m = _MODULES[key] = eval(code, consts_ns)  # noqa: S307
     return m
+
+
+def module_tensors(m: nn.Module) -> tuple[torch.Tensor, ...]:
+    """A module's parameters then buffers, listed once per cached module (no catalog module adds or replaces
+    one after construction; a lazy module, which would, is listed afresh each time)."""
+    hit = _TENSORS.get(id(m))
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    tensors = (*m.parameters(), *m.buffers())
+    if not isinstance(m, nn.modules.lazy.LazyModuleMixin):
+        if len(_TENSORS) > 5000:
+            _TENSORS.clear()
+        _TENSORS[id(m)] = (m, tensors)  # holding m keeps its id from being reused
+    return tensors
+
+
+def _shape_code(exprs: list[str]):
+    """One code object evaluating an input's shape expressions to a tuple (one eval instead of one per dim)."""
+    return compiled("(" + "".join(f"{e}, " for e in exprs) + ")")
 
 
 def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = None) -> tuple[torch.Tensor, dict]:
@@ -345,13 +365,13 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
     with torch.device("meta"):
         for var, d in g.nodes(data=True):
             if d["kind"] == "input":
-                shape = [eval(compiled(e), ns) for e in d["shape_expr"]]  # noqa: S307
+                shape = eval(_shape_code(d["shape_expr"]), ns)  # noqa: S307
                 values[var] = torch.empty(shape, dtype=getattr(torch, d["dtype"]), device="meta")
             else:
                 if d["init"]:
                     m = build_module(d["init"], ns)
                     setattr(holder, d["attr"], m)
-                    fixed += [*m.parameters(), *m.buffers()]
+                    fixed += module_tensors(m)
                 for attr, expr in d["tensors"]:
                     t = build_module(expr, ns)
                     setattr(holder, attr, t)

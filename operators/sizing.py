@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 
-from operators.cost import OpCost, peak_bytes, predict_ms
+from operators.cost import OpCost, kernels, peak_from_outs, roofline_ms
 
 MAX_BATCH = 65536
 
@@ -56,11 +56,13 @@ def per_sample_budget(rng: random.Random, target_ms: float, bandwidth_gbps: floa
 def solve_batch(records: list[OpCost], batch0: int, target_ms: float, cap_bytes: int, input_bytes: int,
                 fixed_bytes: int, bw: float, tflops: float, launch_us: float) -> int:
     """Largest batch whose predicted runtime is <= target_ms (at least 1), within the memory cap."""
+    ks, outs = kernels(records), sum(r.out_bytes for r in records)  # ~17 probes price one trace
+
     def t(b: int) -> float:
-        return predict_ms(records, bw, tflops, launch_us, b / batch0)
+        return roofline_ms(ks, bw, tflops, launch_us, b / batch0)
 
     def mem(b: int) -> int:
-        return peak_bytes(records, input_bytes, fixed_bytes, b / batch0)
+        return peak_from_outs(outs, input_bytes, fixed_bytes, b / batch0)
 
     lo, hi = 1, MAX_BATCH
     while lo < hi:

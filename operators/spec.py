@@ -8,6 +8,7 @@ on the meta device for shape propagation and written into the task, so what is m
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,13 +86,18 @@ class OpSpec:
     @property
     def short(self) -> str:
         """snake_case stem for variable and attribute names: nn.Conv2d -> conv2d, F.gelu -> gelu."""
-        stem = self.name.rsplit(".", 1)[-1].strip("_")
-        out = []
-        for i, ch in enumerate(stem):
-            if ch.isupper() and i and (stem[i - 1].islower() or (i + 1 < len(stem) and stem[i + 1].islower())):
-                out.append("_")
-            out.append(ch.lower())
-        return "".join(out).replace("__", "_")
+        return _snake(self.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _snake(name: str) -> str:
+    stem = name.rsplit(".", 1)[-1].strip("_")
+    out = []
+    for i, ch in enumerate(stem):
+        if ch.isupper() and i and (stem[i - 1].islower() or (i + 1 < len(stem) and stem[i + 1].islower())):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out).replace("__", "_")
 
 
 def out_domain(spec: OpSpec, have: str) -> str:
