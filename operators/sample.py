@@ -373,6 +373,12 @@ def task_seed(seed: int, index: int, attempt: int) -> int:
 
 
 _HEAP_FROZEN = False
+# Sampling runs with automatic collection off and collects the young generations itself every GC_EVERY tasks,
+# between tasks, where nothing of a task is alive: its garbage cycles (each draw's networkx graph holds some)
+# go then, and the caches' new entries move to the old generation once, never to be walked again while
+# sampling. Automatic collection walked those entries in every middle-generation pass and, ~every 400 tasks,
+# the whole growing cache in a full pass (~9% of sampling time). Results do not depend on it.
+GC_EVERY = 20
 
 
 def _freeze_heap() -> None:
@@ -394,16 +400,25 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
     each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns)."""
     stats = stats if stats is not None else Stats()
     _freeze_heap()
-    with warnings.catch_warnings():  # deprecation chatter of torch ops on meta is not the user's concern
-        warnings.simplefilter("ignore")
-        return _sample(cfg, seed, indices, seen, stats)
+    collecting = gc.isenabled()
+    gc.disable()  # see GC_EVERY
+    try:
+        with warnings.catch_warnings():  # deprecation chatter of torch ops on meta is not the user's concern
+            warnings.simplefilter("ignore")
+            return _sample(cfg, seed, indices, seen, stats, collecting)
+    finally:
+        if collecting:
+            gc.collect(1)
+            gc.enable()
 
 
-def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats) -> list[dict]:
+def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collect: bool = True) -> list[dict]:
     from pipeline.errors import OpsynthError
 
     rows = []
-    for i in indices:
+    for n, i in enumerate(indices, 1):
+        if collect and n % GC_EVERY == 0:
+            gc.collect(1)
         for attempt in range(MAX_ATTEMPTS):
             ts = task_seed(seed, i, attempt)
             stats.attempts += 1
