@@ -189,31 +189,32 @@ class GraphBuilder:
         node: dict[str, Any] = {"kind": "op", "op": spec.name, "category": spec.category,
                                 "params": {k: _jsonable(v) for k, v in params.items()}, "attr": "", "init": "",
                                 "tensors": [], "args": {"x": x}}
-        with torch.device("meta"):
-            if spec.init:
-                attr = self._unique(f"attr_{spec.short}")[5:]
-                node["attr"], node["init"] = attr, spec.init.format(**ctx_init)
-                setattr(self.self_ns, attr, build_module(node["init"], consts_ns))
-                ctx_call["m"] = f"self.{attr}"
-            for key, template in spec.attrs:
-                attr = self._unique(f"attr_{var}_{key}")[5:]
-                expr = template.format(**ctx_init)
+        # no torch.device("meta") around this: build_module enters it, and a second one stacked on it made every
+        # torch call in a module constructor pass two Python modes; inputs are made on meta explicitly
+        if spec.init:
+            attr = self._unique(f"attr_{spec.short}")[5:]
+            node["attr"], node["init"] = attr, spec.init.format(**ctx_init)
+            setattr(self.self_ns, attr, build_module(node["init"], consts_ns))
+            ctx_call["m"] = f"self.{attr}"
+        for key, template in spec.attrs:
+            attr = self._unique(f"attr_{var}_{key}")[5:]
+            expr = template.format(**ctx_init)
+            node["tensors"].append([attr, expr])
+            setattr(self.self_ns, attr, build_module(expr, consts_ns))
+            ctx_call[key] = f"self.{attr}"
+        for operand in spec.operands:
+            if operand.key == "y" and join_with is not None:
+                other = join_with
+            elif operand.key == "y" and bias:
+                attr, expr = self._bias(var, dims)
                 node["tensors"].append([attr, expr])
                 setattr(self.self_ns, attr, build_module(expr, consts_ns))
-                ctx_call[key] = f"self.{attr}"
-            for operand in spec.operands:
-                if operand.key == "y" and join_with is not None:
-                    other = join_with
-                elif operand.key == "y" and bias:
-                    attr, expr = self._bias(var, dims)
-                    node["tensors"].append([attr, expr])
-                    setattr(self.self_ns, attr, build_module(expr, consts_ns))
-                    ctx_call["y"] = f"self.{attr}"
-                    continue
-                else:
-                    other = self._operand(operand, dims, {**ctx_init, "N": dims[0].expr})
-                node["args"][operand.key] = other
-                ctx_call[operand.key] = other
+                ctx_call["y"] = f"self.{attr}"
+                continue
+            else:
+                other = self._operand(operand, dims, {**ctx_init, "N": dims[0].expr})
+            node["args"][operand.key] = other
+            ctx_call[operand.key] = other
         ctx_call["x"] = x
         node["call"] = spec.call.format(**ctx_call)
         first = len(self.mode.records)
@@ -362,20 +363,20 @@ def execute(g: nx.DiGraph, constants: dict[str, int], mode: CostMode | None = No
     holder = SimpleNamespace()
     values: dict[str, torch.Tensor] = {}
     fixed: list[torch.Tensor] = []
-    with torch.device("meta"):
-        for var, d in g.nodes(data=True):
-            if d["kind"] == "input":
-                shape = eval(_shape_code(d["shape_expr"]), ns)  # noqa: S307
-                values[var] = torch.empty(shape, dtype=getattr(torch, d["dtype"]), device="meta")
-            else:
-                if d["init"]:
-                    m = build_module(d["init"], ns)
-                    setattr(holder, d["attr"], m)
-                    fixed += module_tensors(m)
-                for attr, expr in d["tensors"]:
-                    t = build_module(expr, ns)
-                    setattr(holder, attr, t)
-                    fixed.append(t)
+    # modules are built on meta by build_module, inputs explicitly (no second device mode around them)
+    for var, d in g.nodes(data=True):
+        if d["kind"] == "input":
+            shape = eval(_shape_code(d["shape_expr"]), ns)  # noqa: S307
+            values[var] = torch.empty(shape, dtype=getattr(torch, d["dtype"]), device="meta")
+        else:
+            if d["init"]:
+                m = build_module(d["init"], ns)
+                setattr(holder, d["attr"], m)
+                fixed += module_tensors(m)
+            for attr, expr in d["tensors"]:
+                t = build_module(expr, ns)
+                setattr(holder, attr, t)
+                fixed.append(t)
     mode = mode if mode is not None else CostMode()
     mode.fixed_ids = {id(t) for t in fixed}
     fwd = {**BASE_NS, "self": holder}
