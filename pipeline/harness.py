@@ -18,7 +18,9 @@ sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed; 
 those checks already reject the task, `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with
 eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eager and compiled timing in one exclusive
 hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds nothing,
-so several workers per GPU overlap their work without ever disturbing a timed run.
+so several workers per GPU overlap their work without ever disturbing a timed run. Memory: one input set is
+alive at a time (the first draw is dropped before the others and drawn again from its seed for the compile
+check and timing), and the task's reservation in the GPU's budget is also the worker's hard allocator cap.
 """
 
 from __future__ import annotations
