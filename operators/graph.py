@@ -498,19 +498,6 @@ def is_dag(g: nx.DiGraph) -> bool:
     return len(inputs) > 1 or any(g.out_degree(n) > 1 for n in g.nodes) or any(g.in_degree(n) > 1 for n in g.nodes)
 
 
-def ancestors(g: nx.DiGraph, node: str) -> set[str]:
-    """nx.ancestors without networkx's dispatch layer (~0.1 ms a call, several calls a task)."""
-    pred = g._pred
-    seen: set[str] = set()
-    todo = [node]
-    while todo:
-        for p in pred[todo.pop()]:
-            if p not in seen:
-                seen.add(p)
-                todo.append(p)
-    return seen
-
-
 def op_nodes(g: nx.DiGraph) -> list[str]:
     return [n for n, d in g.nodes(data=True) if d["kind"] == "op"]
 

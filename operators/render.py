@@ -9,7 +9,7 @@ from typing import Any
 
 import networkx as nx
 
-from operators.graph import ancestors, op_nodes
+from operators.graph import op_nodes
 
 
 def as_graph(graph: str | dict | nx.DiGraph) -> nx.DiGraph:
@@ -27,7 +27,7 @@ def task_name(g: nx.DiGraph) -> str:
         stem = d["op"].rsplit(".", 1)[-1].strip("_")
         stem = stem if stem[:1].isupper() else "".join(p.capitalize() for p in stem.split("_"))
         srcs = [s for s in g.predecessors(var)]
-        if len(srcs) == 2 and any(a in ancestors(g, b) for a in srcs for b in srcs if a != b):
+        if len(srcs) == 2 and any(a in nx.ancestors(g, b) for a in srcs for b in srcs if a != b):
             stem = "Residual" + stem
         parts.append(stem)
     return "_".join(parts)

@@ -30,7 +30,6 @@ from operators.graph import (
     TOKEN_NAMES,
     GraphBuilder,
     OpFailed,
-    ancestors,
     execute,
     is_dag,
     op_nodes,
@@ -349,7 +348,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
             stats.label_mismatches += 1
         raise TaskRejected(f"labels: {bad[0]}")
     out = g.graph["output"]
-    feeds = ancestors(g, out)  # n reaches the output: out in descendants(n), i.e. n in ancestors(out)
+    feeds = nx.ancestors(g, out)  # one walk per task: n reaches the output iff n is among its ancestors
     if any(n not in feeds for n in op_nodes(g) if n != out):
         raise TaskRejected("dead op")
     variants = _variants(g, consts, batch0)

@@ -1,32 +1,19 @@
-"""The sampler's speed paths give exactly what the plain paths give: ancestors, learned-tensor builds under
+"""The sampler's speed paths give exactly what the plain paths give: learned-tensor builds under
 CostMode, cached module tensor lists, solve_batch's pre-extracted kernels, and GC state around sampling."""
 
 import gc
-import random
 
-import networkx as nx
 import torch
 import torch.nn as nn
 
 from operators.cost import CostMode, kernels, peak_bytes, predict_ms, roofline_ms
-from operators.graph import BASE_NS, ancestors, build_module, module_tensors
+from operators.graph import BASE_NS, build_module, module_tensors
 from operators.render import as_graph
 from operators.sample import sample_tasks
 from operators.sizing import solve_batch
 from pipeline.config import load_preset
 
 DEMO = load_preset("demo").sample
-
-
-def test_ancestors_match_networkx_on_random_dags():
-    rng = random.Random(3)
-    for _ in range(50):
-        n = rng.randint(1, 12)
-        g = nx.DiGraph()
-        g.add_nodes_from(range(n))
-        g.add_edges_from((a, b) for a in range(n) for b in range(a + 1, n) if rng.random() < 0.25)
-        for v in g.nodes:
-            assert ancestors(g, v) == nx.ancestors(g, v)
 
 
 def _layout(t):
