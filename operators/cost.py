@@ -76,19 +76,11 @@ class CostMode(TorchDispatchMode):
             return out
         act = fixed = 0
         fixed_ids = self.fixed_ids
-        for a in (*args, *kwargs.values()) if kwargs else args:
-            if isinstance(a, Tensor):
-                if id(a) in fixed_ids:
-                    fixed += a.nbytes
-                else:
-                    act += a.nbytes
-            elif isinstance(a, list | tuple):
-                for t in a:
-                    if isinstance(t, Tensor):
-                        if id(t) in fixed_ids:
-                            fixed += t.nbytes
-                        else:
-                            act += t.nbytes
+        for t in _tensors(args, kwargs):
+            if id(t) in fixed_ids:
+                fixed += t.nbytes
+            else:
+                act += t.nbytes
         if isinstance(out, Tensor):
             out_bytes = out.nbytes
         else:
