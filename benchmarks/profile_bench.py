@@ -143,7 +143,7 @@ def peak_calibration(tasks: list[dict], rows: list[dict]) -> dict:
 
 
 def phase_opsynth(a, tasks, settings, fsec) -> tuple[dict, list[dict]]:
-    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    gpus = first_gpu(a)
     rows, t = run_executor(tasks, a.device, a.workers, gpus, settings, fresh_caches("opsynth"))
     kept, reasons = verdicts(rows, fsec)
     n = len(rows)
@@ -214,7 +214,7 @@ def phase_agree(ops_rows: list[dict], kb_rows: list[dict], n: int, solo_rows: li
 def phase_solo(a, ids: list[str], tasks: list[dict], settings: dict) -> list[dict]:
     """The agreement tasks again through the same harness with one worker and no compile: no neighbours."""
     by_id = {t["task_id"]: t for t in tasks}
-    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    gpus = first_gpu(a)
     rows, _ = run_executor([by_id[i] for i in ids if i in by_id], a.device, 1, gpus,
                            {**settings, "compile": False}, {})
     return rows
@@ -223,7 +223,7 @@ def phase_solo(a, ids: list[str], tasks: list[dict], settings: dict) -> list[dic
 def phase_repeat(a, ops_rows, tasks, settings) -> tuple[dict, list[dict]]:
     ok = [r for r in ops_rows if r.get("status") == "ok" and r.get("eager_ms")][: a.repeat_n]
     by_id = {t["task_id"]: t for t in tasks}
-    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    gpus = first_gpu(a)
     again, t = run_executor([by_id[r["task_id"]] for r in ok], a.device, a.workers, gpus, settings, {})
     second = {r["task_id"]: r for r in again}
     diffs = [abs(second[r["task_id"]]["eager_ms"] - r["eager_ms"]) / r["eager_ms"] for r in ok
@@ -240,7 +240,7 @@ def phase_planted(a, settings) -> tuple[dict, list[dict]]:
     tasks = [{"task_id": f"good{k}", "code": GOOD, "flops": 2 * 1024**3, "bytes_moved": 8 * 1024**2} for k in range(4)]
     tasks += [{"task_id": name, "code": PLANTED.replace("{body}", body), "flops": 0, "bytes_moved": 0}
               for name, (body, _) in PLANTS.items()]
-    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    gpus = first_gpu(a)
     # compile off: the plants test isolation, and a cold first compile could outlast the short timeout
     s = {**settings, "timeout_s": a.planted_timeout_s, "window_ms": [0.0, 1e9], "compile": False}
     rows, t = run_executor(tasks, a.device, 3, gpus, s, {})
@@ -250,6 +250,11 @@ def phase_planted(a, settings) -> tuple[dict, list[dict]]:
         want["plant_device_assert"] = "error"
     return {"expected": want, "got": got, "all_as_expected": got == want,
             "errors": {r["task_id"]: r["error"] for r in rows if r["status"] != "ok"}, **t}, rows
+
+
+def first_gpu(a) -> list[int] | None:
+    """The one GPU of the single-GPU phases (the first of --gpus), or None on the CPU."""
+    return [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
 
 
 def pin_cpus(a, n_gpus: int) -> None:
@@ -279,7 +284,7 @@ def phase_kernelbench(a, settings, fsec) -> tuple[dict, list[dict]]:
     rows = pq.read_table(a.kernelbench).to_pylist()
     tasks = [{"task_id": f"level{r['level']}/{r['name']}", "code": r["code"], "flops": 0, "bytes_moved": 0}
              for r in rows if int(r["level"]) in (1, 2, 3)]
-    gpus = [int(g) for g in a.gpus.split(",")][:1] if a.device == "cuda" else None
+    gpus = first_gpu(a)
     deadline = time.monotonic() + a.kb_budget_s
 
     def feed():

@@ -254,12 +254,11 @@ class Harness:
             m["peak_memory_bytes"] = int(torch.cuda.max_memory_allocated(self.device) - base)
             self._reject_memory(m)  # before a second output would sit beside the first
             # the measured need replaces the prediction: one forward's peak beside the reference output kept
-            # for the checks; changed without waiting, since waiting while holding memory could deadlock
-            # x0 is dropped before any further draw (and drawn again from its seed), so one forward's peak
-            # beside the reference output is the most the checks hold at once
-            extra = sum(t.numel() * t.element_size() for t in tensors(out))
+            # for the checks (x0 is dropped before any further draw, so that is the most they hold at once);
+            # changed without waiting, since waiting while holding memory could deadlock
+            out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
-                self._reserve(self._footprint(m["peak_memory_bytes"], extra, measured=True), wait=False)
+                self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
         t0 = time.perf_counter()
         model(*x)
         self._sync()
