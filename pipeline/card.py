@@ -240,8 +240,12 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
         "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
         f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
-        "compile must run and agree, deterministic, input-sensitive, not degenerate, `ops` labels match the trace."
-        + skipped("filter"),
+        "compile must run and agree, deterministic, input-sensitive"
+        # older manifests predate the check: their runs did not apply it
+        + (", not fakeable by one fixed output (input draws differ beyond the verifier's "
+           f"{cfg['filter']['compile_tolerance']:g} tolerance)"
+           if cfg["filter"].get("min_input_sensitivity_ratio", 0) > 0 else "")
+        + ", not degenerate, `ops` labels match the trace." + skipped("filter"),
         f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
         f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
         f"{cfg['decontaminate']['minhash_threshold']:g})." + skipped("decontaminate"),

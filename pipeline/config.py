@@ -83,6 +83,9 @@ class FilterSection:
     require_deterministic: bool = True
     determinism_tolerance: float = 0.0  # 0: bitwise
     min_input_sensitivity: float = 1e-4
+    # draws must stand this far apart at compile_tolerance (1: the verifier tells them apart; below, one fixed
+    # output, whatever the inputs, passes it on every draw)
+    min_input_sensitivity_ratio: float = 1.0
     reject_degenerate: bool = True
     max_peak_memory_gb: float = 8.0
     require_label_match: bool = True
@@ -143,12 +146,14 @@ def _check(cond: bool, where: str, msg: str) -> None:
 def worker_settings(cfg: Config) -> dict[str, Any]:
     """What a profile worker (pipeline/harness.py) is told: the profile section, the filter section (it skips
     compiling a task the eager checks already reject), the window and memory cap for early rejects, the
-    weights seed and the target device's roofline ceilings (TFLOP/s fp32, TB/s)."""
+    verifier's tolerance (the input-sensitivity ratio is measured at it), the weights seed and the target
+    device's roofline ceilings (TFLOP/s fp32, TB/s)."""
     import dataclasses
 
     return {**dataclasses.asdict(cfg.profile), "filter": dataclasses.asdict(cfg.filter),
             "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms], "seed": cfg.run.seed,
             "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
+            "verifier_tolerance": cfg.filter.compile_tolerance,
             "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
 
 
@@ -172,6 +177,8 @@ def validate(cfg: Config, where: str) -> Config:
     _check(0 < s.peak_headroom <= 1, where, f"sample.peak_headroom must be in (0, 1] (got {s.peak_headroom})")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
     _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
+    _check(f.min_input_sensitivity_ratio >= 0, where,
+           f"filter.min_input_sensitivity_ratio must be >= 0 (got {f.min_input_sensitivity_ratio})")
     _check(cfg.profile.timeout_s > 0, where, "profile.timeout_s must be > 0")
     _check(cfg.profile.min_runs >= 3, where, "profile.min_runs must be >= 3 (a median needs a spread)")
     _check(cfg.profile.input_draws >= 2, where, "profile.input_draws must be >= 2")

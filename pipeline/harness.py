@@ -10,17 +10,18 @@ up, {"event": ...} while it waits for or holds the GPU lock or its memory share 
 clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
 original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
 
-Per task: exec the module as KernelBench does; weights and inputs from one seed, created on the GPU
-itself (KernelBench draws on the CPU and moves them: same shapes and distribution, other values, and a
-CPU draw of several GB per worker would exhaust host memory and time); a quick eager run (early reject
-far outside the window or over the memory cap); determinism (two eager runs on the same inputs); input
-sensitivity and degenerate outputs over `input_draws` draws; ATen ops executed; peak memory; then, unless
-those checks already reject the task, `torch.compile` (fresh `torch._dynamo.reset()`), its agreement with
-eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eager and compiled timing in one exclusive
-hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds nothing,
-so several workers per GPU overlap their work without ever disturbing a timed run. Memory: one input set is
-alive at a time (the first draw is dropped before the others and drawn again from its seed for the compile
-check and timing), and the task's reservation in the GPU's budget is also the worker's hard allocator cap.
+Per task: exec the module as KernelBench does; weights and inputs from one seed, created on the GPU itself
+(KernelBench draws on the CPU and moves them: same shapes and distribution, other values, and a CPU draw of
+several GB per worker would exhaust host memory and time); a quick eager run (early reject far outside the
+window or over the memory cap); determinism (two eager runs on the same inputs); input sensitivity (also at
+the verifier's tolerance) and degenerate outputs over `input_draws` draws; ATen ops executed; peak memory;
+then, unless those checks already reject the task, `torch.compile` (fresh `torch._dynamo.reset()`), its
+agreement with eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eager and compiled timing in one
+exclusive hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds
+nothing, so several workers per GPU overlap their work without ever disturbing a timed run. Memory: one input
+set is alive at a time (the first draw is dropped before the others and drawn again from its seed for the
+compile check and timing), and the task's reservation in the GPU's budget is also the worker's hard allocator
+cap.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.gpu_share import GpuLock, MemoryBudget
-from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, tensors
+from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, tensors, tolerance_ratio
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
@@ -413,6 +414,10 @@ class Harness:
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
             m["input_min_pairwise_diff"] = min(max_diff(subs[i], subs[j])
                                                for i in range(len(subs)) for j in range(i + 1, len(subs)))
+            # the same draws at the verifier's tolerance: < 1 means a kernel returning draw 0's output for any
+            # input passes on every other draw (above SAMPLE elements: the sample's, at most the full ratio)
+            tol = float(s.get("verifier_tolerance", 1e-2))  # without the key: the Ops-6K verifier's
+            m["input_sensitivity_ratio"] = max(tolerance_ratio(subs[0], sub, tol) for sub in subs[1:])
             m["degenerate"] = degenerate(ref0)
             m["output_numel"] = int(ref0.numel())
         m["gpu_busy_eager_s"] = self.lock.held_s

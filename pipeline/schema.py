@@ -51,6 +51,9 @@ MEASUREMENTS = pa.schema([
     ("deterministic", pa.bool_()),
     ("determinism_max_diff", pa.float64()),
     ("input_min_pairwise_diff", pa.float64()),
+    # max over draws k >= 1 of max |out_k - out_0| / (tol + tol * |out_k|) at the verifier's tolerance:
+    # < 1 means draw 0's output, returned for every input, passes the verifier on every draw
+    ("input_sensitivity_ratio", pa.float64()),
     ("degenerate", pa.string()),    # "" or constant | zero | tiny | nonfinite | saturated
     ("output_numel", pa.int64()),
     ("peak_memory_bytes", pa.int64()),

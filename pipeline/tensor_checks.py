@@ -49,6 +49,22 @@ def max_diff(a: Any, b: Any) -> float:
     return float(d.max()) if d.numel() else 0.0
 
 
+def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
+    """How far `fixed` stands from `ref` at the verifier's allclose(fixed, ref, atol=tol, rtol=tol): the max
+    over elements of |fixed - ref| / (tol + tol * |ref|), so < 1 means `fixed` passes as `ref`'s output. Equal
+    values (infs of one sign included) and NaN at the same place count as equal; any other NaN or inf, or
+    another shape, is inf."""
+    if fixed.shape != ref.shape:
+        return math.inf
+    if not fixed.numel():
+        return 0.0
+    r = (fixed - ref).abs() / (tol + tol * ref.abs())
+    same = (fixed == ref) | (torch.isnan(fixed) & torch.isnan(ref))
+    # what is left NaN compares a NaN or an inf with something else (inf / inf): the verifier fails it
+    r = torch.where(same, torch.zeros_like(r), torch.nan_to_num(r, nan=math.inf, posinf=math.inf))
+    return float(r.max())
+
+
 def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
     """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
     if out.shape != ref.shape:

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from filters.base import reason_kind
 from pipeline.config import load_preset
 from pipeline.stages.filter import decide_measurement
 
@@ -11,6 +12,7 @@ GOOD = {
     "task_id": "t", "status": "ok", "eager_ms": 5.0, "compile_ok": True, "compile_agrees_1e2": True,
     "compile_agrees_1e4": False, "compile_max_abs_err": 3e-4, "compile_max_rel_err": 2e-4,
     "deterministic": True, "determinism_max_diff": 0.0, "input_min_pairwise_diff": 0.3, "degenerate": "",
+    "input_sensitivity_ratio": 30.0,
     "peak_memory_bytes": 2**20, "ops": None, "aten_ops": [],
 }
 CFG = load_preset("h200")
@@ -26,6 +28,7 @@ CFG = load_preset("h200")
         ({"compile_agrees_1e2": False}, "compile disagrees"),
         ({"deterministic": False, "determinism_max_diff": 1e-3}, "non-deterministic"),
         ({"input_min_pairwise_diff": 0.0}, "input-insensitive"),
+        ({"input_sensitivity_ratio": 0.31}, "fakeable by a fixed output"),
         ({"degenerate": "zero"}, "degenerate output (zero)"),
         ({"peak_memory_bytes": 9 * 2**30}, "too much memory"),
     ],
@@ -45,3 +48,22 @@ def test_strict_tolerance_uses_the_1e4_agreement():
 def test_first_failure_wins():
     keep, reason = decide_measurement({**GOOD, "eager_ms": 0.1, "degenerate": "zero"}, CFG)
     assert reason.startswith("too fast")
+
+
+def test_fakeable_reason_names_the_tolerance_and_groups_as_one_kind():
+    keep, reason = decide_measurement({**GOOD, "input_sensitivity_ratio": 0.31}, CFG)
+    assert not keep
+    assert reason == ("fakeable by a fixed output (draws agree within the verifier tolerance 0.01: "
+                      "ratio 0.31 < 1)")
+    other = decide_measurement({**GOOD, "input_sensitivity_ratio": 0.0042}, CFG)[1]
+    assert reason_kind(reason) == reason_kind(other) == "fakeable by a fixed output"
+
+
+def test_fakeable_threshold_keeps_at_and_above_it_and_old_rows():
+    assert decide_measurement({**GOOD, "input_sensitivity_ratio": 1.0}, CFG) == (True, "")
+    # measured before the column existed
+    old = {k: v for k, v in GOOD.items() if k != "input_sensitivity_ratio"}
+    assert decide_measurement(old, CFG) == (True, "")
+    assert decide_measurement({**GOOD, "input_sensitivity_ratio": None}, CFG) == (True, "")
+    off = dataclasses.replace(CFG, filter=dataclasses.replace(CFG.filter, min_input_sensitivity_ratio=0.0))
+    assert decide_measurement({**GOOD, "input_sensitivity_ratio": 0.31}, off) == (True, "")

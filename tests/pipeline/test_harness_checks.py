@@ -5,10 +5,10 @@ import dataclasses
 import pytest
 
 from filters.base import decide
-from pipeline.config import FilterSection, ProfileSection
+from pipeline.config import Config, FilterSection, ProfileSection, worker_settings
 from pipeline.harness import Harness, one_line
 from pipeline.stages.filter import EAGER_CHECKS
-from pipeline.tensor_checks import degenerate
+from pipeline.tensor_checks import degenerate, tolerance_ratio
 
 TEMPLATE = '''
 import torch
@@ -28,12 +28,15 @@ def get_init_inputs():
 '''
 
 
-def run(expr, **kw):
+def profile(code, **kw):
     s = dataclasses.asdict(ProfileSection())
     s.update(memory_limit_gb=0, compile=False, warmup=1, min_runs=3, max_runs=5, window_ms=[0.0, 1e9], seed=0)
     s.update(kw)
-    return Harness("cpu", s).profile({"task_id": "t", "code": TEMPLATE.replace("{expr}", expr),
-                                      "flops": 512, "bytes_moved": 4096})
+    return Harness("cpu", s).profile({"task_id": "t", "code": code, "flops": 512, "bytes_moved": 4096})
+
+
+def run(expr, **kw):
+    return profile(TEMPLATE.replace("{expr}", expr), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +67,80 @@ def test_degenerate_outputs_are_flagged(expr, flag):
 def test_input_insensitive_output_is_caught():
     r = run("self.w.expand(32, 16) + 0 * x")
     assert r["input_min_pairwise_diff"] == 0.0
+
+
+LONG = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Model(nn.Module):
+    def forward(self, *xs):
+        return {expr}
+def get_inputs():
+    return {inputs}
+def get_init_inputs():
+    return []
+'''
+
+
+def run_long(expr, inputs, **kw):
+    """A task over inputs of its own (the template's are 32 x 16)."""
+    return profile(LONG.replace("{expr}", expr).replace("{inputs}", inputs), max_runs=3, **kw)
+
+
+def test_clean_task_stands_far_apart_at_the_verifier_tolerance():
+    r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]")
+    assert r["status"] == "ok" and r["input_sensitivity_ratio"] > 10
+    # the ratio is measured at the filter's compile_tolerance: at 10, any two tanh outputs pass as each other
+    loose = Config(filter=FilterSection(compile_tolerance=10.0))
+    tol = worker_settings(loose)["verifier_tolerance"]
+    r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]", verifier_tolerance=tol)
+    assert r["input_sensitivity_ratio"] < 0.2
+
+
+def test_long_softmax_is_fakeable_though_input_sensitive():
+    # every value is ~5e-6 (at most ~4e-4): draws differ by more than the old 1e-4 check asks, but a kernel
+    # returning draw 0's output would pass allclose at 1e-2 on every draw; the worker skips its compilation
+    r = run_long("torch.softmax(xs[0], dim=-1)", "[torch.randn(2, 200_000)]", compile=True, filter=FILTER)
+    assert r["status"] == "ok" and r["degenerate"] == ""
+    assert r["input_min_pairwise_diff"] > FilterSection().min_input_sensitivity
+    assert r["input_sensitivity_ratio"] < 0.5
+    assert r.get("compile_ok") is None
+    assert r["compile_error"].startswith("skipped: fakeable by a fixed output (")
+
+
+def test_mean_loss_over_a_large_input_is_fakeable():
+    r = run_long("F.mse_loss(xs[0], xs[1])", "[torch.randn(1_000_000), torch.randn(1_000_000)]")
+    assert r["status"] == "ok" and r["output_numel"] == 1
+    assert r["input_min_pairwise_diff"] > FilterSection().min_input_sensitivity
+    assert r["input_sensitivity_ratio"] < 0.5
+    assert decide(r, EAGER_CHECKS, FilterSection())[1].startswith("fakeable by a fixed output (")
+
+
+def test_tolerance_ratio_on_tensors():
+    import torch
+
+    nan, inf = float("nan"), float("inf")
+    t = torch.tensor
+    assert tolerance_ratio(t([1.0, -2.0]), t([1.0, -2.0]), 1e-2) == 0.0
+    # the reference's magnitude scales the tolerance, as in allclose(fixed, ref)
+    assert tolerance_ratio(t([0.0]), t([1.5]), 1e-2) == pytest.approx(1.5 / 0.025)
+    assert tolerance_ratio(t([1.5]), t([0.0]), 1e-2) == pytest.approx(1.5 / 0.01)
+    assert tolerance_ratio(t([nan, 1.0]), t([nan, 1.0]), 1e-2) == 0.0
+    assert tolerance_ratio(t([nan, 1.0]), t([0.0, 1.0]), 1e-2) == inf
+    assert tolerance_ratio(t([0.0, 1.0]), t([nan, 1.0]), 1e-2) == inf
+    assert tolerance_ratio(t([inf, -inf]), t([inf, -inf]), 1e-2) == 0.0
+    assert tolerance_ratio(t([inf]), t([-inf]), 1e-2) == inf
+    assert tolerance_ratio(t([1.0]), t([inf]), 1e-2) == inf
+    assert tolerance_ratio(t([inf]), t([1.0]), 1e-2) == inf
+    assert tolerance_ratio(t([1.0, 2.0]), t([1.0]), 1e-2) == inf
+    assert tolerance_ratio(t([]), t([]), 1e-2) == 0.0
+    assert tolerance_ratio(t([1.0]), t([1.0 + 1e-6]), 0.0) == inf  # no tolerance: only equal values pass
+    g = torch.Generator().manual_seed(0)
+    for scale in (1e-5, 1e-2, 1.0, 1e3):  # below 1 exactly where the verifier passes the fixed output
+        a = torch.randn(64, generator=g) * scale
+        b = a + torch.randn(64, generator=g) * scale * 0.02
+        assert (tolerance_ratio(a, b, 1e-2) < 1) == torch.allclose(a, b, atol=1e-2, rtol=1e-2)
 
 
 def test_stochastic_op_is_not_deterministic(clean):
