@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Annotated
@@ -236,17 +237,37 @@ def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this S
 
 
 @app.command()
-def catalog(as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False) -> None:
-    """List the operator catalog with counts per category."""
+def catalog(
+    as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
+    with_torch: Annotated[bool, typer.Option("--torch", help="per category: entries torch's OpInfo/ModuleInfo test")] = False,
+    with_coverage: Annotated[bool, typer.Option("--coverage", help="list torch op_db operators the catalog lacks")] = False,
+) -> None:
+    """List the operator catalog with counts per category (torch metadata pinned in operators/torch_meta.json)."""
+    from operators import torch_meta
     from operators.catalog import catalog_summary
 
     summary = catalog_summary()
+    matches = torch_meta.category_matches() if with_torch else None
+    cover = torch_meta.coverage() if with_coverage else None
     if as_json:
-        typer.echo(json.dumps(summary, indent=2))
+        extra = {k: v for k, v in (("torch", matches), ("coverage", cover)) if v is not None}
+        typer.echo(json.dumps({**summary, **extra}, indent=2))
         return
     typer.echo(f"{summary['total']} operators in {len(summary['by_category'])} categories")
-    for cat, names in sorted(summary["by_category"].items()):
-        typer.echo(f"  {cat:<22} {len(names):>4}  {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    if matches is None:
+        for cat, names in sorted(summary["by_category"].items()):
+            typer.echo(f"  {cat:<22} {len(names):>4}  {', '.join(names[:6])}{' ...' if len(names) > 6 else ''}")
+    else:
+        typer.echo(f"  {'category':<22} {'entries':>7} {'OpInfo':>7} {'ModuleInfo':>10} {'either':>7}"
+                   f"   (torch {torch_meta.meta()['torch_version']}; re-pin: {torch_meta.REPIN})")
+        rows = sorted(matches.items()) + [("total", {k: sum(r[k] for r in matches.values())
+                                                     for k in ("entries", "opinfo", "moduleinfo", "either")})]
+        for cat, r in rows:
+            typer.echo(f"  {cat:<22} {r['entries']:>7} {r['opinfo']:>7} {r['moduleinfo']:>10} {r['either']:>7}")
+    if cover is not None:
+        typer.echo(f"torch {cover['torch_version']} op_db: the catalog matches {cover['covered']} of {cover['universe']} "
+                   f"operators that take float32 on the CPU and draw no random numbers; {len(cover['missing'])} missing:")
+        typer.echo(textwrap.fill(", ".join(cover["missing"]), width=110, initial_indent="  ", subsequent_indent="  "))
 
 
 @app.command()
