@@ -125,6 +125,19 @@ def _barrier(pool, procs: int) -> None:
         seen.update(pool.map(_pid_after, [0.2] * procs, chunksize=1))
 
 
+def provenance(load0: list[float]) -> dict:
+    """Command, machine (with the load average at start and now: other jobs skew timings), torch, commit."""
+    import torch
+
+    return {
+        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load_average_at_start": load0, "load_average_at_end": [round(v, 2) for v in os.getloadavg()]},
+        "torch_version": torch.__version__,
+        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+    }
+
+
 def throughput(preset: str, n: int, procs: int, ctx, code_root: str = "") -> dict:
     with ctx.Pool(procs, initializer=_warm, initargs=(preset, code_root)) as pool:
         _barrier(pool, procs)
@@ -152,7 +165,6 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     load0 = [round(v, 2) for v in os.getloadavg()]  # other jobs on the machine skew the throughput
 
-    import torch
 
     from operators.catalog import CATEGORIES, REGISTRY, sampleable
 
@@ -215,11 +227,7 @@ def main() -> None:
     bins = [cfg.target_min_ms * (cfg.target_max_ms / cfg.target_min_ms) ** (i / 6) for i in range(7)]
     hist = [sum(bins[i] <= m < bins[i + 1] or (i == 5 and m == bins[6]) for m in ms) for i in range(6)]
     result = {
-        "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
-        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "load_average_at_start": load0, "load_average_at_end": [round(v, 2) for v in os.getloadavg()]},
-        "torch_version": torch.__version__,
-        "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip(),
+        **provenance(load0),
         "preset": args.preset,
         "catalog": {"total": len(REGISTRY), "sampleable": len(pool_ops), "categories": len(CATEGORIES)},
         "throughput": tp,
