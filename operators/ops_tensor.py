@@ -54,18 +54,30 @@ def _reduction() -> list[OpSpec]:
                operands=(Operand("y"),), join=True),
         OpSpec("F.pairwise_distance", r, "F.pairwise_distance({x}, {y})", operands=(Operand("y"),), join=True,
                out="nonneg"),
-        OpSpec("torch.dist", r, "torch.dist({x}, {y})", operands=(Operand("y"),), join=True, terminal=True),
         OpSpec("torch.renorm", r, "torch.renorm({x}, p={p}, dim={dim}, maxnorm=1.0)", params=_dim),
     ]
     return out
 
 
+SOFTMAX_MAX_LEN = 1024
+
+
+def _short_dim(rng: random.Random, dims: tuple[Dim, ...]) -> dict[str, Any]:
+    """dim 1 or -1, among those at most SOFTMAX_MAX_LEN long: a softmax over n values of a random input is
+    ~1/n everywhere, so over a longer dim every output is within the verifier's 1e-2 of zero (a kernel
+    returning zeros passes; H200 runs rejected such tasks as fakeable by a fixed output)."""
+    fits = [d for d in (1, -1) if dims[d].value <= SOFTMAX_MAX_LEN]
+    if not fits:
+        raise Reject(f"softmax dims longer than {SOFTMAX_MAX_LEN}")
+    return {"dim": rng.choice(fits)}
+
+
 def _softmax() -> list[OpSpec]:
-    d = pick(dim=[1, -1])
+    d = pick(dim=[1, -1])  # log-softmax outputs are ~ -log(n), not near zero: any length
     s = "softmax"
-    out = [mod(f"nn.{n}", s, "dim={dim}", params=d, out=o) for n, o in
-           (("Softmax", "unit"), ("LogSoftmax", "any"), ("Softmin", "unit"))]
-    out += [fn(n, s, "dim={dim}", params=d, out=o) for n, o in (
+    out = [mod(f"nn.{n}", s, "dim={dim}", params=p, out=o) for n, o, p in
+           (("Softmax", "unit", _short_dim), ("LogSoftmax", "any", d), ("Softmin", "unit", _short_dim))]
+    out += [fn(n, s, "dim={dim}", params=_short_dim if o == "unit" else d, out=o) for n, o in (
         ("F.softmax", "unit"), ("F.log_softmax", "any"), ("F.softmin", "unit"), ("torch.softmax", "unit"),
         ("torch.log_softmax", "any"), ("Tensor.softmax", "unit"), ("Tensor.log_softmax", "any"),
         ("torch.special.softmax", "unit"), ("torch.special.log_softmax", "any"))]
@@ -224,6 +236,12 @@ def _shape() -> list[OpSpec]:
     return out
 
 
+# Losses keep one value per element (or per sample): the default mean over a task-sized input (~1e8 values) is
+# the same number for every draw, so a kernel returning a constant passes the verifier (H200, 300 tasks: 26 of
+# 28 scalar-output tasks were rejected as input-insensitive or fakeable by a fixed output).
+NO_REDUCTION = "reduction='none'"
+
+
 def _losses() -> list[OpSpec]:
     out: list[OpSpec] = []
     same, prob, sign = Operand("y"), Operand("y", draw="rand"), Operand("y", draw="sign")
@@ -249,11 +267,10 @@ def _losses() -> list[OpSpec]:
     ]
     for module, func, operands, ranks, needs in table:
         args = ", ".join("{" + o.key + "}" for o in operands)
-        red = "reduction='batchmean'" if func == "kl_div" else ""  # 'mean' is deprecated for kl_div
         common = {"operands": operands, "ranks": ranks, "needs": needs, "terminal": True, "out": "any"}
-        out.append(mod(f"nn.{module}", "loss", red, call=f"{{m}}({{x}}, {args})", **common))
-        out.append(OpSpec(f"F.{func}", "loss", f"F.{func}({{x}}, {args}{', ' + red if red else ''})", **common))
-    out.append(mod("nn.TripletMarginWithDistanceLoss", "loss", call="{m}({x}, {y}, {z})", ranks=(2,),
+        out.append(mod(f"nn.{module}", "loss", NO_REDUCTION, call=f"{{m}}({{x}}, {args})", **common))
+        out.append(OpSpec(f"F.{func}", "loss", f"F.{func}({{x}}, {args}, {NO_REDUCTION})", **common))
+    out.append(mod("nn.TripletMarginWithDistanceLoss", "loss", NO_REDUCTION, call="{m}({x}, {y}, {z})", ranks=(2,),
                    operands=(same, Operand("z")), terminal=True))
     return out
 

@@ -43,6 +43,9 @@ from operators.spec import accepts
 MAX_ATTEMPTS = 40
 OP_TRIES = 24
 SPATIAL = ("length", "height", "width", "depth", "seq_len")
+# A task sized for the GPU reads ~1e8 random values; an output of a few numbers is then a statistic of them,
+# the same for every draw to well within the verifier's 1e-2, so a kernel returning constants passes.
+MIN_OUTPUT_NUMEL = 32
 
 
 class TaskRejected(Exception):
@@ -334,6 +337,8 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         raise TaskRejected(f"off window: {ms:.3g} ms")
     if peak > cap:
         raise TaskRejected("over the memory cap")
+    if values[g.graph["output"]].numel() < MIN_OUTPUT_NUMEL:
+        raise TaskRejected("output of a few numbers")
     g.graph["constants"] = consts
     for n in op_nodes(g):
         g.nodes[n]["shape"] = list(values[n].shape)
