@@ -1,6 +1,6 @@
 """Where one sampled task's time goes, and the ceiling that evaluating ops on the meta device puts on throughput.
 
-    python benchmarks/sampling_floor.py [--preset h200] [--n 600] [--seed 8]
+    python benchmarks/sampling_floor.py [--preset h200] [--n 600] [--seed 1]
 
 One process, one intra-op thread, after a warm-up (as sampling_bench.py's throughput). Part 1 samples `n`
 tasks with a timer around each evaluation of an op's call on meta (operators.graph._run_call, torch's meta
@@ -109,7 +109,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
     ap.add_argument("--n", type=int, default=600)
-    ap.add_argument("--seed", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1)  # the seed of sampling_bench.py's throughput runs
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "sampling_floor.json"))
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
