@@ -141,11 +141,17 @@ def _elementwise() -> list[OpSpec]:
     return out
 
 
+POSITIVE = ("pos", "unit")  # inputs > 0: `x > 0` is always true, heaviside(x) always 1
+
+
 def _comparison() -> list[OpSpec]:
     out: list[OpSpec] = []
-    for op in ("eq", "ne", "gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal"):
+    for op in ("gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal"):
         out.append(OpSpec(f"torch.{op}", "comparison", f"torch.{op}({{x}}, {{y}}).float()", operands=Y,
                           join=True, out="nonneg"))
+    for op in ("eq", "ne"):  # two continuous draws are never equal: compared at integer resolution instead
+        out.append(OpSpec(f"torch.{op}", "comparison", f"torch.{op}({{x}}.round(), {{y}}.round()).float()",
+                          operands=Y, join=True, out="nonneg"))
     for op in ("gt", "lt", "ge", "le"):
         out.append(OpSpec(f"Tensor.{op}", "comparison", f"{{x}}.{op}({{threshold}}).float()",
                           params=pick(threshold=[0.0, 0.5]), out="nonneg"))
@@ -162,17 +168,19 @@ def _comparison() -> list[OpSpec]:
                params=pick(threshold=[0.0, 0.5])),
         OpSpec("Tensor.masked_fill", "comparison", "{x}.masked_fill({x} < {threshold}, {value})",
                params=pick(threshold=[0.0, -0.5], value=[0.0, -1.0])),
-        OpSpec("torch.heaviside", "comparison", "torch.heaviside({x}, {y})", operands=Y, join=True),
+        OpSpec("torch.heaviside", "comparison", "torch.heaviside({x}, {y})", operands=Y, join=True,
+               flat_on=POSITIVE),
         OpSpec("torch.isclose", "comparison", "torch.isclose({x}, {y}, rtol={rtol}, atol={atol}).float()",
                operands=Y, join=True, params=pick(rtol=[0.1], atol=[0.1, 0.5]), out="nonneg"),
-        OpSpec("torch.signbit", "comparison", "torch.signbit({x}).float()", out="nonneg"),
+        OpSpec("torch.signbit", "comparison", "torch.signbit({x}).float()", out="nonneg",
+               flat_on=("nonneg", *POSITIVE)),
         OpSpec("torch.logical_and", "comparison", "torch.logical_and({x} > 0, {y} > 0).float()", operands=Y,
-               join=True, out="nonneg"),
+               join=True, out="nonneg", flat_on=POSITIVE),
         OpSpec("torch.logical_or", "comparison", "torch.logical_or({x} > 0, {y} > 0).float()", operands=Y,
-               join=True, out="nonneg"),
+               join=True, out="nonneg", flat_on=POSITIVE),
         OpSpec("torch.logical_xor", "comparison", "torch.logical_xor({x} > 0, {y} > 0).float()", operands=Y,
-               join=True, out="nonneg"),
-        OpSpec("torch.logical_not", "comparison", "torch.logical_not({x} > 0).float()", out="nonneg"),
+               join=True, out="nonneg", flat_on=POSITIVE),
+        OpSpec("torch.logical_not", "comparison", "torch.logical_not({x} > 0).float()", out="nonneg", flat_on=POSITIVE),
     ]
     return out
 

@@ -122,6 +122,8 @@ class _Draw:
                 x = self._token_input(spec, names, [batch, *sizes])
             else:
                 draw = "rand" if spec.needs != "any" else self.rng.choice(["randn", "randn", "rand"])
+                if draw == "rand" and "unit" in spec.flat_on:
+                    draw = "randn"
                 x = self.b.add_input(names, [batch, *sizes], draw)
             self.x = x
             try:

@@ -76,6 +76,7 @@ class OpSpec:
     token_input: str = ""        # first op only: x is an index tensor in [0, params[token_input])
     stochastic: bool = False     # dropout, rand*, bernoulli...: listed, never sampled
     layout: str = "channels"     # rank-3 input layout when this op starts a graph: channels | seq
+    flat_on: tuple[str, ...] = ()  # input domains on which the output is constant (signbit of x >= 0): not drawn there
 
     @property
     def kind(self) -> str:
@@ -109,7 +110,9 @@ def out_domain(spec: OpSpec, have: str) -> str:
 
 
 def accepts(spec: OpSpec, rank: int, domain: str) -> bool:
-    return rank in spec.ranks and DOMAINS[domain] >= DOMAINS[spec.needs]
+    """The op may take an input of this rank and value domain: its needs are met, and its output would not be
+    the same for every draw (a task whose output ignores its input is rejected on the GPU, after profiling)."""
+    return rank in spec.ranks and DOMAINS[domain] >= DOMAINS[spec.needs] and domain not in spec.flat_on
 
 
 
