@@ -83,6 +83,7 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "compile_agrees_1e4": m.get("compile_agrees_1e4"),
         "compile_agrees_1e2": m.get("compile_agrees_1e2"),
         "deterministic": m.get("deterministic"),
+        "input_sensitivity_ratio": _finite(m.get("input_sensitivity_ratio")),
         "flops": flops,
         "bytes_moved": moved,
         "arithmetic_intensity": flops / moved if flops is not None and moved else None,

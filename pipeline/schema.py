@@ -129,6 +129,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "compile_agrees_1e4": (pa.bool_(), "compile output matches eager at atol=rtol=1e-4"),
     "compile_agrees_1e2": (pa.bool_(), "compile output matches eager at atol=rtol=1e-2 (Ops-6K verifier)"),
     "deterministic": (pa.bool_(), "two runs on the same input agree"),
+    "input_sensitivity_ratio": (pa.float64(), "how far outputs for different inputs stand apart at the verifier's "
+                                "tolerance (max |out_k - out_0| / (tol + tol*|out_k|)); < 1: one fixed output passes"),
     "flops": (pa.int64(), "floating-point operations of one forward (cost model)"),
     "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),
     "arithmetic_intensity": (pa.float64(), "flops / bytes_moved"),

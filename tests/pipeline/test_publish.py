@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -51,6 +52,7 @@ def _measurement(i: int) -> dict:
     return {"task_id": f"{i:016x}", "status": "ok", "device": "cpu", "gpu": "cpu", "torch_version": "2.13.0",
             "eager_ms": 0.5 * (i + 1), "compile_ms": 0.25 * (i + 1), "compile_ok": True,
             "compile_agrees_1e4": True, "compile_agrees_1e2": True, "deterministic": True,
+            "input_sensitivity_ratio": 40.0 if i == 0 else math.inf,
             "peak_memory_bytes": 2048, "aten_ops": ["aten.addmm", "aten.relu"]}
 
 
@@ -105,6 +107,8 @@ def test_load_dataset_matches_card_and_ops6k_columns(published: Path):
     assert row["ops"] == '["nn.Linear", "torch.relu"]'
     assert row["compile_speedup"] == pytest.approx(2.0)
     assert row["arithmetic_intensity"] == pytest.approx(row["flops"] / 500)
+    ratios = dict(zip(ds["task_id"], ds["input_sensitivity_ratio"], strict=True))
+    assert ratios == {f"{0:016x}": 40.0, f"{1:016x}": None}  # inf (a NaN beside a number) is published as null
     meta = _card_meta(published)
     info = {i["config_name"]: i for i in meta["dataset_info"]}
     assert Features._from_yaml_list(info["default"]["features"]) == ds.features
