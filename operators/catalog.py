@@ -39,10 +39,8 @@ def sampleable(categories: tuple[str, ...] = ()) -> list[OpSpec]:
 
 
 def catalog_summary() -> dict:
-    """{"total", "sampleable", "by_category": {cat: [names]}, "stochastic": [names], "torch_matched": {cat: n}}
-    for `opsynth catalog`; torch_matched counts the entries torch's OpInfo/ModuleInfo tests (operators/torch_meta.py)."""
-    from operators.torch_meta import category_matches
-
+    """{"total", "sampleable", "by_category": {cat: [names]}, "stochastic": [names]} for `opsynth catalog` (torch's
+    OpInfo/ModuleInfo matches per category: operators.torch_meta.category_matches, `--torch`)."""
     by_cat: dict[str, list[str]] = {c: [] for c in CATEGORIES}
     for spec in REGISTRY.values():
         by_cat[spec.category].append(spec.name)
@@ -51,7 +49,6 @@ def catalog_summary() -> dict:
         "sampleable": sum(not s.stochastic for s in REGISTRY.values()),
         "by_category": {c: sorted(v) for c, v in by_cat.items()},
         "stochastic": sorted(s.name for s in REGISTRY.values() if s.stochastic),
-        "torch_matched": {c: row["either"] for c, row in category_matches().items()},
     }
 
 
