@@ -4,6 +4,7 @@ rerun after editing the catalog or upgrading torch; a test flags stale pins)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 
@@ -12,7 +13,8 @@ from operators.labels import PIN_FILE, canonical
 
 def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
     """The distinct sets of ATen ops `spec` runs alone over `samples` draws per rank, traced on meta and,
-    where the CPU dispatches differently (fused attention, one_hot), executed for real on CPU at tiny sizes.
+    where the CPU dispatches differently (fused attention, one_hot), executed for real on CPU at tiny sizes
+    (and at a batch of one).
 
     Raises OpsynthError naming the entry if it never runs on meta at any rank.
     """
@@ -33,13 +35,17 @@ def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
                 seen.add(frozenset(canonical(d["aten"])))
         if i < 4 * len(spec.ranks):
             seen.add(frozenset(canonical(_cpu_trace(g))))
+            # a batch of one takes other CPU paths (MultiheadAttention: one addmm into the fused kernel); ops
+            # that refuse it (BatchNorm in training) are not asked
+            with contextlib.suppress(Exception):
+                seen.add(frozenset(canonical(_cpu_trace(g, {"batch_size": 1}))))
     if not seen:
         raise OpsynthError(f"operator spec {spec.name!r} cannot run on the meta device "
                            f"({errors[-1] if errors else 'no sample'}); fix or remove its entry in operators/ops_*.py")
     return sorted(sorted(s) for s in seen)
 
 
-def _cpu_trace(g) -> list[str]:
+def _cpu_trace(g, constants: dict[str, int] | None = None) -> list[str]:
     import warnings
 
     from operators.render import render
@@ -47,7 +53,7 @@ def _cpu_trace(g) -> list[str]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return trace_code(render(g), device="cpu")
+        return trace_code(render(g, constants), device="cpu")
 
 
 def pin_catalog(samples: int = 24, seed: int = 0) -> dict[str, list[list[str]]]:
