@@ -17,6 +17,7 @@ import io
 import json
 import operator
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from operators.torch_meta import META_FILE, live_tags, resolve, seeded_kind
@@ -26,14 +27,21 @@ _OPERATOR_NAMES = {"truediv": "true_divide", "floordiv": "floor_divide"}
 _SAMPLES = 3  # sample inputs run per OpInfo to see whether it draws random numbers
 
 
-def load_dbs() -> tuple[list[Any], list[Any]]:
-    """torch's op_db and module_db, imported with their warnings and prints kept quiet (several seconds)."""
-    from pipeline.errors import require
-
-    require("expecttest", "dev")  # torch.testing._internal imports it
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """torch's test databases warn and print while they import and run samples: keep it off the console."""
     sink = io.StringIO()
     with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         warnings.simplefilter("ignore")
+        yield
+
+
+def load_dbs() -> tuple[list[Any], list[Any]]:
+    """torch's op_db and module_db, imported quietly (several seconds)."""
+    from pipeline.errors import require
+
+    require("expecttest", "dev")  # torch.testing._internal imports it
+    with _quiet():
         from torch.testing._internal.common_methods_invocations import op_db
         from torch.testing._internal.common_modules import module_db
     return list(op_db), list(module_db)
@@ -76,15 +84,10 @@ def match_opinfos(name: str, op_db: list[Any]) -> list[Any]:
     spellings, ids = _spellings(name), {id(o) for o in _objects(name)}
     out = []
     for op in op_db:
-        if id(op) not in _KEYS:  # OpInfos are unhashable; op_db keeps them alive, so their ids are stable
-            _KEYS[id(op)] = _opinfo_keys(op)
-        names, variants = _KEYS[id(op)]
+        names, variants = _opinfo_keys(op)
         if spellings & names or ids & variants:
             out.append(op)
     return out
-
-
-_KEYS: dict[int, tuple[frozenset[str], frozenset[int]]] = {}
 
 
 def match_moduleinfos(name: str, module_db: list[Any]) -> list[Any]:
@@ -106,29 +109,22 @@ def _runs_rng(op: Any) -> bool:
     """Whether an OpInfo draws random numbers: its ATen op is tagged nondeterministic_seeded (beyond a dropout_p
     argument), or running its first float32 CPU samples executes such an op (F.dropout2d, fractional pooling)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-    from operators.trace import aten_name
+    from operators.trace import _Recorder
 
     if op.aten_name and "." not in op.aten_name and seeded_kind(f"aten.{op.aten_name}") == "rng":
         return True
-    seen: set[str] = set()
-
-    class Rec(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            seen.add(aten_name(func))
-            return func(*args, **(kwargs or {}))
-
+    rec = _Recorder()
     torch.manual_seed(0)
     try:  # the raw sample function: OpInfo.sample_inputs walks the Python stack per sample (minutes over op_db)
         for i, s in enumerate(op.sample_inputs_func(op, "cpu", torch.float32, False)):
             if i >= _SAMPLES:
                 break
-            with Rec(), torch.no_grad():
+            with rec, torch.no_grad():
                 op(s.input, *s.args, **s.kwargs)
     except Exception:  # noqa: BLE001 - an op whose samples fail here is judged by its tag alone
         pass
-    return any(seeded_kind(a) == "rng" for a in seen)
+    return any(seeded_kind(a) == "rng" for a in set(rec.ops))
 
 
 def op_db_universe(op_db: list[Any]) -> tuple[list[str], list[str]]:
@@ -136,9 +132,7 @@ def op_db_universe(op_db: list[Any]) -> tuple[list[str], list[str]]:
     by_name: dict[str, list[Any]] = {}
     for op in op_db:
         by_name.setdefault(op.name, []).append(op)
-    sink = io.StringIO()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        warnings.simplefilter("ignore")
+    with _quiet():
         random = sorted(n for n, ops in by_name.items() if any(_runs_rng(o) for o in ops))
     universe = sorted(n for n, ops in by_name.items() if n not in random and _float32_cpu(ops))
     return universe, random
