@@ -6,7 +6,7 @@ method) where PyTorch has them. Domains keep values finite: log needs positive i
 
 from __future__ import annotations
 
-from operators.spec import Operand, OpSpec, fn, mod, pick
+from operators.spec import POSITIVE, Operand, OpSpec, fn, mod, pick
 
 Y = (Operand("y"),)
 Y_POS = (Operand("y", draw="rand1"),)
@@ -139,9 +139,6 @@ def _elementwise() -> list[OpSpec]:
         OpSpec("Tensor.__truediv__", "elementwise", "{x} / {divisor}", params=pick(divisor=[2.0, 3.0, 10.0])),
     ]
     return out
-
-
-POSITIVE = ("pos", "unit")  # inputs > 0: `x > 0` is always true, heaviside(x) always 1
 
 
 def _comparison() -> list[OpSpec]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from operators.spec import Code, Dim, Operand, OpSpec, Reject, fn, mod, pick
+from operators.spec import POSITIVE, Code, Dim, Operand, OpSpec, Reject, fn, mod, pick
 
 
 def _dim(rng: random.Random, dims: tuple[Dim, ...]) -> dict[str, Any]:
@@ -48,11 +48,11 @@ def _reduction() -> list[OpSpec]:
         OpSpec("torch.argmax", r, "torch.argmax({x}, dim={dim}).float()", params=_dim, terminal=True),
         OpSpec("torch.argmin", r, "torch.argmin({x}, dim={dim}).float()", params=_dim, terminal=True),
         OpSpec("torch.count_nonzero", r, "torch.count_nonzero({x} > 0, dim={dim}).float()", params=_dim, terminal=True,
-               flat_on=("pos", "unit")),
+               flat_on=POSITIVE),
         OpSpec("torch.all", r, "torch.all({x} > -3.0, dim={dim}).float()", params=_dim, terminal=True,
-               flat_on=("nonneg", "pos", "unit")),
+               flat_on=("nonneg", *POSITIVE)),
         OpSpec("torch.any", r, "torch.any({x} > 2.0, dim={dim}).float()", params=_dim, terminal=True,
-               flat_on=("pos", "unit")),  # pos includes rand() + 1 < 2
+               flat_on=POSITIVE),  # pos includes rand() + 1 < 2
         OpSpec("F.cosine_similarity", r, "F.cosine_similarity({x}, {y}, dim={dim})", params=_dim,
                operands=(Operand("y"),), join=True),
         OpSpec("F.pairwise_distance", r, "F.pairwise_distance({x}, {y})", operands=(Operand("y"),), join=True,

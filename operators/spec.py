@@ -21,6 +21,7 @@ CATEGORIES: tuple[str, ...] = (
 
 # value domains, ordered so that a larger rank satisfies every smaller need (unit = (0, 1) is also pos)
 DOMAINS = {"any": 0, "nonneg": 1, "pos": 2, "unit": 3}
+POSITIVE = ("pos", "unit")  # the domains of inputs > 0 (`x > 0` is always true there: see OpSpec.flat_on)
 
 
 class Code(str):
