@@ -145,15 +145,14 @@ def _check(cond: bool, where: str, msg: str) -> None:
 
 def worker_settings(cfg: Config) -> dict[str, Any]:
     """What a profile worker (pipeline/harness.py) is told: the profile section, the filter section (it skips
-    compiling a task the eager checks already reject), the window and memory cap for early rejects, the
-    verifier's tolerance (the input-sensitivity ratio is measured at it), the weights seed and the target
-    device's roofline ceilings (TFLOP/s fp32, TB/s)."""
+    compiling a task the eager checks already reject, and measures input sensitivity at its compile_tolerance),
+    the window and memory cap for early rejects, the weights seed and the target device's roofline ceilings
+    (TFLOP/s fp32, TB/s)."""
     import dataclasses
 
     return {**dataclasses.asdict(cfg.profile), "filter": dataclasses.asdict(cfg.filter),
             "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms], "seed": cfg.run.seed,
             "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
-            "verifier_tolerance": cfg.filter.compile_tolerance,
             "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
 
 

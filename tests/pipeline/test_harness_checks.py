@@ -93,8 +93,7 @@ def test_clean_task_stands_far_apart_at_the_verifier_tolerance():
     assert r["status"] == "ok" and r["input_sensitivity_ratio"] > 10
     # the ratio is measured at the filter's compile_tolerance: at 10, any two tanh outputs pass as each other
     loose = Config(filter=FilterSection(compile_tolerance=10.0))
-    tol = worker_settings(loose)["verifier_tolerance"]
-    r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]", verifier_tolerance=tol)
+    r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]", filter=worker_settings(loose)["filter"])
     assert r["input_sensitivity_ratio"] < 0.2
 
 
