@@ -17,6 +17,7 @@ its rate is what the sampler's own bookkeeping allows if meta evaluations cost n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -24,6 +25,7 @@ import sys
 import time
 import warnings
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,10 +46,11 @@ def _phase(frame) -> str:
     return "other"
 
 
-def sample_with_timer(cfg, seed: int, n: int) -> tuple[list[dict], float, Counter, Counter]:
-    """(rows, wall seconds, meta seconds by phase, evaluations by phase)."""
+@contextlib.contextmanager
+def timed_meta_evaluations() -> Iterator[tuple[Counter, Counter]]:
+    """Inside: every evaluation of an op's call on meta (operators.graph._run_call) is timed; yields (seconds,
+    evaluations), both counted by the sampler step that asked (see _phase)."""
     from operators import graph
-    from operators.sample import sample_tasks
 
     spent, calls = Counter(), Counter()
     real = graph._run_call
@@ -63,11 +66,19 @@ def sample_with_timer(cfg, seed: int, n: int) -> tuple[list[dict], float, Counte
 
     graph._run_call = timed
     try:
+        yield spent, calls
+    finally:
+        graph._run_call = real
+
+
+def sample_with_timer(cfg, seed: int, n: int) -> tuple[list[dict], float, Counter, Counter]:
+    """(rows, wall seconds, meta seconds by phase, evaluations by phase)."""
+    from operators.sample import sample_tasks
+
+    with timed_meta_evaluations() as (spent, calls):
         t = time.perf_counter()
         rows = sample_tasks(cfg, seed, range(n), set())
         wall = time.perf_counter() - t
-    finally:
-        graph._run_call = real
     return rows, wall, spent, calls
 
 
@@ -80,20 +91,7 @@ def one_evaluation_per_op(rows: list[dict], variants: bool = False) -> tuple[flo
     from operators.render import as_graph
 
     graphs = [(as_graph(r["graph"]), r) for r in rows]
-    total, evals = 0.0, 0
-    real = graph._run_call
-
-    def timed(key, call, ns, mode):
-        nonlocal total, evals
-        t = time.perf_counter()
-        try:
-            return real(key, call, ns, mode)
-        finally:
-            total += time.perf_counter() - t
-            evals += 1
-
-    graph._run_call = timed
-    try:
+    with timed_meta_evaluations() as (spent, calls):
         for g, r in graphs:
             graph._MEMO.clear()
             batch_scale._MEMO.clear()
@@ -101,9 +99,7 @@ def one_evaluation_per_op(rows: list[dict], variants: bool = False) -> tuple[flo
             graph.execute(g, consts, CostMode())
             for v in json.loads(r["shape_variants"]) if variants else ():
                 graph.execute(g, {**consts, **v}, CostMode())
-    finally:
-        graph._run_call = real
-    return total, evals
+    return sum(spent.values()), sum(calls.values())
 
 
 def main() -> None:
