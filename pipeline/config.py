@@ -72,6 +72,9 @@ class ProfileSection:
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True
+    # a GPU task gives back the memory share it does not use while inductor compiles (CPU work) and queues for
+    # it again before the compiled graph runs; off: it holds a whole forward's peak throughout
+    shrink_while_compiling: bool = True
 
 
 @dataclass(frozen=True)

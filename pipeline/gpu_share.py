@@ -89,9 +89,11 @@ class MemoryBudget:
     """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
     it touches the device and waits while the others' reservations leave no room, so workers never meet
     with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
-    so a large reservation (a task retried with the worker's whole cap) is never starved by small ones. The state is
-    a file of `pid bytes held|wait` lines, in arrival order, under flock; lines of dead workers are
-    dropped on every read, so a crashed worker frees its share."""
+    so a large reservation (a task retried with the worker's whole cap) is never starved by small ones. A worker may
+    shrink its reservation while it only compiles (CPU work) and grow it again afterwards: the growth waits in its
+    original place in the queue while what it still holds counts as held. The state is a file of
+    `pid bytes held|wait [base]` lines, in arrival order, under flock (`base`: bytes a waiter already holds);
+    lines of dead workers are dropped on every read, so a crashed worker frees its share."""
 
     def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
                  owner: int | None = None) -> None:
@@ -107,7 +109,7 @@ class MemoryBudget:
             for line in f:
                 parts = line.split()
                 with contextlib.suppress(ValueError, IndexError):
-                    out.append([int(parts[0]), int(parts[1]), parts[2]])
+                    out.append([int(parts[0]), int(parts[1]), parts[2], int(parts[3]) if len(parts) > 3 else 0])
         live = []
         for e in out:
             try:
@@ -122,7 +124,7 @@ class MemoryBudget:
     def _write(self, entries: list[list]) -> None:
         tmp = f"{self.path}.{self.owner}"
         with open(tmp, "w") as f:
-            f.write("".join(f"{pid} {n} {state}\n" for pid, n, state in entries))
+            f.write("".join(f"{pid} {n} {state} {base}\n" for pid, n, state, base in entries))
         os.replace(tmp, self.path)  # type: ignore[arg-type]
 
     def _try(self, nbytes: int, force: bool) -> bool:
@@ -136,14 +138,20 @@ class MemoryBudget:
                 self.reserved = 0
                 return True
             if mine is None:
-                mine = [self.owner, nbytes, "wait"]
+                mine = [self.owner, nbytes, "wait", 0]
                 entries.append(mine)
+            elif mine[2] == "held" and nbytes > mine[1] and not force:
+                mine[2], mine[3] = "wait", mine[1]  # grow in place: what it holds stays counted while it waits
             mine[1] = nbytes
-            held = sum(e[1] for e in entries if e[0] != self.owner and e[2] == "held")
+            others = [e for e in entries if e[0] != self.owner]
+            held = sum(e[1] if e[2] == "held" else e[3] for e in others)
+            running = any(e[2] == "held" for e in others)
             ahead = any(e[2] == "wait" for e in entries[:entries.index(mine)])
-            ok = force or mine[2] == "held" or (not ahead and (held == 0 or held + nbytes <= self.total))
+            # with nobody else running, the first in the queue goes: otherwise waiters holding their compile-time
+            # share could wait for each other forever
+            ok = force or mine[2] == "held" or (not ahead and (not running or held + nbytes <= self.total))
             if ok:
-                mine[2] = "held"
+                mine[2], mine[3] = "held", 0
                 self.reserved = nbytes
             self._write(entries)
             return ok
@@ -151,8 +159,9 @@ class MemoryBudget:
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
 
     def reserve(self, nbytes: int, wait: bool = True) -> None:
-        """Hold nbytes (replacing this worker's reservation). wait=False records it without waiting: used to
-        change a reservation mid-task, where waiting while holding memory could deadlock two workers."""
+        """Hold nbytes (replacing this worker's reservation); a shrink never waits, a growth waits in this
+        worker's place in the queue. wait=False records it without waiting: used to change a reservation
+        mid-task while holding the GPU lock, where waiting could deadlock two workers."""
         if self.fd is None or nbytes == self.reserved:
             return
         if self._try(nbytes, force=not wait):

@@ -50,6 +50,8 @@ from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, t
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
+# what inductor may allocate on the device while it compiles (constants, RNG state), beside what is alive
+COMPILE_SLACK = 512 * 1024 * 1024
 SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
 # Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
 _FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
@@ -143,16 +145,23 @@ def _flat(out: Any) -> Any:
 
 class _LockedBackend:
     """A torch.compile backend that compiles (CPU work) without the GPU lock and takes it before the
-    compiled graph first runs; everything else is delegated, so it behaves as the inner backend."""
+    compiled graph first runs; everything else is delegated, so it behaves as the inner backend. `around`
+    (enter, leave) runs just before and after compiling: the harness gives back the memory share a task
+    does not use while it compiles."""
 
-    def __init__(self, inner: Any, lock: GpuLock) -> None:
-        self._inner, self._lock = inner, lock
+    def __init__(self, inner: Any, lock: GpuLock,
+                 around: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
+        self._inner, self._lock, self._around = inner, lock, around
 
     def __call__(self, gm, example_inputs):
         self._lock.release()
+        if self._around:
+            self._around[0]()
         try:
             return self._inner(gm, example_inputs)
         finally:
+            if self._around:
+                self._around[1]()
             self._lock.acquire()
 
     def __getattr__(self, name: str) -> Any:
@@ -187,6 +196,7 @@ class Harness:
         self.budget = MemoryBudget(None, 0, notify)
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
+        self.regrow_wait_s = 0.0
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -293,7 +303,7 @@ class Harness:
         """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
         t0, cpu0 = time.perf_counter(), _cpu_s()
-        self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = 0.0
+        self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = self.regrow_wait_s = 0.0
         base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
@@ -310,6 +320,7 @@ class Harness:
         m["gpu_busy_s"] = self.lock.held_s
         m["gpu_exclusive_s"] = self.lock.exclusive_s
         m["lock_wait_s"], m["budget_wait_s"] = self.lock.wait_s, self.budget.wait_s
+        m["regrow_wait_s"] = self.regrow_wait_s  # part of budget_wait_s: after compiling, before running
         m["cpu_s"] = _cpu_s() - cpu0
         return m
 
@@ -336,14 +347,42 @@ class Harness:
             self.lock.release()
         if self.cuda and not m["_fatal"]:
             # tensors held by reference cycles (compiled frames, tracebacks) would otherwise count against the
-            # next task's hard cap; freed under the shared lock, since a cudaFree beside a neighbour's timed
-            # runs is suspected of slowing them (call 9: two of 30 tasks 65-90% slower than KernelBench's loop)
-            with self.lock.hold():
-                gc.collect()
-                with contextlib.suppress(Exception):
-                    torch.cuda.empty_cache()
+            # next task's hard cap. The collection is CPU work and only returns blocks to torch's cache, so it
+            # runs without the lock (under it, a 0.1-0.3 s pass delayed every neighbour's timed runs); the
+            # cudaFree of empty_cache runs under the shared lock, since beside a neighbour's timed runs it is
+            # suspected of slowing them (call 9: two of 30 tasks 65-90% slower than KernelBench's loop)
+            gc.collect()
+            self._empty_cache()
         self.budget.release()
         return m
+
+    def _empty_cache(self) -> None:
+        with self.lock.hold(), contextlib.suppress(Exception):
+            torch.cuda.empty_cache()
+
+    def _compile_hooks(self) -> tuple[Callable[[], None], Callable[[], None]] | None:
+        """While inductor compiles (seconds of CPU work) the task needs only what is alive (weights, one input
+        set, the reference output): its share of the budget shrinks to that and grows back, queued like any
+        reservation, before the compiled graph runs. Holding a whole forward's peak through compilation kept
+        admitted tasks waiting for memory longer than they computed (budget wait 3.1 s per task, call 15)."""
+        if not (self.cuda and self.budget.fd is not None and self.s.get("shrink_while_compiling", True)):
+            return None
+        full: list[int] = []
+
+        def enter() -> None:
+            full.append(self.budget.reserved)
+            gc.collect()
+            self._empty_cache()
+            alive = int(torch.cuda.memory_reserved(self.device))
+            if alive + COMPILE_SLACK < self.budget.reserved:
+                self._reserve(alive + COMPILE_SLACK, wait=False)
+
+        def leave() -> None:
+            t0 = time.perf_counter()
+            self._reserve(full.pop(), wait=True)
+            self.regrow_wait_s += time.perf_counter() - t0
+
+        return enter, leave
 
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with a
@@ -487,7 +526,7 @@ class Harness:
             inner = torch._TorchCompileInductorWrapper(None, None, None)
         else:
             inner = dynamo.lookup_backend(backend_name)
-        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock))
+        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock, self._compile_hooks()))
         try:
             with self.lock.hold():
                 x0 = self._draw(ns, 0)
@@ -542,6 +581,8 @@ def serve() -> None:
         torch.set_num_threads(int(cfg["threads"]))
     h = Harness(cfg["device"], cfg["settings"], cfg.get("lock_path"), notify=lambda ev: send({"event": ev}))
     warm_s = h.warm() if cfg["settings"].get("warm_worker", True) else 0.0
+    gc.collect()
+    gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
     send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s})
     for line in sys.stdin:
         if not line.strip():

@@ -145,3 +145,41 @@ def test_yield_lets_a_waiting_exclusive_holder_in_between_steps(tmp_path):
     order.append("reader again")
     assert w_got.wait(5) and order == ["writer", "reader again"] and reader.mode == "shared"
     reader.release()
+
+
+def test_memory_budget_growth_after_a_shrink_waits_in_place_and_counts_what_it_holds(tmp_path, other_pid):
+    """A task that shrank its share while compiling queues to grow back: the 3 it still holds count against
+    newcomers, and a newcomer that would fit beside the running task does not overtake the growth."""
+    path = str(tmp_path / "gpu.mem")
+    third = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        grower = MemoryBudget(path, 10, lambda _: None)
+        running = MemoryBudget(path, 10, lambda _: None, owner=other_pid)
+        late = MemoryBudget(path, 10, lambda _: None, owner=third.pid)
+        grower.reserve(6)
+        grower.reserve(3)  # shrink: never waits
+        assert grower.reserved == 3
+        running.reserve(6)  # 3 + 6 <= 10
+        _, grown = _in_thread(lambda: grower.reserve(6))
+        assert not grown.wait(0.3)  # 6 + 6 > 10: waits, still holding 3
+        assert grower.reserved == 3
+        _, late_in = _in_thread(lambda: late.reserve(1))
+        assert not late_in.wait(0.3)  # 6 + 3 + 1 fits, but the growth is ahead in the queue
+        running.release()
+        assert grown.wait(5) and grower.reserved == 6
+        assert late_in.wait(5)  # 6 + 1 fits once the growth is in
+    finally:
+        third.kill()
+        third.wait()
+
+
+def test_memory_budget_growers_never_wait_for_each_other_forever(tmp_path, other_pid):
+    """Two tasks that both shrank and both want to grow past the budget: with nobody running, the first goes."""
+    path = str(tmp_path / "gpu.mem")
+    a, b = MemoryBudget(path, 10, lambda _: None), MemoryBudget(path, 10, lambda _: None, owner=other_pid)
+    a.reserve(4)
+    b.reserve(4)
+    _, b_grown = _in_thread(lambda: b.reserve(9))
+    assert not b_grown.wait(0.3)  # a is running with 4: 4 + 9 > 10
+    _, a_grown = _in_thread(lambda: a.reserve(9))
+    assert b_grown.wait(5) or a_grown.wait(5)  # both wait to grow: nobody runs, so the first in the queue goes

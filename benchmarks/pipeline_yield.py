@@ -1,0 +1,191 @@
+"""Yield and cost of a whole run: what was sampled, what each stage dropped and why, what the GPU spent per
+published task, whether labels and dedupe drops were true, and whether a second profile of the same tasks
+publishes the same set.
+
+    python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv] [--gpus 1]
+        [--out benchmarks/results/pipeline_yield.json]
+
+DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
+is a second run directory whose profile measured the same tasks again. `--smi` is the CSV of
+`nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
+profile stage. Prints a table per measure and writes everything to JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.config import load_file  # noqa: E402
+from pipeline.selection import accepted_task_ids, first_rejection  # noqa: E402
+from pipeline.store import RunDir  # noqa: E402
+
+TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
+
+
+def reason_kind(reason: str) -> str:
+    """A reason without its numbers and parenthesised details: the family it belongs to."""
+    return re.sub(r"\d+(\.\d+)?", "N", reason.split(" (")[0])[:90]
+
+
+def smi_utilisation(path: Path | None) -> dict | None:
+    """Mean GPU utilisation over the samples between the first and last busy one (start-up and tail idle
+    are the run's, not the GPU's, so they are reported apart)."""
+    if not path or not path.exists():
+        return None
+    vals = []
+    with open(path) as f:
+        for row in csv.reader(f):
+            if len(row) < 3 or not row[2].strip().split(" ")[0].isdigit():
+                continue
+            vals.append(int(row[2].strip().split(" ")[0]))
+    if not vals:
+        return None
+    busy = [i for i, v in enumerate(vals) if v > 0]
+    inner = vals[busy[0]: busy[-1] + 1] if busy else vals
+    return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner)}
+
+
+def family_table(tasks: list[dict], published: set[str], category: str) -> list[dict]:
+    from operators.catalog import sampleable
+
+    names = [s.name for s in sampleable() if s.category == category]
+    rows = []
+    for name in names:
+        having = [t["task_id"] for t in tasks if name in (t["ops"] or [])]
+        kept = sum(t in published for t in having)
+        rows.append({"op": name, "sampled": len(having), "published": kept,
+                     "share": round(kept / len(having), 3) if having else None})
+    return rows
+
+
+def dedupe_pairs(rd: RunDir, ops_of: dict[str, list[str]]) -> list[dict]:
+    rows = rd.read_rows("dedupe") if rd.done_shards("dedupe") or (rd.path / "dedupe").exists() else []
+    out = []
+    for r in rows:
+        if r["keep"] or not (r["reason"] or "").startswith("near"):
+            continue
+        other = next((m for m in TASK_ID.findall(r["reason"]) if m != r["task_id"]), None)
+        a, b = ops_of.get(r["task_id"], []), ops_of.get(other, [])
+        out.append({"dropped": r["task_id"], "kept": other, "dropped_ops": a, "kept_ops": b,
+                    "same_ops": Counter(a) == Counter(b), "reason": r["reason"]})
+    return out
+
+
+def measured(rd: RunDir) -> dict[str, dict]:
+    return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms"])}
+
+
+def repeat_diff(rd: RunDir, rd2: RunDir, published: set[str], window: tuple[float, float]) -> dict:
+    pub2 = set(accepted_task_ids(rd2))
+    m1, m2 = measured(rd), measured(rd2)
+    rej1, rej2 = first_rejection(rd), first_rejection(rd2)
+    lo, hi = window
+
+    def near_bound(t: str) -> bool:
+        for m in (m1.get(t), m2.get(t)):
+            ms = (m or {}).get("eager_ms")
+            if ms and (abs(ms - lo) <= 0.05 * lo or abs(ms - hi) <= 0.05 * hi):
+                return True
+        return False
+
+    diff = []
+    for t in sorted(published ^ pub2):
+        diff.append({"task_id": t, "first": "published" if t in published else rej1.get(t, ("", ""))[1],
+                     "second": "published" if t in pub2 else rej2.get(t, ("", ""))[1],
+                     "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
+                     "within_5pct_of_bound": near_bound(t)})
+    return {"published_first": len(published), "published_second": len(pub2), "same": len(published & pub2),
+            "differ": len(diff), "differ_not_near_bound": sum(not d["within_5pct_of_bound"] for d in diff),
+            "rows": diff}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--repeat", type=Path)
+    ap.add_argument("--smi", type=Path)
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results/pipeline_yield.json"))
+    a = ap.parse_args()
+
+    rd = RunDir(a.run)
+    cfg = load_file(a.run / "config.toml")
+    manifest = json.loads((a.run / "manifest.json").read_text())
+    tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
+    ops_of = {t["task_id"]: list(t["ops"] or []) for t in tasks}
+    name_of = {t["task_id"]: t["name"] for t in tasks}
+    published = set(accepted_task_ids(rd))
+    n = len(tasks)
+    profile = manifest.get("stages", {}).get("profile", {})
+    gpu_s = float(profile.get("seconds", 0.0)) * a.gpus
+    rejections = first_rejection(rd)
+    kinds = Counter((stage, reason_kind(reason)) for stage, reason in rejections.values())
+    examples: dict[tuple[str, str], str] = {}
+    for t, (stage, reason) in rejections.items():
+        examples.setdefault((stage, reason_kind(reason)), f"{t} {name_of.get(t, '')}: {reason[:160]}")
+    labels = [(t, r) for t, (s, r) in rejections.items() if r.startswith("label mismatch")]
+    pairs = dedupe_pairs(rd, ops_of)
+    result = {
+        "label": a.label, "run": str(a.run), "commit": manifest.get("versions", {}).get("git_commit")
+        or manifest.get("commit"), "sampled": n, "published": len(published),
+        "published_over_sampled": round(len(published) / n, 4) if n else None,
+        "profile_seconds": profile.get("seconds"), "gpus": a.gpus,
+        "gpu_s_per_published": round(gpu_s / len(published), 4) if published else None,
+        "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
+        "gpu_utilisation": smi_utilisation(a.smi),
+        "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
+                   for s in ("decontaminate", "filter", "dedupe")},
+        "top_reasons": [{"stage": s, "reason": k, "tasks": c, "example": examples[(s, k)]}
+                        for (s, k), c in kinds.most_common(10)],
+        "label_rejections": [{"task_id": t, "name": name_of.get(t), "reason": r} for t, r in labels],
+        "normalization": family_table(tasks, published, "normalization"),
+        "near_duplicate_drops": len(pairs),
+        "near_duplicate_drops_ops_differ": [p for p in pairs if not p["same_ops"]],
+        "near_duplicate_pairs": pairs,
+    }
+    if a.repeat:
+        result["repeat"] = repeat_diff(rd, RunDir(a.repeat), published, (cfg.filter.min_eager_ms, cfg.filter.max_eager_ms))
+
+    print(f"run {a.run} ({a.label}): {n} sampled -> {len(published)} published "
+          f"({result['published_over_sampled']:.1%}); profile {profile.get('seconds')} s x {a.gpus} GPU -> "
+          f"{result['gpu_s_per_published']} GPU-s per published task")
+    if result["gpu_utilisation"]:
+        u = result["gpu_utilisation"]
+        print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and last busy")
+    print("funnel:", result["funnel"])
+    print(f"\n{'stage':<14} {'tasks':>5}  reason  (example)")
+    for r in result["top_reasons"]:
+        print(f"{r['stage']:<14} {r['tasks']:>5}  {r['reason']}\n{'':<22}e.g. {r['example']}")
+    print(f"\nlabel rejections: {len(labels)}")
+    for t, r in labels[:20]:
+        print(f"  {t} {name_of.get(t)}: {r[:150]}")
+    print(f"\n{'normalization op':<24} {'sampled':>7} {'published':>9} {'share':>6}")
+    for r in result["normalization"]:
+        print(f"{r['op']:<24} {r['sampled']:>7} {r['published']:>9} {r['share'] if r['share'] is not None else '-':>6}")
+    print(f"\nnear-duplicate drops: {len(pairs)}; with different operators: {len(result['near_duplicate_drops_ops_differ'])}")
+    for p in pairs:
+        print(f"  {p['dropped']} {p['dropped_ops']}  ~  {p['kept']} {p['kept_ops']}")
+    if a.repeat:
+        r = result["repeat"]
+        print(f"\nrepeat: {r['published_first']} vs {r['published_second']} published, {r['same']} in both, "
+              f"{r['differ']} differ ({r['differ_not_near_bound']} not within 5% of a runtime bound)")
+        for d in r["rows"]:
+            print(f"  {d['task_id']} {d['first'][:50]!r} / {d['second'][:50]!r} eager_ms {d['eager_ms']} "
+                  f"{'near bound' if d['within_5pct_of_bound'] else ''}")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"\nwrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
