@@ -22,6 +22,7 @@ from hashlib import blake2b
 
 import networkx as nx
 
+from filters.contamination import op_signature
 from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
 from operators.cost import CostMode, peak_bytes, predict_ms
 from operators.graph import (
@@ -354,6 +355,8 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         if stats:
             stats.label_mismatches += 1
         raise TaskRejected(f"labels: {bad[0]}")
+    if cfg.avoid_reference and op_signature(aten) in _reference_signatures(tuple(cfg.avoid_reference)):
+        raise TaskRejected("reference op signature")  # decontaminate would drop it: a copy of a reference problem
     out = g.graph["output"]
     feeds = nx.ancestors(g, out)  # one walk per task: n reaches the output iff n is among its ancestors
     if any(n not in feeds for n in op_nodes(g) if n != out):
@@ -371,6 +374,13 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         "predicted_peak_bytes": int(peak), "shape_variants": json.dumps(variants), "composer": "template",
         "composer_note": "", "seed": task_seed,
     }
+
+
+def _reference_signatures(specs: tuple[str, ...]) -> frozenset[str]:
+    """Op signatures of the reference problems in `specs` (read once per process)."""
+    from pipeline.reference import reference_op_signatures
+
+    return reference_op_signatures(specs)
 
 
 def task_seed(seed: int, index: int, attempt: int) -> int:
