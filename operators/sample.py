@@ -24,7 +24,7 @@ import networkx as nx
 
 from filters.contamination import op_signature
 from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
-from operators.cost import CostMode, peak_bytes, predict_ms
+from operators.cost import CostMode, aten_names, peak_bytes, predict_ms
 from operators.graph import (
     DIM_NAMES,
     SEQ_NAMES,
@@ -37,6 +37,7 @@ from operators.graph import (
     records_cost,
 )
 from operators.labels import check_labels, require_pinned
+from operators.peak import draw_peak
 from operators.render import render, task_name
 from operators.sizing import base_sizes, per_sample_budget, solve_batch
 from operators.spec import accepts
@@ -304,6 +305,12 @@ def _variants(g: nx.DiGraph, consts: dict[str, int], built_batch: int = 0) -> li
     return out
 
 
+def _draw_peak(g: nx.DiGraph, values: dict) -> int:
+    """Peak bytes of get_inputs drawing the graph's inputs (operators.peak.draw_peak), in node order."""
+    return draw_peak((d["draw"], values[n].numel(), values[n].element_size())
+                     for n, d in g.nodes(data=True) if d["kind"] == "input")
+
+
 def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = None) -> dict:
     lo, hi = cfg.min_ops, cfg.max_ops
     k = rng.choices(range(lo, hi + 1), cfg.depth_weights[lo - 1:hi])[0]
@@ -317,9 +324,11 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         g = b.g
         consts = dict(g.graph["constants"])
         batch0 = consts["batch_size"]
-        inputs_bytes = sum(v.numel() * v.element_size() for n, v in b.values.items() if g.nodes[n]["kind"] == "input")
+        ins = [v for n, v in b.values.items() if g.nodes[n]["kind"] == "input"]
+        inputs_bytes = sum(v.numel() * v.element_size() for v in ins)
         fixed = sum(t.numel() * t.element_size() for t in b._fixed_tensors())
-        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch)
+        draws = _draw_peak(g, b.values)
+        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch, draws)
         t1 = predict_ms(b.mode.records, bw, tf, launch, batch / batch0)
         if batch == 1 and t1 > cfg.target_max_ms:
             shrink *= cfg.target_max_ms / t1 / 2
@@ -335,7 +344,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         raise TaskRejected(f"sized graph fails on meta: {type(e).__name__}") from None
     ms = predict_ms(mode.records, bw, tf, launch)
     in_bytes = sum(values[n].numel() * values[n].element_size() for n, d in g.nodes(data=True) if d["kind"] == "input")
-    peak = peak_bytes(mode.records, in_bytes, fixed)
+    peak = peak_bytes(mode.records, in_bytes, fixed, draw_bytes=_draw_peak(g, values))
     if not cfg.target_min_ms <= ms <= cfg.target_max_ms:
         raise TaskRejected(f"off window: {ms:.3g} ms")
     if peak > cap:
@@ -349,7 +358,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         if d["kind"] == "input":
             d["shape"] = list(values[n].shape)
     ops = [g.nodes[n]["op"] for n in op_nodes(g)]
-    aten = [r.name for r in mode.records]
+    aten = aten_names(mode.records)
     bad = check_labels(ops, aten)
     if bad:
         if stats:
