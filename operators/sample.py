@@ -4,7 +4,8 @@ A task is drawn from an RNG seeded by (seed, index) and, on retry, (seed, index,
 runs, index i always gives the same task. Chains apply ops one after another; DAGs take one of three
 shapes: a residual (x -> body -> join(x, body)), two branches that rejoin, or two inputs that meet,
 each with a trunk before and a tail after. Every op is evaluated on meta as it is added; an op that
-fails there is resampled, never written.
+fails there is resampled, never written. A draw whose ATen op signature equals a reference problem's
+(`avoid_reference`) is resampled too: decontaminate would drop it before the GPU.
 """
 
 from __future__ import annotations
