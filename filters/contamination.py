@@ -282,6 +282,12 @@ def signature_key(ops: Sequence[str]) -> str:
     return "|".join(ops)
 
 
+def op_signature(aten_ops: Sequence[str] | None) -> str:
+    """The op-signature detector's key of a task's traced ATen ops (a tasks-table `aten_ops` list): the sampler
+    checks its draws with it, so a task it emits cannot fire that detector; "" when nothing remains."""
+    return signature_key(normalize_ops(aten_ops))
+
+
 def multiset_key(ops: Sequence[str]) -> str:
     return "|".join(sorted(ops))
 

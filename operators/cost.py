@@ -20,6 +20,10 @@ from operators.labels import VIEW_OPS
 from operators.trace import SKIP_OPS
 
 _POINTWISE = torch.Tag.pointwise
+# bookkeeping ops (operators.trace.SKIP_OPS) that still allocate and move bytes: a cast (`(x > y).float()`) is a
+# kernel and a new tensor, so it is recorded for runtime and peak memory, but it carries no label and is left
+# out of the ATen names (`aten_names`), as every tracer leaves it out
+UNNAMED = frozenset({"aten._to_copy"})
 
 
 @dataclass
@@ -187,7 +191,7 @@ def _func_info(func) -> tuple:
     inplace = schema.is_mutable and name.endswith("_") and len(schema.returns) == 1 and bool(schema.arguments) \
         and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
     pointwise = _POINTWISE in func.tags and (inplace or not schema.is_mutable)
-    return (name, name in SKIP_OPS, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
+    return (name, name in SKIP_OPS and name not in UNNAMED, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
             _RULES.get(name), _OVERLOAD_RULES.get(str(func)))
 
 
@@ -491,7 +495,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def aten_names(records: list[OpCost]) -> list[str]:
-    return [r.name for r in records]
+    """The ATen ops a trace names (what labels and signatures compare): UNNAMED casts left out."""
+    return [r.name for r in records if r.name not in UNNAMED]
 
 
 def predict_ms(records: list[OpCost], bandwidth_gbps: float, tflops: float, launch_us: float,
@@ -520,11 +525,15 @@ def roofline_ms(kernels: list[tuple[int, int, int]], bandwidth_gbps: float, tflo
     return t * 1e3
 
 
-def peak_bytes(records: list[OpCost], input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
-    """Upper bound on peak memory: inputs, weights and every intermediate alive at once."""
-    return peak_from_outs(sum(r.out_bytes for r in records), input_bytes, fixed_bytes, batch_scale)
+def peak_bytes(records: list[OpCost], input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0,
+               draw_bytes: int = 0) -> int:
+    """Peak memory of the eager forward (operators.peak.activation_peak) beside the weights; activations
+    scale with the batch, weights do not."""
+    from operators.peak import activation_peak
+
+    return peak_from_activations(activation_peak(records, input_bytes, draw_bytes), fixed_bytes, batch_scale)
 
 
-def peak_from_outs(outs: int, input_bytes: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
-    """peak_bytes given the summed output bytes of the trace."""
-    return int((input_bytes + outs) * batch_scale + fixed_bytes)
+def peak_from_activations(activations: int, fixed_bytes: int, batch_scale: float = 1.0) -> int:
+    """peak_bytes given the trace's activation peak."""
+    return int(activations * batch_scale + fixed_bytes)

@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F  # noqa: N812 - the spelling task code uses
 
 from operators import batch_scale
-from operators.cost import CostMode, OpCost
+from operators.cost import UNNAMED, CostMode, OpCost, aten_names
 from operators.spec import Code, Dim, OpSpec, Reject, accepts, out_domain
 
 BASE_NS = {"torch": torch, "nn": nn, "F": F, "math": math}
@@ -231,10 +231,11 @@ class GraphBuilder:
             raise OpFailed("shape not preserved")
         if not out.is_floating_point():
             raise OpFailed("non-float output")
-        node["aten"] = [r.name for r in self.mode.records[first:]]
+        node["aten"] = aten_names(self.mode.records[first:])
         if not node["aten"]:
             raise OpFailed("does nothing at this shape")
-        if not any(not r.view for r in self.mode.records[first:]) and spec.category not in ("shape", "indexing"):
+        if not any(not r.view and r.name not in UNNAMED for r in self.mode.records[first:]) \
+                and spec.category not in ("shape", "indexing"):
             raise OpFailed("no kernel runs")
         node["shape"] = list(out.shape)
         self.g.add_node(var, **node)

@@ -4,7 +4,8 @@ A task is drawn from an RNG seeded by (seed, index) and, on retry, (seed, index,
 runs, index i always gives the same task. Chains apply ops one after another; DAGs take one of three
 shapes: a residual (x -> body -> join(x, body)), two branches that rejoin, or two inputs that meet,
 each with a trunk before and a tail after. Every op is evaluated on meta as it is added; an op that
-fails there is resampled, never written.
+fails there is resampled, never written. A draw whose ATen op signature equals a reference problem's
+(`avoid_reference`) is resampled too: decontaminate would drop it before the GPU.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from hashlib import blake2b
 
 import networkx as nx
 
+from filters.contamination import op_signature
 from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
-from operators.cost import CostMode, peak_bytes, predict_ms
+from operators.cost import CostMode, aten_names, peak_bytes, predict_ms
 from operators.graph import (
     DIM_NAMES,
     SEQ_NAMES,
@@ -36,6 +38,7 @@ from operators.graph import (
     records_cost,
 )
 from operators.labels import check_labels, require_pinned
+from operators.peak import draw_peak
 from operators.render import render, task_name
 from operators.sizing import base_sizes, per_sample_budget, solve_batch
 from operators.spec import accepts
@@ -303,6 +306,12 @@ def _variants(g: nx.DiGraph, consts: dict[str, int], built_batch: int = 0) -> li
     return out
 
 
+def _draw_peak(g: nx.DiGraph, values: dict) -> int:
+    """Peak bytes of get_inputs drawing the graph's inputs (operators.peak.draw_peak), in node order."""
+    return draw_peak((d["draw"], values[n].numel(), values[n].element_size())
+                     for n, d in g.nodes(data=True) if d["kind"] == "input")
+
+
 def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = None) -> dict:
     lo, hi = cfg.min_ops, cfg.max_ops
     k = rng.choices(range(lo, hi + 1), cfg.depth_weights[lo - 1:hi])[0]
@@ -316,9 +325,11 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         g = b.g
         consts = dict(g.graph["constants"])
         batch0 = consts["batch_size"]
-        inputs_bytes = sum(v.numel() * v.element_size() for n, v in b.values.items() if g.nodes[n]["kind"] == "input")
+        ins = [v for n, v in b.values.items() if g.nodes[n]["kind"] == "input"]
+        inputs_bytes = sum(v.numel() * v.element_size() for v in ins)
         fixed = sum(t.numel() * t.element_size() for t in b._fixed_tensors())
-        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch)
+        draws = _draw_peak(g, b.values)
+        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch, draws)
         t1 = predict_ms(b.mode.records, bw, tf, launch, batch / batch0)
         if batch == 1 and t1 > cfg.target_max_ms:
             shrink *= cfg.target_max_ms / t1 / 2
@@ -334,7 +345,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         raise TaskRejected(f"sized graph fails on meta: {type(e).__name__}") from None
     ms = predict_ms(mode.records, bw, tf, launch)
     in_bytes = sum(values[n].numel() * values[n].element_size() for n, d in g.nodes(data=True) if d["kind"] == "input")
-    peak = peak_bytes(mode.records, in_bytes, fixed)
+    peak = peak_bytes(mode.records, in_bytes, fixed, draw_bytes=_draw_peak(g, values))
     if not cfg.target_min_ms <= ms <= cfg.target_max_ms:
         raise TaskRejected(f"off window: {ms:.3g} ms")
     if peak > cap:
@@ -348,12 +359,14 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         if d["kind"] == "input":
             d["shape"] = list(values[n].shape)
     ops = [g.nodes[n]["op"] for n in op_nodes(g)]
-    aten = [r.name for r in mode.records]
+    aten = aten_names(mode.records)
     bad = check_labels(ops, aten)
     if bad:
         if stats:
             stats.label_mismatches += 1
         raise TaskRejected(f"labels: {bad[0]}")
+    if cfg.avoid_reference and op_signature(aten) in _reference_signatures(tuple(cfg.avoid_reference)):
+        raise TaskRejected("reference op signature")  # decontaminate would drop it: a copy of a reference problem
     out = g.graph["output"]
     feeds = nx.ancestors(g, out)  # one walk per task: n reaches the output iff n is among its ancestors
     if any(n not in feeds for n in op_nodes(g) if n != out):
@@ -371,6 +384,13 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         "predicted_peak_bytes": int(peak), "shape_variants": json.dumps(variants), "composer": "template",
         "composer_note": "", "seed": task_seed,
     }
+
+
+def _reference_signatures(specs: tuple[str, ...]) -> frozenset[str]:
+    """Op signatures of the reference problems in `specs` (read once per process)."""
+    from pipeline.reference import reference_op_signatures
+
+    return reference_op_signatures(specs)
 
 
 def task_seed(seed: int, index: int, attempt: int) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 import random
 
-from operators.cost import OpCost, kernels, peak_from_outs, roofline_ms
+from operators.cost import OpCost, kernels, peak_from_activations, roofline_ms
+from operators.peak import activation_peak
 
 MAX_BATCH = 65536
 
@@ -54,15 +55,15 @@ def per_sample_budget(rng: random.Random, target_ms: float, bandwidth_gbps: floa
 
 
 def solve_batch(records: list[OpCost], batch0: int, target_ms: float, cap_bytes: int, input_bytes: int,
-                fixed_bytes: int, bw: float, tflops: float, launch_us: float) -> int:
+                fixed_bytes: int, bw: float, tflops: float, launch_us: float, draw_bytes: int = 0) -> int:
     """Largest batch whose predicted runtime is <= target_ms (at least 1), within the memory cap."""
-    ks, outs = kernels(records), sum(r.out_bytes for r in records)  # ~17 probes price one trace
+    ks, act = kernels(records), activation_peak(records, input_bytes, draw_bytes)  # ~17 probes price one trace
 
     def t(b: int) -> float:
         return roofline_ms(ks, bw, tflops, launch_us, b / batch0)
 
     def mem(b: int) -> int:
-        return peak_from_outs(outs, input_bytes, fixed_bytes, b / batch0)
+        return peak_from_activations(act, fixed_bytes, b / batch0)
 
     lo, hi = 1, MAX_BATCH
     while lo < hi:

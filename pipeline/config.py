@@ -40,6 +40,9 @@ class SampleSection:
     categories: tuple[str, ...] = ()  # empty: every category
     category_weights: dict[str, float] = field(default_factory=dict)  # missing: 1.0 (uniform)
     composer: str = "template"  # template | llm
+    # reference indexes (`builtin`, `builtin:NAME`, an index parquet) whose problems' ATen op signatures a task
+    # must not have: a draw that equals one is resampled, since decontaminate would drop it; [] turns it off
+    avoid_reference: tuple[str, ...] = ("builtin",)
     # sizing: target eager runtime window (log-uniform) on the target device
     target_min_ms: float = 1.5
     target_max_ms: float = 50.0
@@ -177,6 +180,8 @@ def validate(cfg: Config, where: str) -> Config:
     _check(0.0 <= s.dag_share <= 1.0, where, f"sample.dag_share must be in [0, 1] (got {s.dag_share})")
     _check(0 < s.target_min_ms < s.target_max_ms, where, "sample.target_min_ms must be > 0 and < target_max_ms")
     _check(0 < s.peak_headroom <= 1, where, f"sample.peak_headroom must be in (0, 1] (got {s.peak_headroom})")
+    _check(all(isinstance(r, str) and r for r in s.avoid_reference), where,
+           f"sample.avoid_reference must list reference index specs (builtin, builtin:NAME, PATH; got {s.avoid_reference!r})")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
     _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
     _check(f.min_input_sensitivity_ratio >= 0, where,
