@@ -169,8 +169,8 @@ def init(
 def sample(
     dir: DirArg,
     add: Annotated[int | None, typer.Option(help="grow the run by N tasks (run.n += N) and sample only those")] = None,
-    n: Annotated[int | None, typer.Option("--n", help="grow the run to N tasks in all (repeatable: the same N "
-                                          "twice grows once)")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="grow the run to N tasks in all (rerun with the same N, "
+                                          "it grows once)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="endpoint when the config's composer is llm")] = None,
     llm_model: Annotated[str | None, typer.Option(help="model when the config's composer is llm")] = None,
 ) -> None:
