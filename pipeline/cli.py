@@ -133,15 +133,62 @@ def run(
 
 
 @app.command()
+def init(
+    dir: DirArg,
+    preset: Annotated[str | None, typer.Option(help="preset name in data/presets (default: demo)")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
+    n: Annotated[int | None, typer.Option(help="tasks to sample")] = None,
+    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda")] = None,
+    workers: WorkersOpt = None,
+) -> None:
+    """Create a run directory (config.toml + manifest.json, nothing else) for running the stages one by one,
+    on one machine or several."""
+    from pipeline.config import validate
+
+    cfg = validate(_resolve_config(preset, config).with_overrides(n=n, seed=seed, device=device, workers=workers),
+                   "command line")
+    rd = RunDir(dir)
+    existed = rd.path.exists()
+    if existed and not rd.config_path.exists() and (not rd.path.is_dir() or any(rd.path.iterdir())):
+        raise OpsynthError(f"{dir} exists and is not a run directory; pass a new or empty directory")
+    made = existed and rd.config_path.exists()
+    try:
+        rd.init(cfg)
+    except BaseException:
+        if not existed:  # a failed init leaves nothing behind
+            import shutil
+
+            shutil.rmtree(rd.path, ignore_errors=True)
+        raise
+    typer.echo(f"{dir}: {'already a run directory with this config' if made else 'initialised'} "
+               f"({cfg.name}, n={cfg.run.n}, seed={cfg.run.seed}); next: opsynth sample {dir}")
+
+
+@app.command()
 def sample(
     dir: DirArg,
+    add: Annotated[int | None, typer.Option(help="grow the run by N tasks (run.n += N) and sample only those")] = None,
+    n: Annotated[int | None, typer.Option("--n", help="grow the run to N tasks in all (rerun with the same N, "
+                                          "it grows once)")] = None,
     llm_base_url: Annotated[str | None, typer.Option(help="endpoint when the config's composer is llm")] = None,
     llm_model: Annotated[str | None, typer.Option(help="model when the config's composer is llm")] = None,
 ) -> None:
-    """Sample and render tasks into DIR/tasks/ (the config in DIR decides how many and how)."""
+    """Sample and render tasks into DIR/tasks/ (the config in DIR decides how many and how); with --add or --n,
+    grow the run first: tasks, measurements and verdicts already there stay as they are."""
     from pipeline.stages import sample as sample_stage
 
     rd, cfg = _open(dir)
+    if add is not None and n is not None:
+        raise OpsynthError("give either --add N or --n TOTAL, not both")
+    if add is not None and add < 1:
+        raise OpsynthError(f"--add must be >= 1 (got {add}); it is the number of tasks to add")
+    target = cfg.run.n + add if add is not None else n
+    if target is not None:
+        old, new = rd.grow(target)
+        rd, cfg = _open(dir)
+        _say(f"[sample] run.n {old} -> {new} (config.toml); if interrupted, resume with `opsynth sample {dir}`; "
+             f"then decontaminate, profile, filter, dedupe and publish pick up the new tasks")
     _stage("sample", sample_stage.run, rd, cfg, _llm_settings(cfg.sample.composer, llm_base_url, llm_model))
 
 
@@ -149,12 +196,25 @@ def sample(
 def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "local", gpus: GpusOpt = None,
             ray_address: RayOpt = None,
             all_tasks: Annotated[bool, typer.Option("--all", help="also tasks decontaminate already dropped")] = False,
+            max_minutes: Annotated[float | None, typer.Option(help="start no shard after M minutes; the shards "
+                                                              "started finish, a rerun continues")] = None,
+            limit: Annotated[int | None, typer.Option(help="start no shard once K tasks were handed to workers "
+                                                      "in this call (whole shards: K rounds up)")] = None,
             ) -> None:
     """Measure the tasks in isolated worker processes into DIR/measurements/ (not those already dropped)."""
     from pipeline.stages import profile as profile_stage
 
+    budget = profile_stage.Budget(max_seconds=None if max_minutes is None else max_minutes * 60, limit=limit)
+    if max_minutes is not None and max_minutes <= 0:
+        raise OpsynthError(f"--max-minutes must be > 0 (got {max_minutes})")
+    if limit is not None and limit < 1:
+        raise OpsynthError(f"--limit must be >= 1 (got {limit})")
     rd, cfg = _open(dir, workers)
-    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=not all_tasks)
+    out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+                 skip_dropped=not all_tasks, budget=budget)
+    if out["stopped"]:
+        typer.echo(f"stopped after {out['minutes']:g} min: {out['with_measurements']} of {out['tasks']} tasks "
+                   f"measured; rerun to continue")
 
 
 @app.command("filter")

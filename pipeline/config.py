@@ -206,6 +206,14 @@ def validate(cfg: Config, where: str) -> Config:
     return cfg
 
 
+def grown(cfg: Config, n: int, where: str) -> Config:
+    """`cfg` with run.n raised to `n`: the one change an existing run directory accepts, since task i depends
+    only on (seed, i) and the tasks before it, so the first run.n tasks stay what they were."""
+    _check(n >= cfg.run.n, where, f"run.n can only grow (it is {cfg.run.n}, asked for {n}); "
+           "a smaller run needs a new run directory")
+    return validate(cfg.with_overrides(n=n), where)
+
+
 def _build(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(data) - set(known))

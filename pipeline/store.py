@@ -141,9 +141,14 @@ class RunDir:
 
         if not self.config_path.exists():
             raise OpsynthError(
-                f"{self.path} is not a run directory (no config.toml); create one with `opsynth run --out {self.path}`"
+                f"{self.path} is not a run directory (no config.toml); create one with `opsynth init {self.path}` "
+                f"or `opsynth run --out {self.path}`"
             )
         return load_file(self.config_path)
+
+    def shard_rows(self, table: str, shard: int) -> int:
+        """Rows of a done shard (from the parquet footer: no data is read)."""
+        return pq.read_metadata(self.shard_path(table, shard)).num_rows
 
     def init(self, config) -> None:
         """Create the directory for `config`, or check that an existing one was made by the same config."""
@@ -157,13 +162,28 @@ class RunDir:
             same = _comparable(old_cfg.to_dict()) == _comparable(config.to_dict())
             if not same:
                 diff = _first_difference(old_cfg.to_dict(), config.to_dict())
-                raise OpsynthError(
-                    f"{self.path} was made by a different config ({diff}); use a new --out DIR "
-                    f"or delete {self.path} to start over"
-                )
+                grows = _comparable(old_cfg.with_overrides(n=config.run.n).to_dict()) == _comparable(config.to_dict())
+                fix = (f"grow it with `opsynth sample {self.path} --n {config.run.n}`"
+                       if grows and config.run.n > old_cfg.run.n else
+                       f"use another directory or delete {self.path} to start over")
+                raise OpsynthError(f"{self.path} was made by a different config ({diff}); {fix}")
             return
         _atomic_write_bytes(self.config_path, new.encode())
         self.update_manifest(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), host=host_info())
+
+    def grow(self, n: int) -> tuple[int, int]:
+        """Raise run.n in config.toml to `n` (every other field stays) and log it in the manifest; returns
+        (old n, new n). Tasks already sampled, measured or decided are untouched."""
+        from pipeline.config import grown
+
+        old = self.load_config()
+        new = grown(old, n, str(self.config_path))
+        if new.run.n != old.run.n:
+            _atomic_write_bytes(self.config_path, new.to_toml().encode())
+            growth = [*self.manifest().get("growth", []),
+                      {"from": old.run.n, "to": new.run.n, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+            self.update_manifest(growth=growth)
+        return old.run.n, new.run.n
 
     def manifest(self) -> dict[str, Any]:
         return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}

@@ -3,13 +3,20 @@
 Measurement shard k covers the tasks at positions [k*S, (k+1)*S) of the tasks table. Results arrive
 in completion order from the executor; a shard is written (atomically, then its marker) as soon as all
 of its tasks have come back, so a killed run loses at most the shards in flight and a rerun measures
-exactly those again.
+exactly those again. A done shard that covers fewer tasks than its positions now hold (the run grew) keeps
+its rows and is written again once its new tasks are measured.
+
+A Budget (`--max-minutes`, `--limit`) is checked only before the first task of a shard is handed out: once
+it is spent no shard starts, the shards already started are finished and written, and the call returns with
+`stopped` set. So a stop never leaves a shard half measured, and the next call starts at the next shard.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from tqdm import tqdm
@@ -21,14 +28,63 @@ from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
 
 
+@dataclass
+class Budget:
+    """How much one profile call may do: wall-clock seconds from its start and tasks handed to workers (None:
+    no bound). Both are checked at shard starts only, so a call overruns by the shards it has started."""
+
+    max_seconds: float | None = None
+    limit: int | None = None
+    clock: Callable[[], float] = time.monotonic
+    start: float = field(init=False)
+    submitted: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def spent(self) -> bool:
+        over_time = self.max_seconds is not None and self.clock() - self.start >= self.max_seconds
+        return over_time or (self.limit is not None and self.submitted >= self.limit)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.start
+
+
+def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool]) -> Iterator[dict[str, Any]]:
+    """The tasks of `shards` in order, until the budget is spent at a shard start (then stop[0] is set)."""
+    for rows in shards:
+        if not rows:
+            continue
+        if budget.spent():
+            stop[0] = True
+            return
+        for t in rows:
+            budget.submitted += 1
+            yield t
+
+
+def _left_to_measure(rd: RunDir, k: int, ids: set[str]) -> dict[str, dict[str, Any]] | None:
+    """None when measurement shard k is done and covers `ids` (the tasks at its positions); else the rows it
+    already holds for them: none for a shard not written yet, some for one written before the run grew."""
+    import pyarrow.parquet as pq
+
+    if not rd.is_done("measurements", k):
+        return {}
+    path = rd.shard_path("measurements", k)
+    if set(pq.read_table(path, columns=["task_id"]).column(0).to_pylist()) == ids:
+        return None
+    return {r["task_id"]: r for r in pq.read_table(path).to_pylist() if r["task_id"] in ids}
+
+
 def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[str, Any]:
     return {"task_id": task["task_id"], "status": "rejected_static", "error": reason, "device": device}
 
 
 def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None = None,
-        ray_address: str | None = None, skip_dropped: bool = False) -> dict[str, Any]:
+        ray_address: str | None = None, skip_dropped: bool = False, budget: Budget | None = None) -> dict[str, Any]:
     """Measure the tasks of `rd`. skip_dropped: tasks an earlier stage already dropped (decontaminate, when
-    `opsynth run` puts it first) get a `skipped` row instead of GPU time."""
+    `opsynth run` puts it first) get a `skipped` row instead of GPU time. budget: stop starting shards once it
+    is spent (the result then has stopped=True; a rerun continues)."""
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
     from pipeline.stages.filter import decide_measurement
@@ -36,16 +92,20 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     t0 = time.time()
     tasks = rd.require_table("tasks", "sample").select(["task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes"]).to_pylist()
     size = cfg.run.shard_size
-    pending: dict[int, list[dict[str, Any]]] = {
-        k: rows for k, rows in chunks(tasks, size) if not rd.is_done("measurements", k)
-    }
-    results: dict[int, dict[str, dict[str, Any]]] = {k: {} for k in pending}
-    shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows}
+    pending: dict[int, list[dict[str, Any]]] = {}
+    results: dict[int, dict[str, dict[str, Any]]] = {}
+    for k, rows in chunks(tasks, size):
+        before = _left_to_measure(rd, k, {t["task_id"] for t in rows})
+        if before is not None:
+            pending[k], results[k] = rows, before
+    shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows if t["task_id"] not in results[k]}
     ops_of = {t["task_id"]: t["ops"] for t in tasks}
     dropped = first_rejection(rd) if skip_dropped else {}
-    to_run = []
+    to_run: dict[int, list[dict[str, Any]]] = {k: [] for k in pending}
     for rows in pending.values():
         for t in rows:
+            if t["task_id"] not in shard_of:
+                continue  # measured before the run grew
             reason = check_task_source(t["code"])
             if t["task_id"] in dropped:
                 stage, why = dropped[t["task_id"]]
@@ -55,7 +115,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
             elif reason:
                 results[shard_of[t["task_id"]]][t["task_id"]] = _static_rejection(t, reason, cfg.run.device)
             else:
-                to_run.append(t)
+                to_run[shard_of[t["task_id"]]].append(t)
 
     accepted, reasons = 0, Counter()
     bar = tqdm(total=len(tasks), initial=len(tasks) - len(shard_of), desc="profile", unit="task", disable=None)
@@ -77,18 +137,26 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
 
     for k in list(results):
         for m in results[k].values():
-            note(m)
-    flush_ready()
-    if to_run:
-        with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                           worker_settings(cfg)) as ex:
-            for m in ex.imap_unordered(to_run):
-                results[shard_of[m["task_id"]]][m["task_id"]] = m
+            if m["task_id"] in shard_of:
                 note(m)
-                flush_ready()
+    flush_ready()
+    budget = budget or Budget()
+    stop = [False]
+    if any(to_run.values()):
+        if budget.spent():  # nothing would start: spare the workers' startup
+            stop[0] = True
+        else:
+            with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
+                               worker_settings(cfg)) as ex:
+                for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
+                    results[shard_of[m["task_id"]]][m["task_id"]] = m
+                    note(m)
+                    flush_ready()
     bar.close()
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
-                    device=cfg.run.device, executor=executor, workers=cfg.run.workers)
-    return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": len(to_run)}
+                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0])
+    return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
+            "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
+            "minutes": round(budget.elapsed() / 60, 2)}

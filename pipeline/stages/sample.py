@@ -1,7 +1,8 @@
 """Stage 1-2, sample + compose: draw operator graphs and render them as KernelBench-format tasks.
 
 Tasks are written in shards of `run.shard_size`; the task at index i depends only on (seed, i) and the
-tasks before it, so a rerun skips finished shards and produces exactly what an uninterrupted run would.
+tasks before it, so a rerun skips finished shards and produces exactly what an uninterrupted run would, and a
+run whose n grew (`opsynth sample DIR --add N`) samples only the new indices (its last, short shard again).
 Large runs sample on a process pool (operators.sample.sample_parallel), which yields the same tasks.
 """
 
@@ -36,9 +37,8 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
 
     t0 = time.time()
     n, size = cfg.run.n, cfg.run.shard_size
-    n_shards = math.ceil(n / size)
-    seen = {r["task_id"] for r in rd.read_rows("tasks", ["task_id"])}
-    todo = [k for k in range(n_shards) if not rd.is_done("tasks", k)]
+    todo = todo_shards(rd, n, size)
+    seen = {r["task_id"] for r in rd.read_rows("tasks", ["task_id"])} - shard_ids(rd, todo)
     composer = cfg.sample.composer
     if composer == "llm" and llm is None:
         from pipeline.errors import OpsynthError
@@ -63,6 +63,21 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
     total = sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
     rd.record_stage("sample", time.time() - t0, sampled=total, seed=cfg.run.seed, processes=procs)
     return {"sampled": total}
+
+
+def todo_shards(rd: RunDir, n: int, size: int) -> list[int]:
+    """Task shards to (re)sample for `n` tasks: those not done, and a done shard holding fewer tasks than `n` now
+    puts in it (the last shard of a run that has grown since; resampling it rewrites the same first tasks)."""
+    return [k for k in range(math.ceil(n / size))
+            if not rd.is_done("tasks", k) or rd.shard_rows("tasks", k) < min(size, n - k * size)]
+
+
+def shard_ids(rd: RunDir, shards: list[int]) -> set[str]:
+    """task_ids in the done ones of `shards`."""
+    import pyarrow.parquet as pq
+
+    return {t for k in shards if rd.is_done("tasks", k)
+            for t in pq.read_table(rd.shard_path("tasks", k), columns=["task_id"]).column(0).to_pylist()}
 
 
 def _runs(todo: list[int]) -> list[tuple[int, int]]:

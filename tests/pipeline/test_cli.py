@@ -70,3 +70,48 @@ def test_run_directory_from_a_different_config_is_refused_and_kept(tmp_path):
 def test_bad_gpu_list(tmp_path):
     RunDir(tmp_path / "r").init(load_preset("demo"))
     assert "--gpus" in _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "zero"))
+
+
+def test_init_writes_config_and_manifest_only(tmp_path):
+    p = opsynth("init", str(tmp_path / "r"), "--preset", "demo", "--n", "9", "--seed", "4", "--device", "cpu")
+    assert p.returncode == 0, p.stderr
+    assert sorted(x.name for x in (tmp_path / "r").iterdir()) == ["config.toml", "manifest.json"]
+    cfg = RunDir(tmp_path / "r").load_config()
+    assert (cfg.name, cfg.run.n, cfg.run.seed) == ("demo", 9, 4)
+    again = opsynth("init", str(tmp_path / "r"), "--preset", "demo", "--n", "9", "--seed", "4")
+    assert again.returncode == 0 and "already a run directory" in again.stdout
+
+
+@pytest.mark.parametrize("args, fragment", [(["--n", "0"], "run.n must be >= 1"),
+                                            (["--device", "gpu"], "run.device"),
+                                            (["--preset", "nope"], "choose one of"),
+                                            (["--preset", "demo", "--config", "x.toml"], "not both")])
+def test_a_failed_init_leaves_nothing_behind(tmp_path, args, fragment):
+    assert fragment in _one_error_line(opsynth("init", str(tmp_path / "r"), *args))
+    assert not (tmp_path / "r").exists()
+
+
+def test_init_refuses_a_different_config_and_a_folder_that_is_not_a_run(tmp_path):
+    RunDir(tmp_path / "r").init(load_preset("demo"))
+    before = (tmp_path / "r" / "config.toml").read_text()
+    line = _one_error_line(opsynth("init", str(tmp_path / "r"), "--preset", "demo", "--seed", "7"))
+    assert "run.seed: 0 there, 7 now" in line and "another directory" in line
+    line = _one_error_line(opsynth("init", str(tmp_path / "r"), "--preset", "demo", "--n", "100"))
+    assert "run.n: 72 there, 100 now" in line and f"opsynth sample {tmp_path / 'r'} --n 100" in line
+    assert (tmp_path / "r" / "config.toml").read_text() == before
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    assert "not a run directory" in _one_error_line(opsynth("init", str(tmp_path / "other")))
+    assert sorted(x.name for x in (tmp_path / "other").iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("args, fragment", [(["sample", "--add", "0"], "--add must be >= 1"),
+                                            (["sample", "--add", "2", "--n", "80"], "not both"),
+                                            (["sample", "--n", "5"], "run.n can only grow"),
+                                            (["profile", "--max-minutes", "0"], "--max-minutes must be > 0"),
+                                            (["profile", "--limit", "0"], "--limit must be >= 1")])
+def test_bad_growth_and_budget_flags(tmp_path, args, fragment):
+    RunDir(tmp_path / "r").init(load_preset("demo"))
+    before = (tmp_path / "r" / "config.toml").read_text()
+    assert fragment in _one_error_line(opsynth(args[0], str(tmp_path / "r"), *args[1:]))
+    assert (tmp_path / "r" / "config.toml").read_text() == before

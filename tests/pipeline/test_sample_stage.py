@@ -57,3 +57,19 @@ def test_pool_redraws_a_task_seen_before_it_like_a_serial_run():
     assert [r["code"] for r in got] == [r["code"] for r in want]
     assert got_seen == want_seen
     assert got[2]["task_id"] != first[2]["task_id"] and got[9]["task_id"] != first[9]["task_id"]
+
+
+def test_a_grown_run_samples_what_the_larger_n_samples_at_once(serial, tmp_path):
+    rd = RunDir(tmp_path / "grown")
+    rd.init(_config(18, 4))  # shard 4 holds 2 tasks now and 4 once n is 20
+    sample_stage.run(rd, _config(18, 4), processes=1)
+    kept = {k: rd.shard_path("tasks", k).read_bytes() for k in range(4)}
+    assert rd.shard_rows("tasks", 4) == 2
+    assert rd.grow(20) == (18, 20)
+    cfg = rd.load_config()
+    assert cfg.run.n == 20 and cfg == _config(20, 4)
+    assert sample_stage.run(rd, cfg, processes=1) == {"sampled": 20}
+    assert _tasks(rd) == _tasks(serial)
+    assert [r["task_id"] for r in rd.read_rows("tasks")] == [r["task_id"] for r in serial.read_rows("tasks")]
+    assert {k: rd.shard_path("tasks", k).read_bytes() for k in range(4)} == kept  # full shards not rewritten
+    assert [g["to"] for g in rd.manifest()["growth"]] == [20]

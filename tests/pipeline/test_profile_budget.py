@@ -1,0 +1,96 @@
+"""A profile call with a budget (time or task count) stops at a shard start: whole shards only, and the next call
+measures exactly the rest; a measurement shard written before the run grew keeps its rows."""
+
+import dataclasses
+
+import pyarrow.parquet as pq
+
+from pipeline.config import load_preset
+from pipeline.schema import TASKS, conform
+from pipeline.stages import profile
+from pipeline.store import RunDir
+
+CODE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * {k}
+
+def get_inputs():
+    return [torch.rand(16, 16)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _write_tasks(rd: RunDir, n: int, shard_size: int = 2) -> None:
+    tasks = [{"task_id": f"t{i}", "name": "Tanh", "code": CODE.format(k=i + 2)} for i in range(n)]
+    for k in range(0, n, shard_size):
+        rd.write_shard("tasks", k // shard_size, conform(tasks[k:k + shard_size], TASKS), TASKS)
+
+
+def _run_dir(path, n: int, shard_size: int = 2):
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, n=n, shard_size=shard_size),
+                              profile=dataclasses.replace(cfg.profile, compile=False, warm_worker=False))
+    rd = RunDir(path)
+    rd.init(cfg)
+    _write_tasks(rd, n, shard_size)
+    return rd, cfg
+
+
+class StepClock:
+    """A clock that reads 0 for its first `calls` reads, then an hour: the budget is spent at a known point."""
+
+    def __init__(self, calls: int) -> None:
+        self.left = calls
+
+    def __call__(self) -> float:
+        self.left -= 1
+        return 0.0 if self.left >= 0 else 3600.0
+
+
+def _shards(rd: RunDir) -> dict[int, list[str]]:
+    return {k: pq.read_table(rd.shard_path("measurements", k), columns=["task_id"]).column(0).to_pylist()
+            for k in rd.done_shards("measurements")}
+
+
+def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(tmp_path):
+    rd, cfg = _run_dir(tmp_path / "r", n=5)
+    # reads: Budget start, the check before executor start, shard 0's start; shard 1's start sees the hour
+    out = profile.run(rd, cfg, budget=profile.Budget(max_seconds=60, clock=StepClock(3)))
+    assert out["stopped"] and out["measured_now"] == 2 and out["with_measurements"] == 2
+    assert _shards(rd) == {0: ["t0", "t1"]}
+    assert rd.manifest()["stages"]["profile"]["stopped"] is True
+    out = profile.run(rd, cfg)
+    assert not out["stopped"] and out["measured_now"] == 3
+    assert _shards(rd) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
+    assert {m["status"] for m in rd.read_rows("measurements")} == {"ok"}
+
+
+def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path):
+    rd, cfg = _run_dir(tmp_path / "r", n=5)
+    out = profile.run(rd, cfg, budget=profile.Budget(limit=3))  # 3 rounds up to shards 0 and 1
+    assert out["stopped"] and out["measured_now"] == 4
+    assert sorted(_shards(rd)) == [0, 1]
+    out = profile.run(rd, cfg, budget=profile.Budget(max_seconds=60, clock=StepClock(1)))
+    assert out["stopped"] and out["measured_now"] == 0 and sorted(_shards(rd)) == [0, 1]
+
+
+def test_a_shard_measured_before_the_run_grew_keeps_its_rows(tmp_path):
+    rd, cfg = _run_dir(tmp_path / "r", n=3)
+    profile.run(rd, cfg)
+    before = {m["task_id"]: m for m in rd.read_rows("measurements")}
+    assert _shards(rd) == {0: ["t0", "t1"], 1: ["t2"]}
+    assert rd.grow(4) == (3, 4)
+    _write_tasks(rd, 4)  # what the sample stage does: the same tasks plus t3, which joins shard 1
+    grown = RunDir(rd.path)
+    cfg = grown.load_config()
+    assert cfg.run.n == 4 and rd.manifest()["growth"][0]["to"] == 4
+    out = profile.run(grown, cfg)
+    assert out["measured_now"] == 1
+    assert _shards(grown) == {0: ["t0", "t1"], 1: ["t2", "t3"]}
+    after = {m["task_id"]: m for m in grown.read_rows("measurements")}
+    assert after["t2"]["eager_ms"] == before["t2"]["eager_ms"] and after["t3"]["status"] == "ok"
