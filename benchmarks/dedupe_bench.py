@@ -250,6 +250,26 @@ def report(res: dict[str, Any]) -> None:
                   for k, v in res["calibration"].items()]))
 
 
+def _flat(x: Any) -> bool:
+    """A value written on one line: a scalar, or a dict/list of scalars and lists of scalars (one pair)."""
+    if isinstance(x, dict | list):
+        vals = x.values() if isinstance(x, dict) else x
+        return all(not isinstance(v, dict | list) or (isinstance(v, list) and all(not isinstance(w, dict | list)
+                                                                                  for w in v)) for v in vals)
+    return True
+
+
+def to_json(x: Any, ind: int = 0) -> str:
+    """JSON with one line per pair (the lists of dropped pairs run to thousands)."""
+    if _flat(x) and not (isinstance(x, dict) and ("pairs" in x or len(x) > 12)):
+        return json.dumps(x)
+    pad = " " * (ind + 1)
+    if isinstance(x, dict):
+        body = ",\n".join(f"{pad}{json.dumps(k)}: {to_json(v, ind + 1)}" for k, v in x.items())
+        return "{\n" + body + "\n" + " " * ind + "}"
+    return "[\n" + ",\n".join(pad + to_json(v, ind + 1) for v in x) + "\n" + " " * ind + "]"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
@@ -274,7 +294,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     out = {"commit": commit, "python": platform.python_version(), "sets": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    Path(args.out).write_text(to_json(out) + "\n")
     print(f"\nwrote {args.out}")
 
 
