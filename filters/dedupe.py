@@ -126,6 +126,8 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 # ---- representatives --------------------------------------------------------------------------------
 def log_middle(window: tuple[float, float]) -> float:
     lo, hi = window
+    if not 0 < lo < hi:
+        raise ValueError(f"runtime window {lo:g}-{hi:g} ms has no log-middle; give 0 < low < high")
     return math.sqrt(lo * hi)
 
 
