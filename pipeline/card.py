@@ -129,7 +129,7 @@ def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[st
         + ("AST similarity, traced operator signature and MinHash, every level; scores and nearest problem per row"
            if "decontaminate" in stages else "not run for this release") + " |",
         "| deduplication inside the dataset | none (352 byte-identical duplicates found by audits) | "
-        + ("exact, structural (graph hash) and MinHash near-duplicates" if "dedupe" in stages
+        + ("exact, structural (graph hash) and near duplicates (same operators doing the same thing)" if "dedupe" in stages
            else "not run for this release") + " |",
         f"| `ops` checked against the ATen ops that ran | no (550 mislabelled rows found by audits) | "
         f"{yes_no[bool(f.get('require_label_match')) and 'filter' in stages]} |",
@@ -249,8 +249,12 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
         f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
         f"{cfg['decontaminate']['minhash_threshold']:g})." + skipped("decontaminate"),
-        "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), MinHash near "
-        "duplicates." + skipped("dedupe"),
+        "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
+        "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
+        "is near-identical once the shared template is removed (Jaccard >= "
+        f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
+        "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
+        + skipped("dedupe"),
         "",
         "Funnel of this release:",
         "",

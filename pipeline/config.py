@@ -110,8 +110,14 @@ class DecontaminateSection:
 
 @dataclass(frozen=True)
 class DedupeSection:
+    # the former near-duplicate rule (MinHash over the rendered code, union-find) dropped distinct tasks that
+    # share only the template; no stage reads it now: benchmarks/dedupe_bench.py compares against it, and
+    # configs written before keep loading
     minhash_threshold: float = 0.7
     structural: bool = True
+    # near duplicates with the same operators but another graph need this de-templated code Jaccard
+    # (filters/dedupe.py says why 0.9)
+    near_code_jaccard: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,8 @@ def validate(cfg: Config, where: str) -> Config:
     for key in ("ast_threshold", "minhash_threshold"):
         v = getattr(cfg.decontaminate, key)
         _check(0 < v <= 1, where, f"decontaminate.{key} must be in (0, 1] (got {v})")
+    _check(0 < cfg.dedupe.near_code_jaccard <= 1, where,
+           f"dedupe.near_code_jaccard must be in (0, 1] (got {cfg.dedupe.near_code_jaccard})")
     _check(len(cfg.decontaminate.reference) >= 1, where, "decontaminate.reference needs at least one entry")
     if s.categories:
         from operators.catalog import CATEGORIES  # lazy: the catalog imports torch

@@ -3,7 +3,7 @@
 report.duckdb holds a table per run table (tasks, measurements, verdicts, contamination, dedupe), plus
 `rejections` (each dropped task's first rejecting stage and reason), `accepted` (the accepted task ids)
 and `run_info` (manifest entries), and views for the canned reports: funnel, rejection_reasons,
-contamination_by_detector, contamination_by_nearest, op_coverage, task_summary. The file is
+contamination_by_detector, contamination_by_nearest, op_coverage, task_summary, near_clusters. The file is
 self-contained: it can be copied away from the run directory and opened with any DuckDB client.
 """
 
@@ -40,10 +40,17 @@ VIEWS = {
     "task_summary": """
         SELECT t.task_id, t.name, t.num_ops, t.data_source, m.status, m.eager_ms, m.compile_ms,
                c.contaminated, c.kb_nearest, c.kb_ast_similarity, c.kb_op_signature_match, c.kb_minhash_jaccard,
-               d.exact_cluster, d.structural_cluster, d.near_cluster,
+               d.exact_cluster, d.structural_cluster, d.near_cluster, d.near_evidence,
                r.stage AS rejected_by, r.reason AS rejection_reason, a.task_id IS NOT NULL AS accepted
         FROM tasks t LEFT JOIN measurements m USING (task_id) LEFT JOIN contamination c USING (task_id)
         LEFT JOIN dedupe d USING (task_id) LEFT JOIN rejections r USING (task_id) LEFT JOIN accepted a USING (task_id)""",
+    "near_clusters": """
+        SELECT d.near_cluster AS representative, t.name, count(*) AS tasks,
+               count(*) FILTER (WHERE d.near_evidence LIKE 'same graph%') AS same_graph,
+               count(*) FILTER (WHERE d.near_evidence LIKE 'same ops%') AS same_ops,
+               max(d.representative_reason) AS why_kept
+        FROM dedupe d JOIN tasks t ON t.task_id = d.near_cluster WHERE d.near_cluster IS NOT NULL
+        GROUP BY d.near_cluster, t.name ORDER BY tasks DESC, representative""",
 }
 
 
@@ -94,6 +101,10 @@ def build(rd: RunDir) -> Path:
                 t = BY_TABLE[name].empty_table()
             else:
                 present.append(name)
+                # tables written before a column existed get it as nulls, so every view builds on old runs
+                for f in BY_TABLE[name]:
+                    if f.name not in t.column_names:
+                        t = t.append_column(f, pa.nulls(len(t), f.type))
             con.register("_src", t)
             con.execute(f"CREATE TABLE {name} AS SELECT * FROM _src")
             con.unregister("_src")
@@ -172,6 +183,7 @@ def canned(rd: RunDir) -> str:
                     greatest((SELECT count(*) FROM contamination), 1), 1) FROM contamination WHERE contaminated"""),
             ("Contamination by nearest KernelBench problem", "SELECT * FROM contamination_by_nearest"),
             ("Operator coverage (catalog operators in tasks)", "SELECT * FROM op_coverage"),
+            ("Near-duplicate clusters (representative kept, the rest dropped)", "SELECT * FROM near_clusters"),
         ]
         return "\n\n".join(f"== {title} ==\n{_run(con, sql, 25)}" for title, sql in parts) + "\n"
     finally:

@@ -90,11 +90,15 @@ CONTAMINATION = pa.schema([
 
 DEDUPE = pa.schema([
     ("task_id", pa.string()),
-    ("exact_cluster", pa.string()),
-    ("structural_cluster", pa.string()),
-    ("near_cluster", pa.string()),
+    ("exact_cluster", pa.string()),          # first task_id of the same normalized code (null: unique)
+    ("structural_cluster", pa.string()),     # first task_id of the same graph hash at equal shapes
+    ("near_cluster", pa.string()),           # the near cluster's representative (the task kept for it)
     ("keep", pa.bool_()),
     ("reason", pa.string()),
+    ("canonical_graph", pa.string()),        # graph hash up to sizes and literal values (ops and wiring only)
+    ("near_evidence", pa.string()),          # dropped near duplicates: why they match the representative
+    ("near_code_jaccard", pa.float64()),     # de-templated code Jaccard to the representative
+    ("representative_reason", pa.string()),  # representatives: why this task was kept for its cluster
 ])
 
 BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS,
