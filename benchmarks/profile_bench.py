@@ -162,7 +162,7 @@ def phase_opsynth(a, tasks, settings, fsec) -> tuple[dict, list[dict]]:
            "tasks_with_timing_alloc_retries": sum((r.get("timing_alloc_retries") or 0) > 0 for r in rows),
            # where a worker's time goes: CPU (mostly inductor), waiting for the GPU lock or the memory budget
            **{f"{k}_per_task": sum(r.get(k) or 0 for r in rows) / n
-              for k in ("cpu_s", "lock_wait_s", "budget_wait_s", "wall_s")},
+              for k in ("cpu_s", "lock_wait_s", "budget_wait_s", "regrow_wait_s", "wall_s")},
            "cpu_cores_busy": sum(r.get("cpu_s") or 0 for r in rows) / t["wall_s"],
            "lock_phases_mean_s": {k: statistics.fmean(r.get(k) or 0 for r in rows) for k in
                                   ("gpu_busy_setup_s", "gpu_busy_eager_s", "gpu_busy_first_compiled_s", "gpu_busy_s")}}
