@@ -22,6 +22,7 @@ import contextlib
 import json
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,13 +259,15 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one core per sampler process; restored below, so the caller keeps its own
     try:
-        res = _screen(code, cfg, budget)
-        # an index drawn for a real size (a literal in the code) can fall outside a shrunk one, which meta does
-        # not see: keep constants the code spells as literals, then shrink the batch alone
-        for kw in ({"pin_literals": True}, {"only": (BATCH,)}):
-            if not (res.scaled and res.status.startswith("error")):
-                break
-            res = _screen(code, cfg, budget, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
+            res = _screen(code, cfg, budget)
+            # an index drawn for a real size (a literal in the code) can fall outside a shrunk one, which meta
+            # does not see: keep constants the code spells as literals, then shrink the batch alone
+            for kw in ({"pin_literals": True}, {"only": (BATCH,)}):
+                if not (res.scaled and res.status.startswith("error")):
+                    break
+                res = _screen(code, cfg, budget, **kw)
     finally:
         torch.set_num_threads(threads)
     res.cpu_ms = 1e3 * (time.process_time() - t0)
