@@ -57,3 +57,34 @@ def test_pool_redraws_a_task_seen_before_it_like_a_serial_run():
     assert [r["code"] for r in got] == [r["code"] for r in want]
     assert got_seen == want_seen
     assert got[2]["task_id"] != first[2]["task_id"] and got[9]["task_id"] != first[9]["task_id"]
+
+
+def _screened_config():
+    h200 = load_preset("h200")  # prescreen = "resample"; seed 3's first ten indices include flagged draws
+    return replace(h200, run=replace(h200.run, n=10, shard_size=5, seed=3))
+
+
+def _prescreen_rows(rd: RunDir) -> list[tuple]:
+    return [(r["task_id"], r["reason"], r["status"], r["resampled"], r["shapes"]) for r in rd.read_rows("prescreen")]
+
+
+def test_prescreen_side_table_is_written_with_the_tasks_and_resumes(tmp_path):
+    cfg = _screened_config()
+    rd = RunDir(tmp_path / "screened")
+    rd.init(cfg)
+    sample_stage.run(rd, cfg, processes=1)
+    tasks = {r["task_id"] for r in rd.read_rows("tasks")}
+    rows = rd.read_rows("prescreen")
+    assert rd.done_shards("prescreen") == rd.done_shards("tasks") == [0, 1]
+    kept = [r for r in rows if not r["resampled"]]
+    assert sorted(r["task_id"] for r in kept) == sorted(tasks) and not any(r["reason"] for r in kept)
+    flagged = [r for r in rows if r["resampled"]]
+    assert flagged and all(r["reason"] and r["task_id"] not in tasks and r["code"] for r in flagged)
+    stage = rd.manifest()["stages"]["sample"]
+    assert stage["prescreened"] == len(rows) and stage["prescreen_resampled"] == len(flagged)
+    before = _prescreen_rows(rd)
+    for table in ("tasks", "prescreen"):  # a run killed after shard 0
+        rd.marker_path(table, 1).unlink()
+        rd.shard_path(table, 1).unlink()
+    sample_stage.run(rd, cfg, processes=1)
+    assert _prescreen_rows(rd) == before
