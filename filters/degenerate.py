@@ -27,3 +27,8 @@ def not_degenerate(m: dict[str, Any], f: Any) -> str | None:
     if f.reject_degenerate and m.get("degenerate"):
         return f"degenerate output ({m['degenerate']})"
     return None
+
+
+# what one forward's outputs over several input draws decide, on any device: the profile worker's eager checks
+# (with determinism) and the sampler's CPU pre-screen apply them in this order
+OUTPUT_CHECKS = (input_sensitive, not_degenerate, not_fakeable)

@@ -420,10 +420,12 @@ def _freeze_heap() -> None:
         gc.freeze()
 
 
-def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | None = None) -> list[dict]:
+def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | None = None,
+                 screen=None) -> list[dict]:
     """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
     retry). A task whose task_id is already in `seen` (same canonical graph at the same shapes) is resampled;
-    each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns)."""
+    each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns).
+    `screen` (operators.prescreen.Screen): a draw it returns a reason for is resampled."""
     stats = stats if stats is not None else Stats()
     _freeze_heap()
     collecting = gc.isenabled()
@@ -431,14 +433,15 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
     try:
         with warnings.catch_warnings():  # deprecation chatter of torch ops on meta is not the user's concern
             warnings.simplefilter("ignore")
-            return _sample(cfg, seed, indices, seen, stats, collecting)
+            return _sample(cfg, seed, indices, seen, stats, collecting, screen)
     finally:
         if collecting:
             gc.collect(1)
             gc.enable()
 
 
-def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collect: bool = True) -> list[dict]:
+def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collect: bool = True,
+            screen=None) -> list[dict]:
     from pipeline.errors import OpsynthError
 
     rows = []
@@ -455,6 +458,10 @@ def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collec
                 continue
             if row["task_id"] in seen:
                 stats.duplicates += 1
+                continue
+            why = screen(row) if screen is not None else ""
+            if why:
+                stats.reject(f"prescreen {why}")
                 continue
             seen.add(row["task_id"])
             rows.append(row)
@@ -473,12 +480,12 @@ def _init_worker() -> None:
 
 
 def _sample_chunk(args: tuple) -> list[dict]:
-    cfg, seed, start, stop = args
-    return sample_tasks(cfg, seed, range(start, stop), set())
+    cfg, seed, start, stop, screen = args
+    return sample_tasks(cfg, seed, range(start, stop), set(), screen=screen)
 
 
 def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: int, chunk: int = 32,
-                    stats: Stats | None = None):
+                    stats: Stats | None = None, screen=None):
     """`sample_tasks` over a process pool, yielding (index, row) in index order: the same rows, the same `seen`.
 
     Each worker samples a chunk with only that chunk's task_ids as `seen`, a subset of the ids a serial run
@@ -487,17 +494,17 @@ def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: i
     against the full set. With `processes` <= 1 it samples in this process."""
     if processes <= 1:
         for i in indices:
-            yield i, sample_tasks(cfg, seed, range(i, i + 1), seen, stats)[0]
+            yield i, sample_tasks(cfg, seed, range(i, i + 1), seen, stats, screen)[0]
         return
     import multiprocessing as mp
 
     bounds = [(a, min(a + chunk, indices.stop)) for a in range(indices.start, indices.stop, chunk)]
     with mp.get_context("spawn").Pool(processes, initializer=_init_worker) as pool:
-        for (a, _), rows in zip(bounds, pool.imap(_sample_chunk, [(cfg, seed, a, b) for a, b in bounds]),
+        for (a, _), rows in zip(bounds, pool.imap(_sample_chunk, [(cfg, seed, a, b, screen) for a, b in bounds]),
                                 strict=True):
             for i, row in enumerate(rows, a):
                 if row["task_id"] in seen:
-                    row = sample_tasks(cfg, seed, range(i, i + 1), seen, stats)[0]
+                    row = sample_tasks(cfg, seed, range(i, i + 1), seen, stats, screen)[0]
                 else:
                     seen.add(row["task_id"])
                 yield i, row

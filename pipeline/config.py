@@ -56,6 +56,13 @@ class SampleSection:
     tflops_fp32: float = 60.0  # fp32 without TF32
     tflops_bf16: float = 790.0
     launch_overhead_us: float = 5.0
+    # CPU pre-screen of each draw's outputs (operators/prescreen.py) before any GPU time: "resample" redraws a
+    # task it predicts input-insensitive, degenerate or fakeable; "record" keeps it and records the verdict
+    # (DIR/prescreen/, to measure it against the GPU's); "off". Budget per task: predicted CPU ms for all
+    # input draws (on one core) and peak MB; a task no scaled-down size fits gets no verdict.
+    prescreen: str = "off"
+    prescreen_ms: float = 100.0
+    prescreen_mb: float = 256.0
 
 
 @dataclass(frozen=True)
@@ -188,6 +195,9 @@ def validate(cfg: Config, where: str) -> Config:
     _check(0 < s.peak_headroom <= 1, where, f"sample.peak_headroom must be in (0, 1] (got {s.peak_headroom})")
     _check(all(isinstance(r, str) and r for r in s.avoid_reference), where,
            f"sample.avoid_reference must list reference index specs (builtin, builtin:NAME, PATH; got {s.avoid_reference!r})")
+    _check(s.prescreen in ("off", "record", "resample"), where,
+           f"sample.prescreen must be 'off', 'record' or 'resample' (got {s.prescreen!r})")
+    _check(s.prescreen_ms > 0 and s.prescreen_mb > 0, where, "sample.prescreen_ms and prescreen_mb must be > 0")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
     _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
     _check(f.min_input_sensitivity_ratio >= 0, where,

@@ -46,13 +46,20 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.gpu_share import GpuLock, MemoryBudget
-from pipeline.tensor_checks import agreement, degenerate, max_diff, quantiles, tensors, tolerance_ratio
+from pipeline.tensor_checks import (
+    agreement,
+    draw_checks,
+    flatten,
+    max_diff,
+    quantiles,
+    sample_stride,
+    tensors,
+)
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
 # what inductor may allocate on the device while it compiles (constants, RNG state), beside what is alive
 COMPILE_SLACK = 512 * 1024 * 1024
-SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
 # Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
 _FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
                "unspecified launch failure", "CUBLAS_STATUS_EXECUTION_FAILED", "cudaError", "CUDNN_STATUS_EXECUTION")
@@ -136,11 +143,10 @@ def _to(obj: Any, device: Any) -> Any:
 
 
 def _flat(out: Any) -> Any:
-    ts = tensors(out)
-    if not ts:
+    flat = flatten(out)
+    if flat is None:
         raise TaskError("error", f"forward returned no tensor ({type(out).__name__})")
-    flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
-    return flat[0] if len(flat) == 1 else torch.cat(flat)  # one float output: a view, no copy
+    return flat
 
 
 class _LockedBackend:
@@ -443,22 +449,16 @@ class Harness:
             m["determinism_max_diff"] = max_diff(ref0, _flat(out1))  # NaN at the same place counts as equal
             m["deterministic"] = m["determinism_max_diff"] == 0.0
             del out1
-            # other draws are kept as an even-strided sample of at most SAMPLE elements (all of a small output),
+            # other draws are kept as an even-strided sample of at most tensor_checks.SAMPLE elements (all of a small output),
             # so the checks need one output's memory, not input_draws of them
-            stride = max(1, ref0.numel() // SAMPLE)
+            stride = sample_stride(ref0.numel())
             subs = [ref0[::stride]]
             del x0  # a further draw beside x0 would need one more input set (call 9's OOMs under the hard cap)
             for k in range(1, draws):
                 self.lock.yield_()
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
-            m["input_min_pairwise_diff"] = min(max_diff(subs[i], subs[j])
-                                               for i in range(len(subs)) for j in range(i + 1, len(subs)))
-            # the same draws at the verifier's tolerance: < 1 means a kernel returning draw 0's output for any
-            # input passes on every other draw (above SAMPLE elements: the sample's, at most the full ratio)
             tol = float((s.get("filter") or {}).get("compile_tolerance", 1e-2))  # no filter section: Ops-6K's
-            m["input_sensitivity_ratio"] = max(tolerance_ratio(subs[0], sub, tol) for sub in subs[1:])
-            m["degenerate"] = degenerate(ref0)
-            m["output_numel"] = int(ref0.numel())
+            m.update(draw_checks(ref0, subs, tol))
         m["gpu_busy_eager_s"] = self.lock.held_s
         compiled = None
         if s.get("compile", True):

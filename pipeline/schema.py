@@ -101,8 +101,30 @@ DEDUPE = pa.schema([
     ("representative_reason", pa.string()),  # representatives: why this task was kept for its cluster
 ])
 
+# The sampler's CPU pre-screen (operators/prescreen.py), one row per screened draw, written with the tasks shard
+# of the index it was drawn for; not published. With sample.prescreen = "resample" the flagged draws are not in
+# tasks/ (resampled: true); with "record" every task has its row, so the GPU's verdict can be compared.
+PRESCREEN = pa.schema([
+    ("task_id", pa.string()),
+    ("name", pa.string()),
+    ("code", pa.string()),
+    ("graph", pa.string()),
+    ("seed", pa.int64()),
+    ("reason", pa.string()),        # the filter's reason it predicts ("" keeps the task)
+    ("status", pa.string()),        # ok | over budget | error: ... (no verdict unless ok)
+    ("resampled", pa.bool_()),      # the sampler drew another task in its place
+    ("shapes", pa.string()),        # JSON {constant: value} the CPU ran
+    ("scaled", pa.bool_()),         # smaller than the task's real constants
+    ("predicted_ms", pa.float64()),  # CPU time the budget check predicted at those shapes
+    ("cpu_ms", pa.float64()),       # CPU time the screen took (meta planning included)
+    ("input_min_pairwise_diff", pa.float64()),
+    ("input_sensitivity_ratio", pa.float64()),
+    ("degenerate", pa.string()),
+    ("output_numel", pa.int64()),
+])
+
 BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS,
-            "contamination": CONTAMINATION, "dedupe": DEDUPE}
+            "contamination": CONTAMINATION, "dedupe": DEDUPE, "prescreen": PRESCREEN}
 
 
 def conform(rows: list[dict], schema: pa.Schema) -> list[dict]:

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import OpsynthError
 
-TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe")
+TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
 VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3}
 

@@ -1,5 +1,6 @@
-"""Checks on a task's outputs, shared by the profile worker: degenerate outputs, differences between runs,
-compile-vs-eager agreement, and timing quantiles. torch and stdlib only (it runs on the bare GPU image)."""
+"""Checks on a task's outputs, shared by the profile worker and the sampler's CPU pre-screen
+(operators.prescreen): degenerate outputs, differences between runs and between input draws, compile-vs-eager
+agreement, and timing quantiles. torch and stdlib only (it runs on the bare GPU image)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import statistics
 from typing import Any
 
 import torch
+
+SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
 
 
 def tensors(obj: Any) -> list:
@@ -18,6 +21,33 @@ def tensors(obj: Any) -> list:
     if isinstance(obj, dict):
         return [t for o in obj.values() for t in tensors(o)]
     return []
+
+
+def flatten(out: Any) -> Any:
+    """All tensors of a forward's output as one flat float tensor (float64 stays float64), or None if it
+    returned none. One float output gives a view, no copy."""
+    ts = tensors(out)
+    if not ts:
+        return None
+    flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
+    return flat[0] if len(flat) == 1 else torch.cat(flat)
+
+
+def sample_stride(numel: int) -> int:
+    """Stride of the even sample of an output kept per further draw: all of it up to SAMPLE elements."""
+    return max(1, numel // SAMPLE)
+
+
+def draw_checks(ref0: Any, subs: list, tol: float) -> dict[str, Any]:
+    """The measurements the filter's output checks read, from draw 0's flat output `ref0` and the strided
+    samples `subs` of every draw's output (subs[0] is ref0's): input_min_pairwise_diff (input-insensitive),
+    input_sensitivity_ratio at the verifier's tolerance `tol` (< 1: a kernel returning draw 0's output for any
+    input passes on every other draw; above SAMPLE elements: the sample's, at most the full ratio), degenerate
+    and output_numel."""
+    return {"input_min_pairwise_diff": min(max_diff(subs[i], subs[j])
+                                           for i in range(len(subs)) for j in range(i + 1, len(subs))),
+            "input_sensitivity_ratio": max(tolerance_ratio(subs[0], sub, tol) for sub in subs[1:]),
+            "degenerate": degenerate(ref0), "output_numel": int(ref0.numel())}
 
 
 def degenerate(flat: Any) -> str:

@@ -73,3 +73,34 @@ def test_a_grown_run_samples_what_the_larger_n_samples_at_once(serial, tmp_path)
     assert [r["task_id"] for r in rd.read_rows("tasks")] == [r["task_id"] for r in serial.read_rows("tasks")]
     assert {k: rd.shard_path("tasks", k).read_bytes() for k in range(4)} == kept  # full shards not rewritten
     assert [g["to"] for g in rd.manifest()["growth"]] == [20]
+
+
+def _screened_config():
+    h200 = load_preset("h200")  # prescreen = "resample"; seed 3's first ten indices include flagged draws
+    return replace(h200, run=replace(h200.run, n=10, shard_size=5, seed=3))
+
+
+def _prescreen_rows(rd: RunDir) -> list[tuple]:
+    return [(r["task_id"], r["reason"], r["status"], r["resampled"], r["shapes"]) for r in rd.read_rows("prescreen")]
+
+
+def test_prescreen_side_table_is_written_with_the_tasks_and_resumes(tmp_path):
+    cfg = _screened_config()
+    rd = RunDir(tmp_path / "screened")
+    rd.init(cfg)
+    sample_stage.run(rd, cfg, processes=1)
+    tasks = {r["task_id"] for r in rd.read_rows("tasks")}
+    rows = rd.read_rows("prescreen")
+    assert rd.done_shards("prescreen") == rd.done_shards("tasks") == [0, 1]
+    kept = [r for r in rows if not r["resampled"]]
+    assert sorted(r["task_id"] for r in kept) == sorted(tasks) and not any(r["reason"] for r in kept)
+    flagged = [r for r in rows if r["resampled"]]
+    assert flagged and all(r["reason"] and r["task_id"] not in tasks and r["code"] for r in flagged)
+    stage = rd.manifest()["stages"]["sample"]
+    assert stage["prescreened"] == len(rows) and stage["prescreen_resampled"] == len(flagged)
+    before = _prescreen_rows(rd)
+    for table in ("tasks", "prescreen"):  # a run killed after shard 0
+        rd.marker_path(table, 1).unlink()
+        rd.shard_path(table, 1).unlink()
+    sample_stage.run(rd, cfg, processes=1)
+    assert _prescreen_rows(rd) == before

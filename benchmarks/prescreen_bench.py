@@ -1,0 +1,210 @@
+"""How much the sampler's CPU pre-screen costs and how often it flags, and, given a GPU-profiled run, how well
+it predicts the GPU's input-insensitive / degenerate / fakeable verdicts.
+
+    python benchmarks/prescreen_bench.py                        # 900 h200 tasks at seed 20261201, pre-screen off
+    python benchmarks/prescreen_bench.py --budget-ms 100,400    # the same tasks at several budgets
+    python benchmarks/prescreen_bench.py --run DIR              # DIR profiled on a GPU: precision and recall
+
+Without --run it samples `--n` tasks with the pre-screen off (or reads --tasks PARQUET), screens each at every
+budget, and screens the first `--compare-n` tasks again at `--compare-budget-ms` (less scaled down) to see
+whether scaling changes verdicts. With --run DIR it compares DIR/prescreen/ (a run made with sample.prescreen =
+"record", see benchmarks/prescreen_record.toml) or, if DIR has none, fresh screens of DIR's tasks with the
+GPU's measurements: precision = share of pre-screen flags whose task the GPU's own output checks reject for
+the same family of reason; recall = share of the GPU's input-insensitive / degenerate / fakeable rejections
+the pre-screen flagged. Prints a table and writes --out (JSON) and the per-task rows beside it (JSONL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from filters.base import decide, reason_kind  # noqa: E402
+from filters.degenerate import OUTPUT_CHECKS  # noqa: E402
+from operators.prescreen import Budget, prescreen  # noqa: E402
+from pipeline.config import load_preset  # noqa: E402
+from pipeline.store import RunDir  # noqa: E402
+
+FAMILIES = ("input-insensitive", "degenerate output", "fakeable by a fixed output")
+
+
+def family(reason: str) -> str:
+    return reason_kind(reason) if reason else ""
+
+
+def quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def sample(cfg, seed: int, n: int) -> tuple[list[dict], float]:
+    from operators.sample import sample_tasks
+
+    t0 = time.process_time()
+    rows = sample_tasks(replace(cfg.sample, prescreen="off"), seed, range(n), set())
+    return rows, time.process_time() - t0
+
+
+def screen_all(tasks: list[dict], cfg, budget: Budget) -> list[dict]:
+    out = []
+    for t in tasks:
+        r = prescreen(t, cfg, budget)
+        out.append({"task_id": t["task_id"], "name": t["name"], "reason": r.reason, "family": family(r.reason),
+                    "status": r.status, "scaled": r.scaled, "shapes": r.constants, "cpu_ms": round(r.cpu_ms, 2),
+                    "predicted_ms": round(r.predicted_ms, 2),
+                    "ratio": r.measurements.get("input_sensitivity_ratio"),
+                    "degenerate": r.measurements.get("degenerate")})
+    return out
+
+
+def summarise(rows: list[dict], budget: Budget) -> dict:
+    ok = [r for r in rows if r["status"] == "ok"]
+    ms = [r["cpu_ms"] for r in rows]
+    fam = Counter(r["family"] for r in ok if r["family"])
+    ran = [r for r in ok if r["predicted_ms"] > 0]
+    return {"budget_ms": budget.ms, "budget_mb": budget.mb, "tasks": len(rows), "verdicts": len(ok),
+            "over_budget": sum(r["status"].startswith("over budget") for r in rows),
+            "errors": sum(r["status"].startswith("error") for r in rows),
+            "scaled": sum(r["scaled"] for r in ok), "flagged": sum(fam.values()),
+            "flagged_share": sum(fam.values()) / len(rows) if rows else 0.0, "flagged_by_family": dict(fam),
+            "cpu_ms_mean": statistics.fmean(ms) if ms else 0.0, "cpu_ms_p50": quantile(ms, 0.5),
+            "cpu_ms_p90": quantile(ms, 0.9), "cpu_ms_max": max(ms, default=0.0),
+            "measured_over_predicted_p50": quantile([r["cpu_ms"] / r["predicted_ms"] for r in ran], 0.5),
+            "measured_over_predicted_p90": quantile([r["cpu_ms"] / r["predicted_ms"] for r in ran], 0.9)}
+
+
+def larger_budget(tasks: list[dict], rows: list[dict], cfg, big: Budget) -> dict:
+    """The same tasks screened at a larger budget (less scaled down, often the real shapes): how often the
+    verdicts agree where both have one."""
+    small = {r["task_id"]: r for r in rows}
+    pairs = []
+    for r in screen_all(tasks, cfg, big):
+        s = small[r["task_id"]]
+        if r["status"] == "ok" and s["status"] == "ok":
+            pairs.append((s["family"], r["family"], r["name"], s["shapes"] != r["shapes"], not r["scaled"]))
+    return {"budget_ms": big.ms, "tasks": len(tasks), "pairs": len(pairs),
+            "pairs_at_other_shapes": sum(p[3] for p in pairs), "pairs_real_shapes": sum(p[4] for p in pairs),
+            "agree": sum(a == b for a, b, *_ in pairs),
+            "agree_at_other_shapes": sum(a == b for a, b, _, other, _ in pairs if other),
+            "small_flags_big_keeps": [n for a, b, n, *_ in pairs if a and not b],
+            "big_flags_small_keeps": [n for a, b, n, *_ in pairs if b and not a],
+            "other_family": [n for a, b, n, *_ in pairs if a and b and a != b]}
+
+
+def against_gpu(run: Path, cfg, budget: Budget) -> dict:
+    """Precision and recall of the pre-screen against the GPU's measurements of the same tasks."""
+    rd = RunDir(run)
+    rcfg = rd.load_config()
+    meas = {m["task_id"]: m for m in rd.read_rows("measurements") if m.get("status") == "ok"}
+    verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
+    recorded = [r for r in rd.read_rows("prescreen") if not r["resampled"]]
+    if recorded:
+        source = "DIR/prescreen (record mode)"
+        screens = {r["task_id"]: (r["status"], family(r["reason"])) for r in recorded}
+    else:
+        source = "screened now"
+        tasks = [t for t in rd.read_rows("tasks") if t["task_id"] in meas]
+        screens = {r["task_id"]: (r["status"], r["family"]) for r in screen_all(tasks, rcfg, budget)}
+    gpu = {tid: family(decide(m, OUTPUT_CHECKS, rcfg.filter)[1]) for tid, m in meas.items()}
+    both = [tid for tid in gpu if tid in screens]
+    flagged = [tid for tid in both if screens[tid][1]]
+    same = [tid for tid in flagged if gpu[tid] == screens[tid][1]]
+    any_family = [tid for tid in flagged if gpu[tid]]
+    gpu_rej = [tid for tid in both if gpu[tid]]
+    caught = [tid for tid in gpu_rej if screens[tid][1]]
+    with_verdict = [tid for tid in gpu_rej if screens[tid][0] == "ok"]
+    filt = Counter(reason_kind(v["reason"]) for v in verdicts.values() if not v["keep"])
+    return {"run": str(run), "source": source, "profiled_ok": len(meas), "compared": len(both),
+            "prescreen_flagged": len(flagged), "gpu_output_rejections": len(gpu_rej),
+            "precision_same_family": len(same) / len(flagged) if flagged else None,
+            "precision_any_family": len(any_family) / len(flagged) if flagged else None,
+            "recall": len(caught) / len(gpu_rej) if gpu_rej else None,
+            "recall_where_screened": (sum(screens[t][1] != "" for t in with_verdict) / len(with_verdict)
+                                      if with_verdict else None),
+            "gpu_by_family": dict(Counter(gpu[t] for t in gpu_rej)),
+            "false_flags": [(t, screens[t][1], gpu[t]) for t in flagged if gpu[t] != screens[t][1]][:50],
+            "missed": [(t, screens[t][0]) for t in gpu_rej if not screens[t][1]][:50],
+            "filter_rejections": dict(filt)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="h200")
+    ap.add_argument("--seed", type=int, default=20261201)
+    ap.add_argument("--n", type=int, default=900)
+    ap.add_argument("--tasks", default="", help="a tasks parquet to screen instead of sampling")
+    ap.add_argument("--budget-ms", default="", help="comma-separated budgets (default: the preset's)")
+    ap.add_argument("--compare-n", type=int, default=150)
+    ap.add_argument("--compare-budget-ms", type=float, default=1000.0)
+    ap.add_argument("--run", default="", help="a GPU-profiled run directory: precision and recall")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prescreen_bench.json"))
+    a = ap.parse_args()
+    cfg = load_preset(a.preset)
+    cfg = replace(cfg, run=replace(cfg.run, seed=a.seed))
+    budgets = [Budget(float(b), cfg.sample.prescreen_mb) for b in a.budget_ms.split(",") if b] or [
+        Budget(cfg.sample.prescreen_ms, cfg.sample.prescreen_mb)]
+    out: dict = {"command": " ".join(sys.argv), "preset": a.preset, "seed": a.seed}
+    all_rows: dict = {}
+    if a.run:
+        out["gpu"] = against_gpu(Path(a.run), cfg, budgets[0])
+    else:
+        if a.tasks:
+            import pyarrow.parquet as pq
+
+            tasks, sample_s = pq.read_table(a.tasks).to_pylist()[: a.n], None
+        else:
+            tasks, sample_s = sample(cfg, a.seed, a.n)
+        out["sample_cpu_ms_per_task"] = 1e3 * sample_s / len(tasks) if sample_s else None
+        prescreen(tasks[0], cfg, Budget(1.0, 1.0))  # one-time costs (first meta dispatch) out of the figures
+        out["budgets"] = []
+        for b in budgets:
+            rows = screen_all(tasks, cfg, b)
+            all_rows[b.ms] = rows
+            s = summarise(rows, b)
+            if b is budgets[0] and a.compare_n:
+                s["larger_budget"] = larger_budget(tasks[: a.compare_n], rows, cfg,
+                                                   Budget(a.compare_budget_ms, 4 * b.mb))
+            out["budgets"].append(s)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=2, default=str))
+    if all_rows:
+        with open(Path(a.out).with_suffix("").as_posix() + "_rows.jsonl", "w") as f:
+            for ms, rows in all_rows.items():
+                for r in rows:
+                    f.write(json.dumps({"budget_ms": ms, **r}, default=str) + "\n")
+    print_table(out)
+
+
+def print_table(out: dict) -> None:
+    if "gpu" in out:
+        for k, v in out["gpu"].items():
+            if not isinstance(v, list):
+                print(f"{k:28} {v}")
+        return
+    cols = ["budget_ms", "tasks", "verdicts", "over_budget", "errors", "scaled", "flagged", "flagged_share",
+            "cpu_ms_mean", "cpu_ms_p50", "cpu_ms_p90", "cpu_ms_max", "measured_over_predicted_p50"]
+    print(" | ".join(f"{c:>10.10}" for c in cols))
+    for s in out["budgets"]:
+        print(" | ".join(f"{s[c]:>10.4g}" if isinstance(s[c], float) else f"{s[c]:>10}" for c in cols))
+        print("   flagged by family:", s["flagged_by_family"])
+        if "larger_budget" in s:
+            f = s["larger_budget"]
+            print(f"   vs {f['budget_ms']:g} ms on {f['tasks']} tasks: {f['agree']}/{f['pairs']} verdicts agree "
+                  f"({f['agree_at_other_shapes']}/{f['pairs_at_other_shapes']} run at other shapes, "
+                  f"{f['pairs_real_shapes']} at real shapes); flagged only at {s['budget_ms']:g} ms: "
+                  f"{f['small_flags_big_keeps']}; only at {f['budget_ms']:g} ms: {f['big_flags_small_keeps']}")
+    if out.get("sample_cpu_ms_per_task"):
+        print(f"sampling alone: {out['sample_cpu_ms_per_task']:.1f} CPU-ms per task")
+
+
+if __name__ == "__main__":
+    main()

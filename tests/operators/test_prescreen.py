@@ -1,0 +1,130 @@
+"""The CPU pre-screen flags what the filter would drop as fakeable, keeps a normal task, scales big tasks without
+shrinking what they reduce over, leaves the caller's torch state alone, and makes the sampler resample
+deterministically."""
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from operators.prescreen import RECORDS_KEY, Budget, Screen, prescreen
+from operators.sample import Stats, sample_tasks
+from pipeline.config import load_preset
+
+CFG = load_preset("h200")
+
+TEMPLATE = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+{init}
+    def forward(self, x):
+        return {expr}
+batch_size = {batch}
+in_channels = 3
+length = {length}
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, length)]
+def get_init_inputs():
+    return []
+'''
+
+
+def task(expr, batch=8, length=1024, init="        pass"):
+    return {"task_id": "t", "code": TEMPLATE.format(expr=expr, batch=batch, length=length, init=init)}
+
+
+def test_sigmoid_of_a_large_shift_is_fakeable():
+    r = prescreen(task("torch.sigmoid(x + 12.0)"), CFG)
+    assert r.status == "ok" and not r.scaled
+    assert r.reason.startswith("fakeable by a fixed output")
+    assert r.measurements["input_sensitivity_ratio"] < 1
+
+
+def test_mean_over_a_huge_dim_is_flagged_at_a_scaled_batch_that_keeps_the_dim():
+    # 64 x 3 x 2**19 values per draw is seconds on one core: the batch shrinks, the reduced length does not
+    r = prescreen(task("(x + 1.0).mean(dim=-1)", batch=64, length=2**19), CFG)
+    assert r.status == "ok" and r.scaled
+    assert r.constants["length"] == 2**19 and r.constants["batch_size"] < 64
+    assert r.reason.startswith("fakeable by a fixed output")
+
+
+def test_softmax_over_a_huge_dim_then_mean_is_flagged():
+    r = prescreen(task("torch.softmax(x, dim=-1).mean(dim=1)", batch=4, length=2**16), CFG)
+    assert r.status == "ok" and r.reason  # outputs ~1.5e-5: the filter calls them tiny or constant
+
+
+def test_conv_relu_passes():
+    r = prescreen(task("F.relu(self.conv(x))", init="        self.conv = nn.Conv1d(3, 16, 3)"), CFG)
+    assert r.status == "ok" and r.reason == "" and not r.scaled
+    assert r.measurements["input_sensitivity_ratio"] > 10 and r.measurements["degenerate"] == ""
+
+
+def test_over_budget_without_a_smaller_size_gives_no_verdict():
+    # a softmax over 2**22 values at batch 1 cannot shrink (its fan-in) and does not fit 1 ms
+    r = prescreen(task("torch.softmax(x, dim=-1)", batch=1, length=2**22), CFG, Budget(ms=1.0, mb=256))
+    assert r.status == "over budget" and r.reason == ""
+
+
+def test_callers_threads_and_rng_are_left_alone():
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    threads = torch.get_num_threads()
+    prescreen(task("torch.tanh(x)"), CFG)
+    assert torch.get_num_threads() == threads
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_a_task_that_fails_on_the_cpu_is_not_a_verdict():
+    r = prescreen(task("x.view(7, -1)"), CFG)
+    assert r.status.startswith("error") and r.reason == ""
+
+
+@pytest.fixture(scope="module")
+def screened():
+    """h200 draws with the pre-screen resampling, twice; seed 3's first indices include flagged draws."""
+    runs = []
+    for _ in range(2):
+        stats = Stats()
+        rows = sample_tasks(CFG.sample, 3, range(10), set(), stats, Screen(CFG))
+        runs.append((rows, stats))
+    return runs
+
+
+def test_sampler_resamples_flagged_draws_deterministically(screened):
+    (rows, stats), (again, stats2) = screened
+    strip = [{k: v for k, v in r.items() if k != RECORDS_KEY} for r in rows]
+    assert strip == [{k: v for k, v in r.items() if k != RECORDS_KEY} for r in again]
+    records = [rec for r in rows for rec in r[RECORDS_KEY]]
+    resampled = [rec for rec in records if rec["resampled"]]
+    assert resampled, "pick a seed whose first draws include a flagged one"
+    assert {k: v for k, v in stats.rejected.items() if k.startswith("prescreen")} == {
+        k: v for k, v in stats2.rejected.items() if k.startswith("prescreen")}
+    assert sum(v for k, v in stats.rejected.items() if k.startswith("prescreen")) == len(resampled)
+    kept = {r["task_id"] for r in rows}
+    assert all(rec["task_id"] not in kept and rec["reason"] for rec in resampled)
+    # each kept row carries exactly one record of itself, unflagged, after the draws it replaced
+    for r in rows:
+        assert [rec["task_id"] for rec in r[RECORDS_KEY] if not rec["resampled"]] == [r["task_id"]]
+        assert r[RECORDS_KEY][-1]["reason"] == ""
+    assert [(rec["reason"], rec["shapes"]) for rec in records] == [
+        (rec["reason"], rec["shapes"]) for r in again for rec in r[RECORDS_KEY]]
+
+
+def test_record_mode_keeps_flagged_draws():
+    rows = sample_tasks(CFG.sample, 3, range(10), set(), None, Screen(CFG, "record"))
+    records = [rec for r in rows for rec in r[RECORDS_KEY]]
+    assert len(records) == len(rows) and not any(rec["resampled"] for rec in records)
+    assert any(rec["reason"] for rec in records)
+    assert all(json.loads(rec["shapes"]) for rec in records if rec["status"] == "ok")
+
+
+def test_prescreen_setting_is_validated():
+    from pipeline.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="sample.prescreen"):
+        validate(replace(CFG, sample=replace(CFG.sample, prescreen="on")), "test")
