@@ -86,16 +86,17 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
 
-def pin_device_spec(spec, device: str, seed: int = 0) -> dict[str, Any]:
+def pin_device_spec(spec, device: str, seed: int = 0, **plan_args: int) -> dict[str, Any]:
     """One operator's entry of the device pin: the distinct ATen op sets its plan ran (canonical names), the
-    plan's fingerprint, how many steps ran, and the first errors of required steps. Never raises for a step."""
+    plan's fingerprint, how many steps ran, and the first errors of required steps. Never raises for a step;
+    `plan_args` (tiny, batch1, large) shrink the plan for trials."""
     import warnings
 
     import torch
 
     from operators.trace import trace_as_worker
 
-    steps = plan(spec, seed)
+    steps = plan(spec, seed, **plan_args)
     seen: set[frozenset[str]] = set()
     errors: list[str] = []
     ran = 0
@@ -115,6 +116,8 @@ def pin_device_spec(spec, device: str, seed: int = 0) -> dict[str, Any]:
                 torch.cuda.synchronize()
         seen.add(frozenset(canonical(ops)))
         ran += 1
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # sizes differ from op to op: cached blocks of one would only fragment the next
     entry: dict[str, Any] = {"behaviours": sorted(sorted(s) for s in seen), "fingerprint": fingerprint(steps),
                              "steps": len(steps), "ran": ran}
     if errors:
@@ -122,7 +125,7 @@ def pin_device_spec(spec, device: str, seed: int = 0) -> dict[str, Any]:
     return entry
 
 
-def _header(device: str, seed: int) -> dict[str, Any]:
+def _header(device: str, seed: int, plan_args: dict[str, int]) -> dict[str, Any]:
     import torch
 
     from operators import pin_plan
@@ -132,20 +135,23 @@ def _header(device: str, seed: int) -> dict[str, Any]:
     return {"torch_version": torch.__version__, "device": device.split(":")[0], "gpu": gpu,
             "settings": backend_settings(),
             "plan": {"seed": seed, "tiny": pin_plan.TINY, "batch1": pin_plan.BATCH1, "large": pin_plan.LARGE,
-                     "preset": pin_plan.PRESET}}
+                     "preset": pin_plan.PRESET, **plan_args}}
 
 
-def stale_ops(data: dict[str, Any], specs: list, seed: int = 0) -> list[str]:
-    """Operators of `specs` a device pin must (re)run: missing, with no behaviour, or pinned from another plan."""
+def stale_ops(data: dict[str, Any], specs: list) -> list[str]:
+    """Operators of `specs` a device pin `data` must (re)run: missing, with no behaviour, or pinned from another
+    plan than the one the catalog and this code give now (recomputed on meta: no GPU needed)."""
     ops = data.get("ops", {})
+    keys = ("seed", "tiny", "batch1", "large")
+    args = {k: v for k, v in data.get("plan", {}).items() if k in keys}
     return [s.name for s in specs
-            if s.name not in ops or not ops[s.name]["behaviours"] or ops[s.name]["fingerprint"] != fingerprint(plan(s, seed))]
+            if s.name not in ops or not ops[s.name]["behaviours"] or ops[s.name]["fingerprint"] != fingerprint(plan(s, **args))]
 
 
-def pin_device(device: str, names: list[str] | None, out: Path | None, only_stale: bool = False,
-               seed: int = 0, log=print) -> dict[str, Any]:
+def pin_device(device: str, names: list[str] | None = None, out: Path | None = None, only_stale: bool = False,
+               seed: int = 0, plan_args: dict[str, int] | None = None, log=print) -> dict[str, Any]:
     """Pin the device behaviours of every sampleable operator (or `names`) and write them to `out` (merged into
-    it when only some operators are pinned); returns the file's content."""
+    it when only some operators are pinned); returns the file's content. `plan_args` shrink the plan (trials)."""
     import torch
 
     from operators.catalog import sampleable
@@ -155,8 +161,9 @@ def pin_device(device: str, names: list[str] | None, out: Path | None, only_stal
         raise OpsynthError("--device cuda needs a visible CUDA GPU; run this on the GPU box (or try --device cpu)")
     if out is not None and out.resolve() == PIN_FILE.resolve():
         raise OpsynthError(f"{out} is the CPU pin; the device pin writes elsewhere (default {CUDA_PIN_FILE.name})")
+    plan_args = dict(plan_args or {})
     specs = sampleable()
-    header = _header(device, seed)
+    header = _header(device, seed, plan_args)
     old = json.loads(out.read_text()) if out is not None and out.is_file() else {}
     partial = bool(names) or only_stale
     if names:
@@ -167,7 +174,7 @@ def pin_device(device: str, names: list[str] | None, out: Path | None, only_stal
                                "see `opsynth catalog` for the names")
         specs = [s for s in specs if s.name in set(names)]
     if only_stale:
-        specs = [s for s in specs if s.name in set(stale_ops(old, specs, seed))]
+        specs = [s for s in specs if s.name in set(stale_ops(old, specs))]
     if partial and old:
         same = {k: old.get(k) for k in ("torch_version", "gpu", "plan")} == {k: header[k] for k in ("torch_version", "gpu", "plan")}
         if not same:
@@ -181,7 +188,7 @@ def pin_device(device: str, names: list[str] | None, out: Path | None, only_stal
         if fatal:
             break
         try:
-            entries[spec.name] = pin_device_spec(spec, device, seed)
+            entries[spec.name] = pin_device_spec(spec, device, seed, **plan_args)
         except Exception as e:  # noqa: BLE001 - recorded; the pin goes on with the next operator
             msg = _first_line(e)
             entries[spec.name] = {"behaviours": [], "fingerprint": "", "steps": 0, "ran": 0, "errors": [msg]}
@@ -225,6 +232,26 @@ def _summary(data: dict, specs: list, failed: dict[str, str], fatal: str, second
         f"{len(other)} with {device}-only ATen ops, {len(failed)} failed" + (f" ({', '.join(list(failed)[:8])})" if failed else ""))
 
 
+def device_pin_problem(path: Path, specs: list) -> str | None:
+    """Why the device pin at `path` is not current for `specs` (one line naming the operators and the exact
+    command that re-pins them), or None."""
+    if not path.is_file():
+        return f"{path.name} does not exist; on a GPU box run: {' '.join(_command('cuda'))}"
+    stale = stale_ops(json.loads(path.read_text()), specs)
+    if not stale:
+        return None
+    return (f"{len(stale)} operator(s) missing, failed or stale in {path.name} ({', '.join(stale[:10])}"
+            f"{', ...' if len(stale) > 10 else ''}); on a GPU box run: {' '.join(_command('cuda', stale))}")
+
+
+def check_device_pin(path: Path) -> int:
+    from operators.catalog import sampleable
+
+    problem = device_pin_problem(path, sampleable())
+    print(problem or f"{path.name} is current for every sampleable operator")
+    return 1 if problem else 0
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m operators.pin_labels", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="", help="cuda: pin what each operator runs on this GPU "
@@ -232,7 +259,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ops", default="", help="comma-separated catalog names: pin only these (merged into the file)")
     ap.add_argument("--stale", action="store_true", help="pin only operators missing, failed or stale in the file")
     ap.add_argument("--out", default="", help=f"where the device pin goes (cuda: {CUDA_PIN_FILE.name} by default)")
+    ap.add_argument("--check", action="store_true", help=f"no GPU needed: list the operators {CUDA_PIN_FILE.name} "
+                    "lacks or pinned from another plan, and the command that re-pins them (exit 1 if any)")
     a = ap.parse_args(argv)
+    if a.check:
+        sys.exit(check_device_pin(CUDA_PIN_FILE))
     if not a.device:
         import torch
 

@@ -5,6 +5,9 @@ meta, a batch of one for the first of them) and at the sizes the h200 preset sam
 cuDNN batch norm, SDPA backends, cuBLAS paths), a batch of one too. It is built on meta only, so a CPU box
 recomputes it without a GPU: the fingerprint (a hash of the plan's codes) is stored beside each operator's
 device behaviours in aten_pins_cuda.json and a test recomputes it to say which operators need a re-pin.
+The batch a large step is solved to comes from the cost model (torch's meta kernels and FLOP formulas), so
+the fingerprint reads that step at the batch it was drawn at: a CPU box on another torch than the GPU box's
+recomputes the same value, and a change of the sampler, the catalog entry or the plan still shows.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ class Step:
 
     kind: str
     code: str
+    key: str = ""  # what the fingerprint reads, when not the code
 
     @property
     def optional(self) -> bool:
@@ -71,7 +75,7 @@ def plan(spec, seed: int = 0, tiny: int = TINY, batch1: int = BATCH1, large: int
                     g, batch = sized_op_graph(spec, rng, rank, _sample_cfg())
                 except Exception:  # noqa: BLE001 - over the cap or refused on meta: not a size the sampler makes
                     continue
-                steps.append(Step("large", render(g, {"batch_size": batch})))
+                steps.append(Step("large", render(g, {"batch_size": batch}), key=render(g)))
                 if got == 0 and batch > 1:
                     steps.append(Step("large-batch1", render(g, {"batch_size": 1})))
                 got += 1
@@ -82,5 +86,5 @@ def fingerprint(steps: list[Step]) -> str:
     """A hash of what a plan executes: equal on every device and machine for the same catalog entry and seed."""
     h = hashlib.sha256()
     for s in steps:
-        h.update(f"{s.kind}\0{s.code}\0".encode())
+        h.update(f"{s.kind}\0{s.key or s.code}\0".encode())
     return h.hexdigest()[:16]

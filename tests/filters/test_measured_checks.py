@@ -67,3 +67,29 @@ def test_fakeable_threshold_keeps_at_and_above_it_and_old_rows():
     assert decide_measurement({**GOOD, "input_sensitivity_ratio": None}, CFG) == (True, "")
     off = dataclasses.replace(CFG, filter=dataclasses.replace(CFG.filter, min_input_sensitivity_ratio=0.0))
     assert decide_measurement({**GOOD, "input_sensitivity_ratio": 0.31}, off) == (True, "")
+
+
+def test_labels_are_judged_with_the_pins_of_the_measurements_device(tmp_path, monkeypatch):
+    import json
+
+    from operators import labels
+    from pipeline.schema import MEASUREMENTS
+
+    assert "device" in MEASUREMENTS.names  # what the filter stage reads back from the profile's rows
+    pin = tmp_path / "aten_pins_cuda.json"
+    pin.write_text(json.dumps({"ops": {"nn.BatchNorm2d": {"behaviours": [["aten.cudnn_batch_norm"]],
+                                                          "fingerprint": "0"}}}))
+    monkeypatch.setattr(labels, "CUDA_PIN_FILE", pin)
+    labels.reload_pins()
+    try:
+        gpu_row = {**GOOD, "ops": ["nn.BatchNorm2d"], "aten_ops": ["aten.cudnn_batch_norm"], "device": "cuda"}
+        assert decide_measurement(gpu_row, CFG) == (True, "")
+        keep, reason = decide_measurement({**gpu_row, "device": "cpu"}, CFG)
+        assert not keep and reason.startswith("label mismatch") and "cudnn_batch_norm" in reason
+        keep, reason = decide_measurement({**gpu_row, "device": None}, CFG)  # rows from before the column
+        assert not keep and reason_kind(reason) == reason_kind("label mismatch (x)")
+        cpu_row = {**gpu_row, "aten_ops": ["aten.native_batch_norm", "aten.add_"], "device": "cuda"}
+        assert decide_measurement(cpu_row, CFG) == (True, "")
+    finally:
+        monkeypatch.undo()
+        labels.reload_pins()
