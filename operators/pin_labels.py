@@ -86,21 +86,26 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"[:200]
 
 
-def pin_device_spec(spec, device: str, seed: int = 0, **plan_args: int) -> dict[str, Any]:
+def pin_device_spec(spec, device: str, seed: int = 0, seconds: dict[str, float] | None = None,
+                    **plan_args: int) -> dict[str, Any]:
     """One operator's entry of the device pin: the distinct ATen op sets its plan ran (canonical names), the
     plan's fingerprint, how many steps ran, and the first errors of required steps. Never raises for a step;
-    `plan_args` (tiny, batch1, large) shrink the plan for trials."""
+    `plan_args` (tiny, batch1, large) shrink the plan for trials; `seconds` adds up the time per step kind."""
     import warnings
 
     import torch
 
     from operators.trace import trace_as_worker
 
+    t0 = time.perf_counter()
     steps = plan(spec, seed, **plan_args)
+    seconds = seconds if seconds is not None else {}
+    seconds["plan"] = seconds.get("plan", 0.0) + time.perf_counter() - t0
     seen: set[frozenset[str]] = set()
     errors: list[str] = []
     ran = 0
     for step in steps:
+        t0 = time.perf_counter()
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -114,6 +119,7 @@ def pin_device_spec(spec, device: str, seed: int = 0, **plan_args: int) -> dict[
         finally:
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
+            seconds[step.kind] = seconds.get(step.kind, 0.0) + time.perf_counter() - t0
         seen.add(frozenset(canonical(ops)))
         ran += 1
     if device.startswith("cuda"):
@@ -183,12 +189,13 @@ def pin_device(device: str, names: list[str] | None = None, out: Path | None = N
     t0 = time.time()
     entries: dict[str, Any] = dict(old.get("ops", {})) if partial else {}
     failed: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     fatal = ""
     for k, spec in enumerate(specs, 1):
         if fatal:
             break
         try:
-            entries[spec.name] = pin_device_spec(spec, device, seed, **plan_args)
+            entries[spec.name] = pin_device_spec(spec, device, seed, seconds, **plan_args)
         except Exception as e:  # noqa: BLE001 - recorded; the pin goes on with the next operator
             msg = _first_line(e)
             entries[spec.name] = {"behaviours": [], "fingerprint": "", "steps": 0, "ran": 0, "errors": [msg]}
@@ -201,6 +208,7 @@ def pin_device(device: str, names: list[str] | None = None, out: Path | None = N
     data = {**header, "ops": dict(sorted(entries.items()))}
     if out is not None:
         out.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    log("  seconds by step kind: " + ", ".join(f"{k} {v:.0f}" for k, v in seconds.items()))
     _summary(data, specs, failed, fatal, time.time() - t0, out, device, log)
     return data
 
