@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import re
+import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -117,7 +119,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="JSON figures (default: benchmarks/results/"
                     "label_families_<run name>.json)")
     a = ap.parse_args()
+    import torch
+
     r = measure(a.run, a.category)
+    r.update(command=" ".join(sys.argv), machine=platform.platform(), torch_version=torch.__version__,
+             git_commit=subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                                       text=True).stdout.strip())
     print_tables(r)
     out = a.out or ROOT / "benchmarks" / "results" / f"label_families_{a.run.resolve().name}.json"
     out.write_text(json.dumps(r, indent=1) + "\n")

@@ -197,3 +197,36 @@ def test_a_large_steps_fingerprint_leaves_out_the_batch_the_cost_model_solved(mo
     assert large and [s.code for s in other if s.kind == "large"] != large
     assert all("batch_size = 3\n" in s.code for s in other if s.kind == "large")
     assert fingerprint(other) == fingerprint(steps)
+
+
+@pytest.mark.gpu
+def test_normalization_and_attention_traces_on_the_gpu_match_their_labels():
+    # what the profile stage records on the GPU, judged as the filter judges it (needs aten_pins_cuda.json)
+    import torch
+
+    from operators.catalog import sampleable
+    from operators.pin_plan import _sample_cfg
+    from operators.render import render
+    from operators.sample import single_op_graph, sized_op_graph
+    from operators.trace import trace_as_worker
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    failures = []
+    for spec in sampleable(("normalization", "attention_embedding")):
+        rank = spec.ranks[0]
+        codes = []
+        for j in range(8):
+            try:
+                g = single_op_graph(spec, random.Random(f"gpu:{spec.name}:{j}"), rank)
+                codes.append(render(g))
+                g, batch = sized_op_graph(spec, random.Random(f"gpu:{spec.name}:{j}"), rank, _sample_cfg())
+                codes.append(render(g, {"batch_size": batch}))
+                break
+            except Exception:  # noqa: BLE001 - a draw that does not fit; the sampler resamples too
+                continue
+        for code in codes:
+            bad = check_labels([spec.name], trace_as_worker(code, "cuda"), device="cuda")
+            if bad:
+                failures.append(f"{spec.name}: {bad}")
+    assert not failures, "\n".join(failures)
