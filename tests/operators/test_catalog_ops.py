@@ -119,6 +119,11 @@ def test_every_sampleable_operator_has_gpu_pins():
     assert CUDA_PIN_FILE.is_file(), f"{CUDA_PIN_FILE.name} does not exist; on a GPU box run: {REPIN_CUDA}"
     data = json.loads(CUDA_PIN_FILE.read_text())
     assert data["gpu"] and data["device"] == "cuda", f"{CUDA_PIN_FILE.name} was not pinned on a GPU"
+    # the profile worker sets no backend switch (TF32 only for cuDNN, cuDNN on, no benchmark, every SDPA
+    # backend): kernels chosen under other switches would not be the ones it traces
+    from operators.trace import backend_settings
+
+    assert data["settings"] == backend_settings(), f"pinned under other backend switches: {data['settings']}"
     entries = data["ops"]
     missing = [s.name for s in sampleable() if not entries.get(s.name, {}).get("behaviours")]
     assert not missing, f"{len(missing)} operators have no GPU pins ({missing[:10]}); on a GPU box run: " \
