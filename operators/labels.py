@@ -1,10 +1,13 @@
 """True labels: which ATen ops each catalog operator runs, pinned, and the check of `ops` against a trace.
 
 `aten_pins.json` maps every sampleable catalog operator to the ATen ops it was seen to execute on the
-meta device over many sampled parameters and ranks (`python -m operators.pin_labels` regenerates it; a
-test checks it is current). `check_labels(ops, aten_ops)` then says, for any module (template or LLM
-written), whether each labelled operator left its evidence in the trace and whether every kernel in
-the trace is explained by some labelled operator. Layout-only ops (views, copies) never need a label.
+meta device over many sampled parameters and ranks, and for real on the CPU (`python -m operators.pin_labels`
+regenerates it; a test checks it is current). `aten_pins_cuda.json` holds what each operator executes on a
+GPU (cuDNN batch norm, fused RMSNorm, other one_hot and attention paths), pinned on the GPU with
+`python -m operators.pin_labels --device cuda`. `check_labels(ops, aten_ops, device)` then says, for any module
+(template or LLM written), whether each labelled operator left its evidence in the trace and whether every
+kernel in the trace is explained by some labelled operator; a trace from a GPU may show either pin's
+behaviours. Layout-only ops (views, copies) never need a label.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 
 PIN_FILE = Path(__file__).with_name("aten_pins.json")
+CUDA_PIN_FILE = Path(__file__).with_name("aten_pins_cuda.json")
+REPIN_CUDA = "python -m operators.pin_labels --device cuda"
 # layout-only ops: no kernel launch and no traffic (the cost model skips them)
 VIEW_OPS = frozenset({
     "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.t", "aten.transpose",
@@ -43,11 +48,38 @@ def canonical(aten_ops) -> set[str]:
     return {CANONICAL.get(a, a) for a in aten_ops}
 
 
-@lru_cache(maxsize=1)
-def pins() -> dict[str, tuple[frozenset[str], ...]]:
-    """Catalog name -> the distinct sets of ATen ops it ran alone (one per parameter/rank behaviour)."""
+def pins(device: str = "cpu") -> dict[str, tuple[frozenset[str], ...]]:
+    """Catalog name -> the distinct sets of ATen ops it ran alone (one per parameter/rank behaviour): on meta and
+    the CPU, and for device "cuda" (or "cuda:N") also those pinned on a GPU (both kept: a GPU trace may show
+    either, e.g. a path the CPU pin found at a batch of one)."""
+    return _pins("cuda" if str(device).startswith("cuda") else "cpu")
+
+
+@lru_cache(maxsize=2)
+def _pins(device: str) -> dict[str, tuple[frozenset[str], ...]]:
     data = json.loads(PIN_FILE.read_text())
-    return {k: tuple(frozenset(s) for s in v) for k, v in data["ops"].items()}
+    table = {k: tuple(frozenset(s) for s in v) for k, v in data["ops"].items()}
+    if device == "cpu":
+        return table
+    for name, sigs in device_pins().items():
+        base = table.get(name, ())
+        table[name] = base + tuple(s for s in sigs if s not in base)
+    return table
+
+
+@lru_cache(maxsize=1)
+def device_pins() -> dict[str, tuple[frozenset[str], ...]]:
+    """Catalog name -> the ATen op sets it ran on a GPU (aten_pins_cuda.json; empty until it is pinned)."""
+    if not CUDA_PIN_FILE.is_file():
+        return {}
+    data = json.loads(CUDA_PIN_FILE.read_text())
+    return {k: tuple(frozenset(s) for s in e["behaviours"]) for k, e in data["ops"].items()}
+
+
+def reload_pins() -> None:
+    """Forget the pins read so far (after a pin file was rewritten, or a test pointed the paths elsewhere)."""
+    _pins.cache_clear()
+    device_pins.cache_clear()
 
 
 def _signature(sig: frozenset[str]) -> frozenset[str]:
@@ -63,13 +95,14 @@ def _shows(sig: frozenset[str], traced: set[str]) -> bool:
     return hit == len(want) or (len(want) >= 3 and 3 * hit >= 2 * len(want))
 
 
-def check_labels(ops: list[str], aten_ops: list[str]) -> list[str]:
+def check_labels(ops: list[str], aten_ops: list[str], device: str = "cpu") -> list[str]:
     """Mismatches between catalog labels and a trace of ATen ops (overload packets); [] = labels true.
 
     A labelled operator is present when the trace holds the kernels of one of its pinned behaviours;
-    every traced op must be glue or belong to some labelled operator's pins.
+    every traced op must be glue or belong to some labelled operator's pins. `device` is where the trace
+    ran: "cpu" (also for meta traces) checks against the CPU pins, "cuda" against those and the GPU pins.
     """
-    table = pins()
+    table = pins(device)
     traced = canonical(aten_ops)
     problems = [f"unknown operator {op!r} (not in the pinned catalog)" for op in dict.fromkeys(ops) if op not in table]
     for op in dict.fromkeys(ops):

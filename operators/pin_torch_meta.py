@@ -158,7 +158,7 @@ def build() -> dict[str, Any]:
     from operators.labels import pins
 
     op_db, module_db = load_dbs()
-    table = pins()
+    table = pins("cuda")  # the CPU pins and the GPU's: a kernel only a GPU runs must carry no seeded tag either
     ops = {name: entry_meta(name, op_db, module_db, set().union(*table.get(name, ())))
            for name in sorted(REGISTRY)}
     universe, random = op_db_universe(op_db)

@@ -237,6 +237,45 @@ def single_op_graph(spec: OpSpec, rng: random.Random, rank: int) -> nx.DiGraph:
     return b.finish(out)
 
 
+def sized_op_graph(spec: OpSpec, rng: random.Random, rank: int, cfg) -> tuple[nx.DiGraph, int]:
+    """One operator alone at the sizes the sampler gives a first operator under the sample section `cfg`
+    (a per-sample budget for a runtime target, a batch of 8-32), and the batch solved for that target under
+    the memory cap, checked on meta (label pins trace device kernels chosen by size). Raises when it does not
+    fit."""
+    target = math.exp(rng.uniform(math.log(cfg.target_min_ms), math.log(cfg.target_max_ms)))
+    b = GraphBuilder(rng)
+    rank = 2 if spec.token_input else rank
+    layout = "tokens" if spec.token_input else (spec.layout if rank == 3 else "channels")
+    sizes = base_sizes(rng, rank, layout, per_sample_budget(rng, target, cfg.bandwidth_gbps, 1))
+    batch0 = rng.choice([8, 16, 32])
+    names = TOKEN_NAMES if layout == "tokens" else SEQ_NAMES if layout == "seq" else DIM_NAMES[rank]
+    if spec.token_input:
+        b.const(spec.token_input, spec.params(random.Random(rng.random()), ())[spec.token_input])
+        x = b.add_input(names, [batch0, *sizes], "randint", high=spec.token_input)
+    else:
+        x = b.add_input(names, [batch0, *sizes], "rand" if spec.needs != "any" else "randn")
+    g = b.finish(b.try_op(spec, x))
+    inputs_bytes = sum(v.numel() * v.element_size() for n, v in b.values.items() if g.nodes[n]["kind"] == "input")
+    fixed = sum(t.numel() * t.element_size() for t in b._fixed_tensors())
+    cap = int(cfg.max_peak_memory_gb * cfg.peak_headroom * 2**30)
+    batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, cfg.bandwidth_gbps,
+                        cfg.tflops_fp32, cfg.launch_overhead_us)
+    # re-run at that batch and held to the memory cap as sample_one holds a task (not every op is linear in the
+    # batch); the runtime window is not asked: a size just under it runs the same kernels. The tensors count
+    # too: the cost records miss casts (F.one_hot(x).float() counts as bool), so a batch over the cap by them
+    # shrinks once
+    for _ in range(2):
+        mode = CostMode()
+        _, values = execute(g, {**g.graph["constants"], "batch_size": batch}, mode)
+        in_bytes = sum(values[n].numel() * values[n].element_size() for n, d in g.nodes(data=True)
+                       if d["kind"] == "input")
+        need = max(peak_bytes(mode.records, in_bytes, fixed), sum(v.nbytes for v in values.values()) + fixed)
+        if need <= cap:
+            return g, batch
+        batch = max(1, int(batch * cap / need * 0.9))
+    raise TaskRejected("over the memory cap")
+
+
 def _hashes(g: nx.DiGraph) -> tuple[str, str]:
     """(canonical graph hash over ops, params and shapes; task_id over that hash and the constants)."""
     labels = {}

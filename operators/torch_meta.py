@@ -3,7 +3,7 @@
 Per catalog entry (stochastic ones too) the pin holds the OpInfo entries of torch's test database
 (`op_db`) and the ModuleInfo entries (`module_db`) that test the same operator, whether those say
 float32 runs on the CPU (`float32_cpu`, null when torch has neither), and the torch.Tag names of every
-ATen op the entry's pinned labels (aten_pins.json) name (`aten_tags`; names torch cannot resolve are
+ATen op the entry's pinned labels (aten_pins.json and the GPU's aten_pins_cuda.json) name (`aten_tags`; names torch cannot resolve are
 listed in `unresolved`). It also holds the op_db operators that take float32 on the CPU and draw no
 random numbers, the universe of `opsynth catalog --coverage`. `python -m operators.pin_torch_meta`
 writes it (the only place that imports torch.testing._internal); runtime and tests read the JSON and ask

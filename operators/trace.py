@@ -61,6 +61,39 @@ def trace_code(code: str, device: str = "meta") -> list[str]:
     return rec.ops
 
 
+def trace_as_worker(code: str, device: str, seed: int = 42) -> list[str]:
+    """ATen ops of one forward executed the way a profile worker runs it (pipeline.harness): weights and inputs
+    created under the device from one seed, the forward under no_grad outside the device context, in training
+    mode. For real devices only (cpu, cuda): kernels chosen by size and backend show here, not on meta."""
+    ns = load_module(code)
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        model = ns["Model"](*ns["get_init_inputs"]())
+    model = model.to(dev)
+    torch.manual_seed(seed + 1)
+    with torch.device(dev):
+        inputs = [t.to(dev) if isinstance(t, torch.Tensor) else t for t in ns["get_inputs"]()]
+    rec = _Recorder()
+    with torch.no_grad(), rec:
+        model(*inputs)
+    return rec.ops
+
+
+def backend_settings() -> dict[str, Any]:
+    """The process-wide switches that decide which ATen kernels a CUDA forward runs (cuDNN on/off, TF32,
+    SDPA backends, deterministic algorithms): recorded with the device pins so a change is visible."""
+    cuda = torch.backends.cuda
+    return {
+        "cudnn_enabled": torch.backends.cudnn.enabled, "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic, "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_allow_tf32": cuda.matmul.allow_tf32, "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "sdp_flash": cuda.flash_sdp_enabled(), "sdp_mem_efficient": cuda.mem_efficient_sdp_enabled(),
+        "sdp_math": cuda.math_sdp_enabled(), "sdp_cudnn": cuda.cudnn_sdp_enabled(),
+    }
+
+
 def _serve() -> None:
     """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out."""
     for line in sys.stdin:

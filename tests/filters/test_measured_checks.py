@@ -67,3 +67,59 @@ def test_fakeable_threshold_keeps_at_and_above_it_and_old_rows():
     assert decide_measurement({**GOOD, "input_sensitivity_ratio": None}, CFG) == (True, "")
     off = dataclasses.replace(CFG, filter=dataclasses.replace(CFG.filter, min_input_sensitivity_ratio=0.0))
     assert decide_measurement({**GOOD, "input_sensitivity_ratio": 0.31}, off) == (True, "")
+
+
+def test_labels_are_judged_with_the_pins_of_the_measurements_device(tmp_path, monkeypatch):
+    import json
+
+    from operators import labels
+    from pipeline.schema import MEASUREMENTS
+
+    assert "device" in MEASUREMENTS.names  # what the filter stage reads back from the profile's rows
+    pin = tmp_path / "aten_pins_cuda.json"
+    pin.write_text(json.dumps({"ops": {"nn.BatchNorm2d": {"behaviours": [["aten.cudnn_batch_norm"]],
+                                                          "fingerprint": "0"}}}))
+    monkeypatch.setattr(labels, "CUDA_PIN_FILE", pin)
+    labels.reload_pins()
+    try:
+        gpu_row = {**GOOD, "ops": ["nn.BatchNorm2d"], "aten_ops": ["aten.cudnn_batch_norm"], "device": "cuda"}
+        assert decide_measurement(gpu_row, CFG) == (True, "")
+        keep, reason = decide_measurement({**gpu_row, "device": "cpu"}, CFG)
+        assert not keep and reason.startswith("label mismatch") and "cudnn_batch_norm" in reason
+        keep, reason = decide_measurement({**gpu_row, "device": None}, CFG)  # rows from before the column
+        assert not keep and reason_kind(reason) == reason_kind("label mismatch (x)")
+        cpu_row = {**gpu_row, "aten_ops": ["aten.native_batch_norm", "aten.add_"], "device": "cuda"}
+        assert decide_measurement(cpu_row, CFG) == (True, "")
+    finally:
+        monkeypatch.undo()
+        labels.reload_pins()
+
+
+def test_filter_stage_reads_each_rows_device_from_the_measurements_table(tmp_path, monkeypatch):
+    # the path `opsynth filter` and `opsynth audit --stages profile,filter` take: rows written, stage run, verdicts read
+    import json
+
+    from operators import labels
+    from pipeline.schema import MEASUREMENTS, TASKS
+    from pipeline.stages import filter as filter_stage
+    from pipeline.store import RunDir
+
+    pin = tmp_path / "aten_pins_cuda.json"
+    pin.write_text(json.dumps({"ops": {"nn.RMSNorm": {"behaviours": [["aten._fused_rms_norm"]], "fingerprint": "0"}}}))
+    monkeypatch.setattr(labels, "CUDA_PIN_FILE", pin)
+    labels.reload_pins()
+    try:
+        rd = RunDir(tmp_path / "run")
+        rd.init(CFG)
+        rd.replace_table("tasks", [{"task_id": t, "ops": ["nn.RMSNorm"], "code": ""} for t in ("a", "b")], TASKS)
+        row = {k: v for k, v in GOOD.items() if k in MEASUREMENTS.names}
+        rows = [{**row, "task_id": "a", "device": "cuda", "aten_ops": ["aten._fused_rms_norm"]},
+                {**row, "task_id": "b", "device": "cpu", "aten_ops": ["aten._fused_rms_norm"]}]
+        rd.replace_table("measurements", rows, MEASUREMENTS)
+        filter_stage.run(rd, CFG)
+        got = {v["task_id"]: (v["keep"], v["reason"]) for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
+        assert got["a"] == (True, "")
+        assert not got["b"][0] and got["b"][1].startswith("label mismatch")
+    finally:
+        monkeypatch.undo()
+        labels.reload_pins()

@@ -107,3 +107,38 @@ def test_pinned_labels_are_current_for_a_sample_of_operators():
     specs = sampleable()[::40]
     stale = [s.name for s in specs if [frozenset(x) for x in pin_spec(s)] != list(pins()[s.name])]
     assert not stale, f"re-run python -m operators.pin_labels: {stale}"
+
+
+def test_every_sampleable_operator_has_gpu_pins():
+    # pinned on the GPU box (python -m operators.pin_labels --device cuda); an operator the GPU run could not
+    # execute has an entry without behaviours and counts as missing
+    import json
+
+    from operators.labels import CUDA_PIN_FILE, REPIN_CUDA
+
+    assert CUDA_PIN_FILE.is_file(), f"{CUDA_PIN_FILE.name} does not exist; on a GPU box run: {REPIN_CUDA}"
+    data = json.loads(CUDA_PIN_FILE.read_text())
+    assert data["gpu"] and data["device"] == "cuda", f"{CUDA_PIN_FILE.name} was not pinned on a GPU"
+    # the profile worker sets no backend switch (TF32 only for cuDNN, cuDNN on, no benchmark, every SDPA
+    # backend): kernels chosen under other switches would not be the ones it traces
+    from operators.trace import backend_settings
+
+    assert data["settings"] == backend_settings(), f"pinned under other backend switches: {data['settings']}"
+    entries = data["ops"]
+    missing = [s.name for s in sampleable() if not entries.get(s.name, {}).get("behaviours")]
+    assert not missing, f"{len(missing)} operators have no GPU pins ({missing[:10]}); on a GPU box run: " \
+                        f"{REPIN_CUDA} --ops {','.join(missing)}"
+
+
+def test_gpu_pins_are_current_for_a_sample_of_operators():
+    # the plan each GPU entry was pinned from is recomputed on meta (no GPU): a changed sampler, catalog entry
+    # or plan shows as another fingerprint. A seeded sample of a quarter of the catalog plus the operators whose
+    # GPU kernels depend on size (normalization, attention); `python -m operators.pin_labels --check` checks all
+    from operators.labels import CUDA_PIN_FILE
+    from operators.pin_labels import device_pin_problem
+
+    specs = sampleable()
+    picked = random.Random(0).sample(specs, len(specs) // 4)
+    picked += [s for s in specs if s.category in ("normalization", "attention_embedding") and s not in picked]
+    problem = device_pin_problem(CUDA_PIN_FILE, picked)
+    assert problem is None, problem

@@ -1,5 +1,5 @@
 """Torch's own metadata against the catalog: no sampleable entry draws random numbers (live torch.Tag through the
-pinned ATen labels), every entry torch tests takes float32 on the CPU, the pin in operators/torch_meta.json is
+pinned ATen labels of the CPU and the GPU), every entry torch tests takes float32 on the CPU, the pin in operators/torch_meta.json is
 current, and the OpInfo matching rules. Reads the pinned JSON; never imports torch.testing._internal."""
 
 import random
@@ -20,7 +20,7 @@ from operators.trace import load_module
 
 
 def _aten(name: str) -> set[str]:
-    return set().union(*pins().get(name, ()))
+    return set().union(*pins("cuda").get(name, ()))  # CPU and GPU behaviours (the GPU pin, once it exists)
 
 
 def test_live_tags_read_torch():
