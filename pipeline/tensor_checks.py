@@ -75,7 +75,8 @@ def max_diff(a: Any, b: Any) -> float:
     if a.shape != b.shape:
         return math.inf
     d = (a - b).abs()
-    d = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(d), d)
+    # equal values (an inf of one sign in both: inf - inf is NaN) and NaN at the same place count as equal
+    d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), torch.zeros_like(d), d)
     return float(d.max()) if d.numel() else 0.0
 
 

@@ -1,8 +1,10 @@
 """Each check of the harness fires on a task built to trip it, and stays quiet on a clean one."""
 
 import dataclasses
+import math
 
 import pytest
+import torch
 
 from filters.base import decide
 from pipeline.config import Config, FilterSection, ProfileSection, worker_settings
@@ -195,3 +197,37 @@ def test_oom_line_keeps_the_request_and_the_cap():
     line = one_line(RuntimeError(msg))
     assert "tried to allocate 3.00 GiB" in line and "6.50 GiB allowed" in line
     assert len(line) <= 300
+
+
+def test_max_diff_counts_equal_infinities_and_same_place_nans_as_equal():
+    from pipeline.tensor_checks import max_diff
+
+    inf, nan = float("inf"), float("nan")
+    a = torch.tensor([1.0, inf, -inf, nan])
+    assert max_diff(a, a.clone()) == 0.0  # rsqrt(0) = inf in both runs is deterministic, not "differ by nan"
+    assert max_diff(a, torch.tensor([1.0, -inf, -inf, nan])) == inf
+    assert math.isnan(max_diff(a, torch.tensor([1.0, inf, -inf, 0.0])))  # NaN in one run only: not equal
+
+
+def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_out_of_memory():
+    from pipeline.gpu_share import GpuLock
+    from pipeline.harness import _LockedBackend
+
+    calls: list[str] = []
+
+    def inner(gm, example_inputs):
+        calls.append("compile")
+        if calls.count("compile") == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return "compiled"
+
+    backend = _LockedBackend(inner, GpuLock(None, lambda _: None),
+                             (lambda: calls.append("shrink"), lambda: calls.append("grow")))
+    assert backend(None, []) == "compiled"
+    assert calls == ["shrink", "compile", "grow", "compile"]  # grown back once, before the second compile
+    calls.clear()
+    failing = _LockedBackend(lambda gm, ex: (_ for _ in ()).throw(ValueError("bad graph")), GpuLock(None, lambda _: None),
+                             (lambda: calls.append("shrink"), lambda: calls.append("grow")))
+    with pytest.raises(ValueError):
+        failing(None, [])
+    assert calls == ["shrink", "grow"]  # another failure is the task's: not compiled twice
