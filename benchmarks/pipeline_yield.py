@@ -135,8 +135,11 @@ def main() -> None:
         examples.setdefault((stage, reason_kind(reason)), f"{t} {name_of.get(t, '')}: {reason[:160]}")
     labels = [(t, r) for t, (s, r) in rejections.items() if r.startswith("label mismatch")]
     pairs = dedupe_pairs(rd, ops_of)
+    machine = Counter((m["gpu"], m["torch_version"]) for m in rd.read_rows("measurements", ["gpu", "torch_version"])
+                      if m["gpu"]).most_common(1)
     result = {
-        "label": a.label, "run": str(a.run), "commit": manifest.get("versions", {}).get("git_commit")
+        "label": a.label, "command": " ".join(sys.argv), "run": str(a.run),
+        "gpu": machine[0][0][0] if machine else None, "torch": machine[0][0][1] if machine else None, "commit": manifest.get("versions", {}).get("git_commit")
         or manifest.get("commit"), "sampled": n, "published": len(published),
         "published_over_sampled": round(len(published) / n, 4) if n else None,
         "profile_seconds": profile.get("seconds"), "gpus": a.gpus,
