@@ -141,6 +141,25 @@ def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[st
     ]
 
 
+FLOPS_NOTE = [
+    "`flops` counts one forward from the ATen ops traced on the meta device, every operator family included, as "
+    "roofline analyses count them (arithmetic per element; a transcendental, a comparison or a max counts one):",
+    "",
+    "- matmul, convolution, attention: torch's `FlopCounterMode` formulas (2 per multiply-add); `mv`, `addbmm`, "
+    "bilinear and `cdist` likewise",
+    "- pointwise: 1 per output element (fused `addcmul`/`addcdiv`/`lerp`: 2); copies, casts, fills, selects, "
+    "padding and indexing move data and count 0",
+    "- reductions: 1 per input element (norms 2, var/std 4, logsumexp 4); softmax and log-softmax: 5 per element",
+    "- layer/batch/group/instance norm: 6 per element, 8 with an affine weight and bias; scans: 1 per element "
+    "(logcumsumexp 3)",
+    "- pooling: the window's size per output element (adaptive: 1 per input element); interpolation: 3, 7, 15, 31 "
+    "per output element for linear, bilinear, trilinear, bicubic (nearest 0); losses: 3-5 per input element",
+    "",
+    "`arithmetic_intensity` is `flops / bytes_moved`; `achieved_tflops` is `flops` over the eager time. A task "
+    "that only moves data (a concatenation, a flip) has `flops` 0, so no `achieved_tflops`.",
+]
+
+
 def _usage() -> str:
     r = REPO_PLACEHOLDER
     return f"""```python
@@ -274,6 +293,10 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "## Columns",
         "",
         *_columns(),
+        "",
+        "### How `flops` is counted",
+        "",
+        *FLOPS_NOTE,
         "",
         "## Files",
         "",
