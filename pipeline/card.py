@@ -106,9 +106,32 @@ def _funnel(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def stages_done(manifest: dict[str, Any]) -> set[str]:
+    """Stages done for every task (manifests before `stage_status` list the stages that left verdicts)."""
+    status = manifest.get("stage_status")
+    if status is None:
+        return set(manifest.get("stages_run", [])) | {"sample", "profile"}
+    return {s for s, v in status.items() if v == "done"}
+
+
+def not_done(manifest: dict[str, Any]) -> dict[str, str]:
+    """stage -> what it is instead of done ("not run", "partial (40 of 72 tasks)", "stale (...)")."""
+    return {s: v for s, v in (manifest.get("stage_status") or {}).items() if v != "done"}
+
+
+def _incomplete(manifest: dict[str, Any]) -> list[str]:
+    missing = not_done(manifest)
+    if not missing:
+        return []
+    return ["", "**Incomplete release: published before every stage was done** ("
+            + "; ".join(f"{s} {v}" for s, v in missing.items())
+            + "). The columns of a stage that did not run are null, and the tasks it would have dropped are still "
+            "in; the steps below say which checks were applied."]
+
+
 def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     n = len(rows)
-    stages = set(manifest.get("stages_run", []))
+    stages = stages_done(manifest)
     cfg = manifest["config"]
     f = cfg["filter"]
     ops = Counter(r["num_ops"] for r in rows)
@@ -224,10 +247,12 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
 
     cfg = manifest["config"]
     name = cfg["publish"]["name"]
-    ran = set(manifest.get("stages_run", []))
+    ran, missing = stages_done(manifest), not_done(manifest)
 
     def skipped(stage: str) -> str:
-        return "" if stage in ran else " *(not run for this release)*"
+        if stage in ran:
+            return ""
+        return f" **({missing.get(stage, 'not run')} for this release)**"
 
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
@@ -245,6 +270,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "contamination scores against KernelBench and alternative input shapes.",
         *(["", f"**This folder is a sample: {manifest['rows']:,} of the {manifest['sample_of']:,} accepted tasks "
              "of the run below.**"] if manifest.get("sample_of") else []),
+        *_incomplete(manifest),
         "",
         "## At a glance",
         "",
@@ -254,10 +280,11 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         "1. **sample**: operator graphs (chains and DAGs, "
         f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
-        "operators, shapes propagated on the meta device, sizes chosen for a target runtime.",
+        "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
         f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`{_composed(rows)}).",
         "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
-        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
+        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
+        + skipped("profile"),
         f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
         "compile must run and agree, deterministic, input-sensitive"
         # older manifests predate the check: their runs did not apply it

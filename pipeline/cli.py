@@ -178,10 +178,10 @@ def _dedupe(rd: RunDir, cfg: Config):
     return _stage("dedupe", stage.run, rd, cfg)
 
 
-def _publish(rd: RunDir, to: Path | None) -> Path:
+def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Path:
     from pipeline.publish import publish as do_publish
 
-    return _stage("publish", do_publish, rd, to)
+    return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 
 
 def _report(rd: RunDir, sql: str | None) -> str:
@@ -213,14 +213,17 @@ def publish(
     private: Annotated[bool, typer.Option(help="create the Hub repo as private")] = False,
     revision: Annotated[str | None, typer.Option(help="branch to push to")] = None,
     dry_run: Annotated[bool, typer.Option(help="list what would be uploaded, upload nothing")] = False,
+    allow_incomplete: Annotated[bool, typer.Option(
+        "--allow-incomplete", help="publish although some stages are not done (the card says which)")] = False,
 ) -> None:
-    """Write the Hub-ready dataset folder; with --repo-id, push it in one commit."""
+    """Write the Hub-ready dataset folder (into a new, empty or previously published folder); with --repo-id, push
+    it in one commit. A run whose stages are not all done is refused unless --allow-incomplete."""
     rd, _ = _open(dir)
     if repo_id:
         from pipeline.hub import validate_repo_id
 
         validate_repo_id(repo_id)  # fail before the (slow) folder build
-    folder = _publish(rd, to)
+    folder = _publish(rd, to, allow_incomplete)
     typer.echo(str(folder))
     if repo_id:
         from pipeline.hub import push
