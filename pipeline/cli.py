@@ -6,10 +6,13 @@ exit with status 2. Finished shards stay on disk whatever happens, so rerunning 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -75,6 +78,31 @@ def _llm_settings(composer: str | None, base_url: str | None, model: str | None)
     return LLMSettings(base_url=base_url, model=model)
 
 
+def _check_references(specs) -> None:
+    from pipeline.reference import check_spec
+
+    for spec in specs or ():
+        check_spec(spec)
+
+
+@contextlib.contextmanager
+def _new_run_dir(rd: RunDir, cfg: Config) -> Iterator[None]:
+    """rd.init(cfg) for the body; a directory this command created is removed again when the body fails before
+    any shard is done, so a retry with corrected arguments is not refused as "made by a different config"."""
+    existed, created = rd.path.exists(), not rd.config_path.exists()
+    rd.init(cfg)
+    try:
+        yield
+    except BaseException:
+        if created and rd.last_write_time() == 0.0:
+            if existed:  # the user's folder: take back only what init wrote
+                rd.config_path.unlink(missing_ok=True)
+                rd.manifest_path.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(rd.path, ignore_errors=True)
+        raise
+
+
 def _stage(name: str, fn, *args, **kwargs):
     t0 = time.time()
     _say(f"[{name}] ...")
@@ -112,15 +140,16 @@ def run(
     from pipeline.config import validate
 
     validate(cfg, "command line")
+    _check_references(cfg.decontaminate.reference)
     llm = _llm_settings(cfg.sample.composer, llm_base_url, llm_model)
     rd = RunDir(out or Path("runs") / cfg.name)
-    rd.init(cfg)
     t0 = time.time()
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import profile as profile_stage
     from pipeline.stages import sample as sample_stage
 
-    _stage("sample", sample_stage.run, rd, cfg, llm)
+    with _new_run_dir(rd, cfg):
+        _stage("sample", sample_stage.run, rd, cfg, llm)
     _decontaminate(rd, cfg, None)  # needs only the code: no GPU time for tasks it drops
     _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=True)
     _stage("filter", filter_stage.run, rd, cfg)
@@ -194,6 +223,7 @@ def _report(rd: RunDir, sql: str | None) -> str:
 @app.command()
 def decontaminate(dir: DirArg, reference: RefOpt = None) -> None:
     """Compare every task with KernelBench (AST, operator signature, MinHash) into DIR/contamination/."""
+    _check_references(reference)
     rd, cfg = _open(dir)
     _decontaminate(rd, cfg, reference)
 
@@ -298,9 +328,12 @@ def audit(
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}")
+    audit_stage.check_source(file)
+    if "decontaminate" in chosen:
+        _check_references(reference or cfg.decontaminate.reference)
     rd = RunDir(out)
-    rd.init(cfg)
-    _stage("import", audit_stage.import_dataset, file, rd, cfg)
+    with _new_run_dir(rd, cfg):
+        _stage("import", audit_stage.import_dataset, file, rd, cfg)
     for s in [s for s in allowed if s in chosen]:
         if s == "profile":
             from pipeline.stages import profile as profile_stage

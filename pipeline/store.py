@@ -34,6 +34,8 @@ from pipeline.errors import OpsynthError
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
 VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3}
+# the command that writes each table (verdicts: by shard), named in the fix for a shard that cannot be read
+WRITER = {"tasks": "sample", "measurements": "profile", "contamination": "decontaminate", "dedupe": "dedupe"}
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -106,8 +108,22 @@ class RunDir:
         shards = self.done_shards(table)
         if not shards:
             return None
-        parts = [pq.read_table(self.shard_path(table, s), columns=columns) for s in shards]
+        parts = [self._read_shard(table, s, columns) for s in shards]
         return pa.concat_tables(parts, promote_options="default")
+
+    def _read_shard(self, table: str, shard: int, columns: list[str] | None) -> pa.Table:
+        path = self.shard_path(table, shard)
+        try:
+            return pq.read_table(path, columns=columns)
+        except (OSError, ValueError, pa.ArrowException) as e:  # truncated, overwritten, not parquet at all
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            if table == "verdicts":
+                stage = {v: k for k, v in VERDICT_SHARDS.items()}.get(shard, "filter")
+            else:
+                stage = WRITER.get(table, table)
+            again = "`opsynth audit` again" if stage == "import" else f"`opsynth {stage} {self.path}`"
+            raise OpsynthError(f"{path} cannot be read ({why}); delete it and its marker "
+                               f"{self.marker_path(table, shard)}, then run {again} to write it again") from None
 
     def read_rows(self, table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         t = self.read_table(table, columns)
