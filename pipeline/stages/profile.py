@@ -30,7 +30,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     """Measure the tasks of `rd`. skip_dropped: tasks an earlier stage already dropped (decontaminate, when
     `opsynth run` puts it first) get a `skipped` row instead of GPU time."""
     from pipeline.executors import make_executor
-    from pipeline.selection import first_rejection
+    from pipeline.selection import CODE_STAGES, first_rejection
     from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
@@ -42,7 +42,9 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     results: dict[int, dict[str, dict[str, Any]]] = {k: {} for k in pending}
     shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows}
     ops_of = {t["task_id"]: t["ops"] for t in tasks}
-    dropped = first_rejection(rd) if skip_dropped else {}
+    # only the stages before profile decide what it skips: a filter verdict is drawn from measurements, so a lost
+    # shard's tasks must be measured again, not skipped because of the verdict their old measurements earned
+    dropped = first_rejection(rd, CODE_STAGES) if skip_dropped else {}
     to_run = []
     for rows in pending.values():
         for t in rows:
