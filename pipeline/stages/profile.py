@@ -12,11 +12,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from tqdm import tqdm
-
 from filters.base import reason_kind
 from filters.static_check import check_task_source
 from pipeline.config import Config, worker_settings
+from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
 
@@ -60,7 +59,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 to_run.append(t)
 
     accepted, reasons = 0, Counter()
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(shard_of), desc="profile", unit="task", disable=None)
+    bar = Progress("profile", total=len(tasks), initial=len(tasks) - len(shard_of))
 
     def note(m: dict[str, Any]) -> None:
         nonlocal accepted
@@ -69,7 +68,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
         if not keep:
             reasons[reason_kind(why)] += 1
         top = ", ".join(f"{r} {c}" for r, c in reasons.most_common(2))
-        bar.set_postfix_str(f"accepted {accepted}" + (f" | {top}" if top else ""), refresh=False)
+        bar.note(f"accepted {accepted}" + (f" | {top}" if top else ""))
         bar.update(1)
 
     def flush_ready() -> None:
@@ -77,18 +76,21 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
             ordered = [results[k][t["task_id"]] for t in pending.pop(k)]
             rd.write_shard("measurements", k, conform(ordered, MEASUREMENTS), MEASUREMENTS)
 
-    for k in list(results):
-        for m in results[k].values():
-            note(m)
-    flush_ready()
-    if to_run:
-        with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                           worker_settings(cfg)) as ex:
-            for m in ex.imap_unordered(to_run):
-                results[shard_of[m["task_id"]]][m["task_id"]] = m
+    with bar:
+        for k in list(results):
+            for m in results[k].values():
                 note(m)
-                flush_ready()
-    bar.close()
+        flush_ready()
+        if to_run:
+            bar.restart_clock()
+            bar.phase("starting workers")
+            with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
+                               worker_settings(cfg)) as ex:
+                for m in ex.imap_unordered(to_run):
+                    bar.phase("")
+                    results[shard_of[m["task_id"]]][m["task_id"]] = m
+                    note(m)
+                    flush_ready()
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),

@@ -49,10 +49,13 @@ def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_p
     assert "decontaminate" in skipped["error"] and "contaminated by ast" in skipped["error"]
 
 
-def test_without_skipping_every_task_is_profiled(tmp_path):
+def test_without_skipping_every_task_is_profiled(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPSYNTH_PROGRESS_S", "0.2")  # off a terminal (captured stderr): plain progress lines
     got = _run(tmp_path, skip_dropped=False)
     assert got["counts"]["skipped"] == 0
     assert {m["status"] for m in got["rows"].values()} == {"ok"}
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[profile]")]
+    assert any(x.startswith("[profile] starting workers: 2 tasks, ") for x in lines), lines
 
 
 def test_a_lost_shard_is_measured_again_whatever_the_filter_said(tmp_path):
