@@ -1,7 +1,9 @@
 """The `opsynth` command line: every stage on its own, and `run` for all of them in order.
 
 Errors the user can fix are OpsynthError: they print as one line (what is wrong, and the fix) and
-exit with status 2. Finished shards stay on disk whatever happens, so rerunning resumes.
+exit with status 2. Finished shards stay on disk whatever happens, so rerunning resumes. SIGINT and
+SIGTERM stop the command the same way: workers stopped, no shard half-written, one line saying how far
+the stage got, exit status 130.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import signal
 import sys
 import textwrap
 import time
@@ -103,7 +106,11 @@ def _new_run_dir(rd: RunDir, cfg: Config) -> Iterator[None]:
         raise
 
 
+_CURRENT: dict = {}  # the stage in progress and its run directory, for the interrupted line
+
+
 def _stage(name: str, fn, *args, **kwargs):
+    _CURRENT.update(stage=name, rd=next((a for a in args if isinstance(a, RunDir)), None))
     t0 = time.time()
     _say(f"[{name}] ...")
     out = fn(*args, **kwargs)
@@ -361,9 +368,21 @@ def reference_build(
     typer.echo(str(_stage("reference build", build_index, sources, out)))
 
 
+def _on_signal(signum, frame) -> None:
+    # the first signal stops the command; the cleanup that follows (stopping workers, removing temporary
+    # files) must not be cut short by a second Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
     try:
         rv = app(standalone_mode=False)
+        if rv == 130:  # typer turns KeyboardInterrupt (ours from _on_signal, or a worker's) into a silent return 130
+            _interrupted()
     except OpsynthError as e:
         typer.echo(f"opsynth: error: {e}", err=True)
         sys.exit(2)
@@ -379,8 +398,26 @@ def main() -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _progress_line() -> str:
+    """How far the interrupted stage got, from what is on disk: "interrupted during profile: 40 of 72 tasks done"."""
+    stage, rd = _CURRENT.get("stage"), _CURRENT.get("rd")
+    if not stage:
+        return "interrupted"
+    if rd is not None and not rd.config_path.exists():
+        return f"interrupted during {stage}, before anything was kept"
+    try:
+        if rd is not None and stage in ("sample", "profile"):
+            table = "tasks" if stage == "sample" else "measurements"
+            done = sum(1 for _ in rd.read_rows(table, ["task_id"]))
+            total = rd.load_config().run.n if stage == "sample" else sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
+            return f"interrupted during {stage}: {done} of {total} tasks done"
+    except Exception:  # noqa: BLE001 - the line must come out whatever the directory holds
+        pass
+    return f"interrupted during {stage} (it starts over)"
+
+
 def _interrupted() -> None:
-    typer.echo("opsynth: interrupted; finished shards are kept, rerun the same command to resume", err=True)
+    typer.echo(f"opsynth: {_progress_line()}; rerun the same command to continue", err=True)
     sys.exit(130)
 
 

@@ -39,6 +39,7 @@ MEASUREMENTS = pa.schema([
     ("eager_runs", pa.int32()),
     ("compile_ok", pa.bool_()),
     ("compile_error", pa.string()),
+    ("compile_cache_repaired", pa.bool_()),  # compiled once broken inductor cache binaries were out of the way
     ("graph_breaks", pa.int32()),
     ("compile_ms", pa.float64()),
     ("compile_iqr_ms", pa.float64()),

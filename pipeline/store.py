@@ -81,12 +81,18 @@ class RunDir:
         if schema is not None and isinstance(rows, pa.Table):
             t = t.select(schema.names).cast(schema)
         path = self.shard_path(table, shard)
+        for stale in d.glob(f".{path.name}.tmp-*"):  # left by a writer that was killed
+            stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        pq.write_table(t, tmp, compression="zstd")
-        marker = self.marker_path(table, shard)
-        marker.parent.mkdir(exist_ok=True)
-        _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
-        os.replace(tmp, path)
+        try:
+            pq.write_table(t, tmp, compression="zstd")
+            marker = self.marker_path(table, shard)
+            marker.parent.mkdir(exist_ok=True)
+            _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
+            os.replace(tmp, path)
+        except BaseException:  # Ctrl-C included: no temporary file is left beside the shards
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def replace_table(self, table: str, rows: list[dict[str, Any]] | pa.Table,
