@@ -166,6 +166,22 @@ def _death(w: _Worker, rc: int) -> tuple[str, str]:
     return "crashed", f"worker exited with code {rc}" + (f": {tail}" if tail else "")
 
 
+def compiler_problem(device: str) -> str | None:
+    """Why torch.compile cannot work here, or None: inductor builds CPU kernels with a C++ compiler ($CXX, else
+    g++; clang++ on macOS) and Triton builds its GPU launcher with a C compiler ($CC, else cc, gcc or clang)."""
+    if device == "cpu":
+        cxx = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+        if shutil.which(cxx) is None:
+            return (f"torch.compile on the CPU needs a C++ compiler and `{cxx}` is not on PATH; install one "
+                    "(e.g. apt-get install g++), point CXX at it, or set profile.compile = false in the config")
+        return None
+    cc = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    if not any(shutil.which(c) for c in cc):
+        return (f"torch.compile on the GPU needs a C compiler for Triton and none of {', '.join(cc)} is on PATH; "
+                "install one (e.g. apt-get install gcc), point CC at it, or set profile.compile = false")
+    return None
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every device torch counts."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -188,6 +204,8 @@ class LocalExecutor(Executor):
         self.device, self.workers_per_group = device, workers
         self.settings = dict(settings or {})
         self.timeout_s = float(self.settings.get("timeout_s", 120.0))
+        if self.settings.get("compile", True) and (problem := compiler_problem(device)):
+            raise OpsynthError(problem)  # else every worker dies at its warm-up compile: "fail to start"
         if device == "cuda":
             groups = [str(g) for g in gpus] if gpus is not None else visible_gpus()
             if not groups:
