@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 
 from operators.cost import OpCost
+from operators.flops import LOG_COUNTS
 
 BATCH = "batch_size"
 MAX_ELEMENTS = 2**31 - 1
@@ -72,7 +73,8 @@ def remember(bkey: tuple, batch: int, layout: tuple, records: tuple[OpCost, ...]
     """What a node gave on meta at `batch`, if its output leads with the batch and every count divides."""
     if bkey in _MEMO or not _outer(layout, batch):
         return
-    if any(r.flops % batch or r.act_bytes % batch or r.out_bytes % batch for r in records):
+    if any(r.flops % batch or r.family_flops % batch or r.act_bytes % batch or r.out_bytes % batch
+           or r.name in LOG_COUNTS for r in records):
         return
     if len(_MEMO) >= MEMO_SIZE:  # drop the oldest quarter
         for k in list(itertools.islice(_MEMO, MEMO_SIZE // 4)):
@@ -90,7 +92,8 @@ def derive(bkey: tuple, batch: int) -> tuple[tuple, list[OpCost]] | None:
     if _numel(shape) > MAX_ELEMENTS or any(_numel((batch, *s)) > MAX_ELEMENTS for _, _, s, *_ in bkey[2]):
         return None
     return (shape, stride, offset, dtype), [
-        OpCost(r.name, r.flops // b * batch, r.act_bytes // b * batch, r.fixed_bytes, r.out_bytes // b * batch, r.view)
+        OpCost(r.name, r.flops // b * batch, r.act_bytes // b * batch, r.fixed_bytes, r.out_bytes // b * batch, r.view,
+               r.family_flops // b * batch)
         for r in records]
 
 

@@ -1,7 +1,7 @@
 """A light TorchDispatchMode for the meta device: records each ATen op with its FLOPs and bytes.
 
 One pass gives the ATen trace (the truth behind the `ops` labels), FlopCounterMode's FLOP formulas
-(matmul, convolution, attention), the bytes each kernel reads and writes, and the output sizes for a
+(matmul, convolution, attention), the FLOPs of every other family (operators/flops.py), the bytes each kernel reads and writes, and the output sizes for a
 peak-memory bound. Pointwise ops take a fast path: meta kernels for them are Python reference
 decompositions costing ~1 ms each, while their output is just the broadcast shape with a dtype we
 learn once per (op, dtypes) on 0-d probes.
@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from operators.flops import family_flops, family_rule
 from operators.labels import VIEW_OPS
 from operators.trace import SKIP_OPS
 
@@ -34,6 +35,9 @@ class OpCost:
     fixed_bytes: int     # bytes of parameters and buffers read (do not scale)
     out_bytes: int
     view: bool
+    # FLOPs of the families FlopCounterMode does not count (pointwise, reductions, norms...: operators/flops.py);
+    # apart from `flops`, which sizing prices, so that counting them left every sampled size as it was
+    family_flops: int = 0
 
 
 def _name(func) -> str:
@@ -62,7 +66,7 @@ class CostMode(TorchDispatchMode):
         info = _INFO.get(func)
         if info is None:
             info = _INFO[func] = _func_info(func)
-        name, skip, view, flop_fn, pointwise, inplace, rule, info_rule2 = info
+        name, skip, view, flop_fn, pointwise, inplace, rule, info_rule2, count_rule = info
         out = self._fast_pointwise(func, args, kwargs, inplace) if pointwise else None
         if out is None and rule is not None:
             out = self._fast_rule(rule, args, kwargs)
@@ -72,11 +76,13 @@ class CostMode(TorchDispatchMode):
             out = func(*args, **kwargs)
         if skip:
             return out
-        flops = 0
+        flops = extra = 0
         if flop_fn is not None:
             flops = _flops(func, flop_fn, args, kwargs, out)
+        elif count_rule is not None:
+            extra = family_flops(count_rule, args, kwargs, out)
         if view:  # a view reads and writes nothing (and split/unbind may return tens of thousands of them)
-            self.records.append(OpCost(name, flops, 0, 0, 0, True))
+            self.records.append(OpCost(name, flops, 0, 0, 0, True, extra))
             return out
         act = fixed = 0
         fixed_ids = self.fixed_ids
@@ -89,7 +95,7 @@ class CostMode(TorchDispatchMode):
             out_bytes = out.nbytes
         else:
             out_bytes = sum(t.nbytes for t in _tensors((out,), {}))
-        self.records.append(OpCost(name, flops, act + out_bytes, fixed, out_bytes, False))
+        self.records.append(OpCost(name, flops, act + out_bytes, fixed, out_bytes, False, extra))
         return out
 
     def _fast_rule(self, rule, args, kwargs):
@@ -183,7 +189,8 @@ _INFO: dict = {}
 
 
 def _func_info(func) -> tuple:
-    """Per-overload facts the mode needs on every call: name, skip, view, FLOP formula, fast paths."""
+    """Per-overload facts the mode needs on every call: name, skip, view, FLOP formula, fast paths, FLOP count of
+    the other families."""
     name = _name(func)
     packet = func.overloadpacket
     schema = func._schema
@@ -192,7 +199,7 @@ def _func_info(func) -> tuple:
         and schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
     pointwise = _POINTWISE in func.tags and (inplace or not schema.is_mutable)
     return (name, name in SKIP_OPS and name not in UNNAMED, name in VIEW_OPS or func.is_view, flop_registry.get(packet), pointwise, inplace,
-            _RULES.get(name), _OVERLOAD_RULES.get(str(func)))
+            _RULES.get(name), _OVERLOAD_RULES.get(str(func)), family_rule(func, name))
 
 
 _FLOPS: dict = {}

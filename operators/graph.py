@@ -504,7 +504,8 @@ def op_nodes(g: nx.DiGraph) -> list[str]:
 
 
 def records_cost(records: list[OpCost]) -> tuple[int, int]:
-    flops = sum(r.flops for r in records)
+    """(FLOPs of every family, bytes moved) of one forward."""
+    flops = sum(r.flops + r.family_flops for r in records)
     moved = sum(r.act_bytes + r.fixed_bytes for r in records if not r.view)
     return flops, moved
 

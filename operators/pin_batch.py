@@ -46,10 +46,10 @@ def _node_runs(g, consts: dict[str, int]) -> dict[str, tuple] | None:
 
 def _scaled(records: list[tuple], b: int, b2: int) -> list[tuple] | None:
     out = []
-    for name, flops, act, fixed, out_bytes, view in records:
-        if flops % b or act % b or out_bytes % b:
+    for name, flops, act, fixed, out_bytes, view, family in records:
+        if flops % b or act % b or out_bytes % b or family % b:
             return None
-        out.append((name, flops // b * b2, act // b * b2, fixed, out_bytes // b * b2, view))
+        out.append((name, flops // b * b2, act // b * b2, fixed, out_bytes // b * b2, view, family // b * b2))
     return out
 
 

@@ -10,6 +10,7 @@ fails there is resampled, never written. A draw whose ATen op signature equals a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -511,6 +512,23 @@ def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collec
     return rows
 
 
+@contextlib.contextmanager
+def _spawned_ignoring_sigint():
+    """Pool workers start with Ctrl-C ignored (an ignored signal survives exec; a handler would not): it reaches
+    the whole process group, and the parent, not each worker, stops the pool."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _init_worker() -> None:
     import torch
 
@@ -538,7 +556,9 @@ def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: i
     import multiprocessing as mp
 
     bounds = [(a, min(a + chunk, indices.stop)) for a in range(indices.start, indices.stop, chunk)]
-    with mp.get_context("spawn").Pool(processes, initializer=_init_worker) as pool:
+    with _spawned_ignoring_sigint():
+        pool = mp.get_context("spawn").Pool(processes, initializer=_init_worker)
+    with pool:
         for (a, _), rows in zip(bounds, pool.imap(_sample_chunk, [(cfg, seed, a, b, screen) for a, b in bounds]),
                                 strict=True):
             for i, row in enumerate(rows, a):

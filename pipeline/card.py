@@ -106,9 +106,32 @@ def _funnel(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def stages_done(manifest: dict[str, Any]) -> set[str]:
+    """Stages done for every task (manifests before `stage_status` list the stages that left verdicts)."""
+    status = manifest.get("stage_status")
+    if status is None:
+        return set(manifest.get("stages_run", [])) | {"sample", "profile"}
+    return {s for s, v in status.items() if v == "done"}
+
+
+def not_done(manifest: dict[str, Any]) -> dict[str, str]:
+    """stage -> what it is instead of done ("not run", "partial (40 of 72 tasks)", "stale (...)")."""
+    return {s: v for s, v in (manifest.get("stage_status") or {}).items() if v != "done"}
+
+
+def _incomplete(manifest: dict[str, Any]) -> list[str]:
+    missing = not_done(manifest)
+    if not missing:
+        return []
+    return ["", "**Incomplete release: published before every stage was done** ("
+            + "; ".join(f"{s} {v}" for s, v in missing.items())
+            + "). The columns of a stage that did not run are null, and the tasks it would have dropped are still "
+            "in; the steps below say which checks were applied."]
+
+
 def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     n = len(rows)
-    stages = set(manifest.get("stages_run", []))
+    stages = stages_done(manifest)
     cfg = manifest["config"]
     f = cfg["filter"]
     ops = Counter(r["num_ops"] for r in rows)
@@ -139,6 +162,25 @@ def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[st
         "| provenance | none | seed, opsynth/torch versions, config and file hashes in `manifest.json` |",
         f"| license | CC-BY-4.0 | {cfg['publish']['license'].upper()} |",
     ]
+
+
+FLOPS_NOTE = [
+    "`flops` counts one forward from the ATen ops traced on the meta device, every operator family included, as "
+    "roofline analyses count them (arithmetic per element; a transcendental, a comparison or a max counts one):",
+    "",
+    "- matmul, convolution, attention: torch's `FlopCounterMode` formulas (2 per multiply-add); `mv`, `addbmm`, "
+    "bilinear and `cdist` likewise",
+    "- pointwise: 1 per output element (fused `addcmul`/`addcdiv`/`lerp`: 2); copies, casts, fills, selects, "
+    "padding and indexing move data and count 0",
+    "- reductions: 1 per input element (norms 2, var/std 4, logsumexp 4); softmax and log-softmax: 5 per element",
+    "- layer/batch/group/instance norm: 6 per element, 8 with an affine weight and bias; scans: 1 per element "
+    "(logcumsumexp 3)",
+    "- pooling: the window's size per output element (adaptive: 1 per input element); interpolation: 3, 7, 15, 31 "
+    "per output element for linear, bilinear, trilinear, bicubic (nearest 0); losses: 3-5 per input element",
+    "",
+    "`arithmetic_intensity` is `flops / bytes_moved`; `achieved_tflops` is `flops` over the eager time. A task "
+    "that only moves data (a concatenation, a flip) has `flops` 0, so no `achieved_tflops`.",
+]
 
 
 def _usage() -> str:
@@ -205,10 +247,12 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
 
     cfg = manifest["config"]
     name = cfg["publish"]["name"]
-    ran = set(manifest.get("stages_run", []))
+    ran, missing = stages_done(manifest), not_done(manifest)
 
     def skipped(stage: str) -> str:
-        return "" if stage in ran else " *(not run for this release)*"
+        if stage in ran:
+            return ""
+        return f" **({missing.get(stage, 'not run')} for this release)**"
 
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
@@ -226,6 +270,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "contamination scores against KernelBench and alternative input shapes.",
         *(["", f"**This folder is a sample: {manifest['rows']:,} of the {manifest['sample_of']:,} accepted tasks "
              "of the run below.**"] if manifest.get("sample_of") else []),
+        *_incomplete(manifest),
         "",
         "## At a glance",
         "",
@@ -235,10 +280,11 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         "1. **sample**: operator graphs (chains and DAGs, "
         f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
-        "operators, shapes propagated on the meta device, sizes chosen for a target runtime.",
+        "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
         f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`{_composed(rows)}).",
         "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
-        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran.",
+        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
+        + skipped("profile"),
         f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
         "compile must run and agree, deterministic, input-sensitive"
         # older manifests predate the check: their runs did not apply it
@@ -278,6 +324,10 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "## Columns",
         "",
         *_columns(),
+        "",
+        "### How `flops` is counted",
+        "",
+        *FLOPS_NOTE,
         "",
         "## Files",
         "",

@@ -1,15 +1,21 @@
 """The `opsynth` command line: every stage on its own, and `run` for all of them in order.
 
 Errors the user can fix are OpsynthError: they print as one line (what is wrong, and the fix) and
-exit with status 2. Finished shards stay on disk whatever happens, so rerunning resumes.
+exit with status 2. Finished shards stay on disk whatever happens, so rerunning resumes. SIGINT and
+SIGTERM stop the command the same way: workers stopped, no shard half-written, one line saying how far
+the stage got, exit status 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import signal
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -75,7 +81,36 @@ def _llm_settings(composer: str | None, base_url: str | None, model: str | None)
     return LLMSettings(base_url=base_url, model=model)
 
 
+def _check_references(specs) -> None:
+    from pipeline.reference import check_spec
+
+    for spec in specs or ():
+        check_spec(spec)
+
+
+@contextlib.contextmanager
+def _new_run_dir(rd: RunDir, cfg: Config) -> Iterator[None]:
+    """rd.init(cfg) for the body; a directory this command created is removed again when the body fails before
+    any shard is done, so a retry with corrected arguments is not refused as "made by a different config"."""
+    existed, created = rd.path.exists(), not rd.config_path.exists()
+    rd.init(cfg)
+    try:
+        yield
+    except BaseException:
+        if created and rd.last_write_time() == 0.0:
+            if existed:  # the user's folder: take back only what init wrote
+                rd.config_path.unlink(missing_ok=True)
+                rd.manifest_path.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(rd.path, ignore_errors=True)
+        raise
+
+
+_CURRENT: dict = {}  # the stage in progress and its run directory, for the interrupted line
+
+
 def _stage(name: str, fn, *args, **kwargs):
+    _CURRENT.update(stage=name, rd=next((a for a in args if isinstance(a, RunDir)), None))
     t0 = time.time()
     _say(f"[{name}] ...")
     out = fn(*args, **kwargs)
@@ -112,15 +147,16 @@ def run(
     from pipeline.config import validate
 
     validate(cfg, "command line")
+    _check_references(cfg.decontaminate.reference)
     llm = _llm_settings(cfg.sample.composer, llm_base_url, llm_model)
     rd = RunDir(out or Path("runs") / cfg.name)
-    rd.init(cfg)
     t0 = time.time()
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import profile as profile_stage
     from pipeline.stages import sample as sample_stage
 
-    _stage("sample", sample_stage.run, rd, cfg, llm)
+    with _new_run_dir(rd, cfg):
+        _stage("sample", sample_stage.run, rd, cfg, llm)
     _decontaminate(rd, cfg, None)  # needs only the code: no GPU time for tasks it drops
     _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=True)
     _stage("filter", filter_stage.run, rd, cfg)
@@ -238,10 +274,10 @@ def _dedupe(rd: RunDir, cfg: Config):
     return _stage("dedupe", stage.run, rd, cfg)
 
 
-def _publish(rd: RunDir, to: Path | None) -> Path:
+def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Path:
     from pipeline.publish import publish as do_publish
 
-    return _stage("publish", do_publish, rd, to)
+    return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 
 
 def _report(rd: RunDir, sql: str | None) -> str:
@@ -254,6 +290,7 @@ def _report(rd: RunDir, sql: str | None) -> str:
 @app.command()
 def decontaminate(dir: DirArg, reference: RefOpt = None) -> None:
     """Compare every task with KernelBench (AST, operator signature, MinHash) into DIR/contamination/."""
+    _check_references(reference)
     rd, cfg = _open(dir)
     _decontaminate(rd, cfg, reference)
 
@@ -273,14 +310,17 @@ def publish(
     private: Annotated[bool, typer.Option(help="create the Hub repo as private")] = False,
     revision: Annotated[str | None, typer.Option(help="branch to push to")] = None,
     dry_run: Annotated[bool, typer.Option(help="list what would be uploaded, upload nothing")] = False,
+    allow_incomplete: Annotated[bool, typer.Option(
+        "--allow-incomplete", help="publish although some stages are not done (the card says which)")] = False,
 ) -> None:
-    """Write the Hub-ready dataset folder; with --repo-id, push it in one commit."""
+    """Write the Hub-ready dataset folder (into a new, empty or previously published folder); with --repo-id, push
+    it in one commit. A run whose stages are not all done is refused unless --allow-incomplete."""
     rd, _ = _open(dir)
     if repo_id:
         from pipeline.hub import validate_repo_id
 
         validate_repo_id(repo_id)  # fail before the (slow) folder build
-    folder = _publish(rd, to)
+    folder = _publish(rd, to, allow_incomplete)
     typer.echo(str(folder))
     if repo_id:
         from pipeline.hub import push
@@ -355,9 +395,12 @@ def audit(
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}")
+    audit_stage.check_source(file)
+    if "decontaminate" in chosen:
+        _check_references(reference or cfg.decontaminate.reference)
     rd = RunDir(out)
-    rd.init(cfg)
-    _stage("import", audit_stage.import_dataset, file, rd, cfg)
+    with _new_run_dir(rd, cfg):
+        _stage("import", audit_stage.import_dataset, file, rd, cfg)
     for s in [s for s in allowed if s in chosen]:
         if s == "profile":
             from pipeline.stages import profile as profile_stage
@@ -385,9 +428,21 @@ def reference_build(
     typer.echo(str(_stage("reference build", build_index, sources, out)))
 
 
+def _on_signal(signum, frame) -> None:
+    # the first signal stops the command; the cleanup that follows (stopping workers, removing temporary
+    # files) must not be cut short by a second Ctrl-C
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
     try:
         rv = app(standalone_mode=False)
+        if rv == 130:  # typer turns KeyboardInterrupt (ours from _on_signal, or a worker's) into a silent return 130
+            _interrupted()
     except OpsynthError as e:
         typer.echo(f"opsynth: error: {e}", err=True)
         sys.exit(2)
@@ -403,8 +458,26 @@ def main() -> None:
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def _progress_line() -> str:
+    """How far the interrupted stage got, from what is on disk: "interrupted during profile: 40 of 72 tasks done"."""
+    stage, rd = _CURRENT.get("stage"), _CURRENT.get("rd")
+    if not stage:
+        return "interrupted"
+    if rd is not None and not rd.config_path.exists():
+        return f"interrupted during {stage}, before anything was kept"
+    try:
+        if rd is not None and stage in ("sample", "profile"):
+            table = "tasks" if stage == "sample" else "measurements"
+            done = sum(1 for _ in rd.read_rows(table, ["task_id"]))
+            total = rd.load_config().run.n if stage == "sample" else sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
+            return f"interrupted during {stage}: {done} of {total} tasks done"
+    except Exception:  # noqa: BLE001 - the line must come out whatever the directory holds
+        pass
+    return f"interrupted during {stage} (it starts over)"
+
+
 def _interrupted() -> None:
-    typer.echo("opsynth: interrupted; finished shards are kept, rerun the same command to resume", err=True)
+    typer.echo(f"opsynth: {_progress_line()}; rerun the same command to continue", err=True)
     sys.exit(130)
 
 

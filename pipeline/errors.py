@@ -5,6 +5,10 @@ class OpsynthError(Exception):
     """A user-facing problem: bad input, a config mismatch, a missing dependency."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """The run was stopped by a signal (Ctrl-C, SIGTERM from a scheduler), here or in a worker."""
+
+
 def require(module: str, extra: str):
     """Import an optional heavy package, or fail with the install hint."""
     import importlib

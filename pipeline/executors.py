@@ -4,9 +4,12 @@ Local: one group of long-lived worker processes per GPU (`CUDA_VISIBLE_DEVICES` 
 environment before torch loads), each running `python -m pipeline.harness`. Workers of one GPU share
 it through pipeline.gpu_share (a lock that only timed runs hold exclusively, and a memory budget), so
 compilation and checks overlap timing without disturbing it. The parent enforces the per-task
-wall-clock timeout (the clock stops while a worker waits for the GPU or its memory share),
-kills the worker's whole process group on timeout, and replaces any worker that dies, hangs or reports a
-poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error).
+wall-clock timeout (the clock stops while a worker waits for the GPU or its memory share; a compile retried
+in a private cache gets the timeout once more), stops the worker's whole process group on timeout (SIGTERM,
+so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
+reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). A worker
+stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
+On an exception (Ctrl-C included) every worker is stopped and none is started.
 
 Ray: one actor per GPU (`num_gpus=1`, never a fraction: shared GPUs ruin timings), each running a local
 executor over its own GPU, so isolation and lock behave exactly as on one box.
@@ -30,12 +33,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import OpsynthError
+from pipeline.errors import Interrupted, OpsynthError
 
 ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
 HARNESS = "pipeline.harness"
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA context on a cold machine
 MAX_STARTUP_FAILURES = 3  # consecutive workers that die before `ready`: the environment is broken
+STOP_GRACE_S = 3.0  # after SIGTERM, before SIGKILL: gcc's driver removes its unfinished output on SIGTERM
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _base(task: dict, device: str, status: str, error: str, wall_s: float) -> dict:
@@ -80,6 +85,7 @@ class _Worker:
         self.task_start = 0.0
         self.deadline = 0.0
         self.wait_since: float | None = None
+        self.extended = False
         self.killed = False
         self._write(cfg)
 
@@ -93,7 +99,7 @@ class _Worker:
 
     def start(self, task: dict, timeout_s: float) -> bool:
         self.task, self.task_start = task, time.monotonic()
-        self.deadline, self.wait_since = self.task_start + timeout_s, None
+        self.deadline, self.wait_since, self.extended = self.task_start + timeout_s, None, False
         return self._write(task)
 
     def read(self) -> tuple[list[dict], bool]:
@@ -113,9 +119,15 @@ class _Worker:
         return msgs, False
 
     def kill(self) -> None:
+        """Stop the process group: SIGTERM (a compiler it runs then deletes its unfinished output, which
+        inductor would otherwise load in every later run), SIGKILL after a grace period."""
         self.killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=STOP_GRACE_S)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group: compilers may outlive the worker
         self.reap()
 
     def reap(self) -> int:
@@ -154,6 +166,22 @@ def _death(w: _Worker, rc: int) -> tuple[str, str]:
     return "crashed", f"worker exited with code {rc}" + (f": {tail}" if tail else "")
 
 
+def compiler_problem(device: str) -> str | None:
+    """Why torch.compile cannot work here, or None: inductor builds CPU kernels with a C++ compiler ($CXX, else
+    g++; clang++ on macOS) and Triton builds its GPU launcher with a C compiler ($CC, else cc, gcc or clang)."""
+    if device == "cpu":
+        cxx = os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+        if shutil.which(cxx) is None:
+            return (f"torch.compile on the CPU needs a C++ compiler and `{cxx}` is not on PATH; install one "
+                    "(e.g. apt-get install g++), point CXX at it, or set profile.compile = false in the config")
+        return None
+    cc = [os.environ["CC"]] if os.environ.get("CC") else ["cc", "gcc", "clang"]
+    if not any(shutil.which(c) for c in cc):
+        return (f"torch.compile on the GPU needs a C compiler for Triton and none of {', '.join(cc)} is on PATH; "
+                "install one (e.g. apt-get install gcc), point CC at it, or set profile.compile = false")
+    return None
+
+
 def visible_gpus() -> list[str]:
     """GPU ids this process may use: CUDA_VISIBLE_DEVICES if set, else every device torch counts."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -176,6 +204,8 @@ class LocalExecutor(Executor):
         self.device, self.workers_per_group = device, workers
         self.settings = dict(settings or {})
         self.timeout_s = float(self.settings.get("timeout_s", 120.0))
+        if self.settings.get("compile", True) and (problem := compiler_problem(device)):
+            raise OpsynthError(problem)  # else every worker dies at its warm-up compile: "fail to start"
         if device == "cuda":
             groups = [str(g) for g in gpus] if gpus is not None else visible_gpus()
             if not groups:
@@ -301,12 +331,16 @@ class LocalExecutor(Executor):
                     elif not w.ready and now - w.started > STARTUP_TIMEOUT_S:
                         self._startup_failed(w, f"not ready after {STARTUP_TIMEOUT_S:g}s")
                         self._retire(w, kill=True)
-        finally:
+        except GeneratorExit:
             # a consumer that stops early leaves tasks in flight: their workers are replaced
             for w in list(self.workers):
                 if w.task is not None and not self.closed:
                     w.task = None
                     self._retire(w, kill=True)
+            raise
+        except BaseException:
+            self.close()  # interrupted or failed: stop every worker and start none
+            raise
 
     def _on_message(self, w: _Worker, msg: dict) -> dict | None:
         if msg.get("ready"):
@@ -317,6 +351,9 @@ class LocalExecutor(Executor):
         elif msg.get("event") == "lock_held" and w.wait_since is not None:
             w.deadline += time.monotonic() - w.wait_since
             w.wait_since = None
+        elif msg.get("event") == "compile_retry" and w.task is not None and not w.extended:
+            w.deadline += self.timeout_s  # a second compile, in an empty cache: its own time
+            w.extended = True
         elif "result" in msg and w.task is not None:
             w.task = None
             if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
@@ -327,6 +364,9 @@ class LocalExecutor(Executor):
     def _dead(self, w: _Worker, task: dict) -> dict:
         w.task = None
         rc = self._retire(w, kill=False)
+        if rc is not None and rc < 0 and -rc in INTERRUPTS:
+            self.close()
+            raise Interrupted(f"a worker was stopped by {signal.Signals(-rc).name}")
         status, error = _death(w, rc)
         return _base(task, self.device, status, error, time.monotonic() - w.task_start)
 
@@ -337,10 +377,10 @@ class LocalExecutor(Executor):
         for w in list(self.workers):
             with contextlib.suppress(Exception):
                 self.sel.unregister(w.proc.stdout)
-            if w.task is None:
+            if w.task is None and w.ready:
                 w.reap()  # closing stdin ends the serve loop
             else:
-                w.kill()
+                w.kill()  # mid-task or still warming up (a compile): stop it now
         self.workers.clear()
         self.sel.close()
         shutil.rmtree(self.tmp, ignore_errors=True)

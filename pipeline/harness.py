@@ -34,6 +34,7 @@ import math
 import os
 import re
 import resource
+import signal
 import sys
 import time
 import weakref
@@ -45,6 +46,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from operators.trace import SKIP_OPS, aten_name
+from pipeline.compile_cache import InductorCache
 from pipeline.gpu_share import GpuLock, MemoryBudget
 from pipeline.tensor_checks import (
     agreement,
@@ -207,6 +209,14 @@ class Harness:
         self.cuda = device.startswith("cuda")
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         self.lock = GpuLock(lock_path, notify, sync=self._sync)
+        self.notify = notify
+        self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)
+        if settings.get("compile", True):
+            # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose
+            # failure inductor takes silently (scalar code from then on)
+            removed = self.cache.repair_shared()
+            if removed:
+                print(f"deleted {len(removed)} broken binaries from the inductor cache: {removed[:3]}", file=sys.stderr)
         self.torch_version = torch.__version__
         limit = float(settings.get("memory_limit_gb", 0) or 0)
         self.budget = MemoryBudget(None, 0, notify)
@@ -308,9 +318,14 @@ class Harness:
             with self.lock.hold():
                 fn(x, y)
             if self.s.get("compile", True):
-                inner = torch._TorchCompileInductorWrapper(None, None, None)
-                torch.compile(fn, backend=_LockedBackend(inner, self.lock))(x, y)
-                self.lock.release()
+                def compile_once() -> None:
+                    dynamo.reset()
+                    inner = torch._TorchCompileInductorWrapper(None, None, None)
+                    torch.compile(fn, backend=_LockedBackend(inner, self.lock))(x, y)
+                    self.lock.release()
+
+                self._with_cache_repair(compile_once, "warm-up")  # raises only when compiling itself fails
+                self.cache.use_shared()
                 dynamo.reset()
         self._sync()
         return time.perf_counter() - t0
@@ -529,19 +544,10 @@ class Harness:
         module, or None when compilation failed (recorded in m)."""
         import torch._dynamo as dynamo
 
-        dynamo.reset()
-        dynamo.utils.counters.clear()
-        backend_name = self.s.get("compile_backend", "inductor")
-        if backend_name == "inductor":
-            inner = torch._TorchCompileInductorWrapper(None, None, None)
-        else:
-            inner = dynamo.lookup_backend(backend_name)
-        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock, self._compile_hooks()))
+        self.cache.use_shared()  # a private cache of an earlier task's retry is done with
         try:
-            with self.lock.hold():
-                x0 = self._draw(ns, 0)
-            out = _flat(compiled(*x0))  # compiles without the lock, runs with it
-            del x0
+            (compiled, out), repaired = self._with_cache_repair(lambda: self._first_compiled_run(model, ns),
+                                                                f"task {m.get('task_id')}")
         except Exception as e:  # noqa: BLE001 - a compile failure is a measurement
             status, fatal = _classify(e)
             if fatal or status == "oom":
@@ -549,6 +555,7 @@ class Harness:
             m.update(compile_ok=False, compile_error=one_line(e))
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
             return None
+        m["compile_cache_repaired"] = repaired
         m["gpu_busy_first_compiled_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
             time.perf_counter() - self.lock._since if self.lock.held else 0.0)
         with self.lock.hold():
@@ -561,6 +568,56 @@ class Harness:
                      compile_max_abs_err=max(e[0] for e in errs), compile_max_rel_err=max(e[1] for e in errs),
                      compile_agrees_1e4=all(e[2] for e in errs), compile_agrees_1e2=all(e[3] for e in errs))
         return compiled
+
+    def _with_cache_repair(self, compile_fn: Callable[[], Any], what: str) -> tuple[Any, bool]:
+        """compile_fn's result, and whether the inductor cache had to be repaired for it. A failure is believed
+        only after the shared cache's broken binaries are deleted and after a private, empty cache fails too
+        (pipeline/compile_cache.py): an artefact a killed compile cut short would otherwise fail the same task
+        in every later run. Raises the first failure when every try fails; a poisoned CUDA context or an OOM
+        is raised at once."""
+        first: Exception | None = None
+        for attempt in ("shared", "repaired", "private"):
+            if attempt == "repaired" and not self.cache.repair_shared():
+                continue  # nothing broken that a check can see
+            if attempt == "private":
+                self.cache.use_private()
+            try:
+                out = compile_fn()
+            except Exception as e:  # noqa: BLE001 - judged below
+                status, fatal = _classify(e)
+                if fatal or status == "oom":
+                    raise
+                self.lock.release()
+                if first is None:
+                    first = e
+                    self.notify("compile_retry")  # the parent gives a retried compile its own time
+                continue
+            if first is not None:
+                purged = self.cache.purge_shared()
+                print(f"{what}: compile failed with the shared inductor cache ({one_line(first)}); it compiled "
+                      f"{'in a private cache' if attempt == 'private' else 'after broken binaries were deleted'}"
+                      f"{f' ({len(purged)} shared binaries deleted)' if purged else ''}", file=sys.stderr)
+            return out, first is not None
+        assert first is not None
+        raise first
+
+    def _first_compiled_run(self, model: Any, ns: dict) -> tuple[Any, Any]:
+        """A fresh torch.compile of `model` and its flattened output on draw 0 (compiling holds no lock)."""
+        import torch._dynamo as dynamo
+
+        dynamo.reset()
+        dynamo.utils.counters.clear()
+        backend_name = self.s.get("compile_backend", "inductor")
+        if backend_name == "inductor":
+            inner = torch._TorchCompileInductorWrapper(None, None, None)
+        else:
+            inner = dynamo.lookup_backend(backend_name)
+        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock, self._compile_hooks()))
+        with self.lock.hold():
+            x0 = self._draw(ns, 0)
+        out = _flat(compiled(*x0))  # compiles without the lock, runs with it
+        del x0
+        return compiled, out
 
     def _roofline(self, task: dict, m: dict) -> None:
         sec = m["eager_ms"] * 1e-3
@@ -579,6 +636,9 @@ class Harness:
 def serve() -> None:
     """Script side of the local executor's worker protocol (see the module docstring)."""
     faulthandler.enable()
+    # the parent stops its workers itself (they run in their own session); a stray Ctrl-C must not turn the
+    # task in hand into a result
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
 

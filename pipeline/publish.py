@@ -11,7 +11,10 @@ Layout of the folder (what `hub.push` uploads, and what `load_dataset(folder)` r
     README.md + plots/*.png             the dataset card
 
 The folder is built beside its destination under a temporary name and renamed when complete, so a
-failure never leaves a half-written dataset where a reader (or a later push) would find it.
+failure never leaves a half-written dataset where a reader (or a later push) would find it. The destination
+must be new, empty or a folder publish wrote (every file listed in its manifest): publish replaces it whole,
+so it refuses one holding anything else. A run whose stages are not all done is refused unless
+`allow_incomplete`, and then the manifest and card say what was and was not done.
 """
 
 from __future__ import annotations
@@ -143,12 +146,19 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _gather(rd: RunDir, limit: int | None = None) -> dict[str, Any]:
+def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False) -> dict[str, Any]:
     """Everything the folder is made of, read once; raises on a run that cannot be published."""
+    from pipeline.completeness import stage_status, unfinished
+
     cfg = rd.load_config()
     tasks = rd.read_rows("tasks")
     if not tasks:
         raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth sample {rd.path}` first")
+    status = stage_status(rd, cfg)
+    if unfinished(status) and not allow_incomplete:
+        raise OpsynthError(f"{rd.path} is not finished ({'; '.join(unfinished(status))}); run the missing stages "
+                           "(`opsynth run` with the same arguments resumes) or pass --allow-incomplete to publish it "
+                           "as it is, with the card saying what was not done")
     if rd.read_table("verdicts") is None:
         raise OpsynthError(f"{rd.path} has no verdicts yet (nothing filtered); run `opsynth filter {rd.path}` first")
     meas_t, cont_t = rd.read_table("measurements"), rd.read_table("contamination")
@@ -162,7 +172,7 @@ def _gather(rd: RunDir, limit: int | None = None) -> dict[str, Any]:
                            f"(see the rejection reasons with `opsynth report {rd.path}`)")
     return {"cfg": cfg, "tasks": tasks, "accepted": accepted[:limit] if limit else accepted,
             "accepted_total": len(accepted), "measurements": measurements, "contamination": contamination,
-            "stages": stages}
+            "stages": stages, "status": status}
 
 
 def build_rows(rd: RunDir) -> list[dict[str, Any]]:
@@ -246,6 +256,7 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "seeds": {"run_seed": cfg.run.seed, "task_seeds": [seeds[0], seeds[-1]] if seeds else None},
         "reference": {"configured": list(cfg.decontaminate.reference), "used": refs},
         "stages_run": g["stages"],
+        "stage_status": g["status"],
         "funnel": funnel(rd, g["tasks"], g["measurements"]),
         "rejections": summary,
         "rows": len(rows),
@@ -254,16 +265,40 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
     }
 
 
-def publish(rd: RunDir, out_dir: Path | None = None, limit: int | None = None) -> Path:
+def check_destination(out: Path) -> None:
+    """Refuse a destination publish would destroy something in: it must be new, empty, or hold only the files a
+    previous publish wrote (those its manifest lists, the manifest and the card)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise OpsynthError(f"{out} exists and is not a folder; pass another --to OUTDIR")
+    present = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if not p.is_dir())
+    if not present:
+        return
+    written: set[str] = set()
+    try:
+        written = set(json.loads((out / "manifest.json").read_text()).get("files", {})) | {"manifest.json", "README.md"}
+    except (OSError, ValueError, AttributeError):
+        pass
+    foreign = [p for p in present if p not in written]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        what = "was not written by publish" if not written else "holds files publish did not write"
+        raise OpsynthError(f"{out} {what} ({shown}) and publishing replaces the whole folder; "
+                           "pass a new or empty --to OUTDIR, or move those files away")
+
+
+def publish(rd: RunDir, out_dir: Path | None = None, limit: int | None = None,
+            allow_incomplete: bool = False) -> Path:
     """Write the Hub-ready folder (default rd.path / "dataset") atomically and return its path.
 
-    `limit` keeps only the first accepted tasks (a small sample of a release, e.g. data/sample/).
+    `limit` keeps only the first accepted tasks (a small sample of a release, e.g. data/sample/);
+    `allow_incomplete` publishes a run whose stages are not all done (the card says which).
     """
     out = Path(out_dir) if out_dir is not None else rd.path / "dataset"
-    if out.exists() and not out.is_dir():
-        raise OpsynthError(f"{out} exists and is not a folder; pass another --to OUTDIR")
+    check_destination(out)
     t0 = time.time()
-    g = _gather(rd, limit)
+    g = _gather(rd, limit, allow_incomplete)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

@@ -204,17 +204,42 @@ def _is_index(path: Path) -> bool:
     return path.suffix == ".parquet" and {"ast", "minhash", "ops"} <= set(pq.read_schema(path).names)
 
 
+_HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
+_SPEC_HELP = ("give `builtin`, a parquet/jsonl with a `code` column, a folder of .py files, an index built by "
+              "`opsynth reference build`, or a Hub id")
+
+
+def check_spec(spec: str) -> None:
+    """Fail now, before anything is written, on a reference that cannot be loaded later (a typo, a missing file);
+    a Hub id is only checked for its form (the Hub is asked when decontaminate runs)."""
+    if spec == "builtin" or spec.startswith("builtin:"):
+        want = spec.partition(":")[2]
+        if not sorted(REFERENCE_DIR.glob(f"kernelbench_{want or '*'}.index.parquet")):
+            shipped = sorted(p.name.split(".")[0].removeprefix("kernelbench_") for p in
+                             REFERENCE_DIR.glob("kernelbench_*.index.parquet"))
+            raise OpsynthError(f"reference {spec!r}: no shipped index of that name; give `builtin` or one of "
+                               + ", ".join(f"`builtin:{s}`" for s in shipped))
+        return
+    path = Path(spec)
+    if path.exists():
+        if path.is_file() and path.suffix not in (".parquet", ".jsonl", ".json"):
+            raise OpsynthError(f"reference {spec!r} is not a parquet or jsonl file; {_SPEC_HELP}")
+        return
+    if _HUB_ID.fullmatch(spec) and not path.suffix and not spec.startswith("."):
+        return
+    raise OpsynthError(f"reference {spec!r} does not exist; {_SPEC_HELP}")
+
+
 def _raw_rows(spec: str) -> tuple[list[dict[str, Any]], str, str]:
     """(rows, short label, description) of a raw reference spec (path or Hub id)."""
     path = Path(spec)
     if path.exists():
         label, desc = _source_label(path)
         return _rows_from_table(read_code_table(path), str(path)), label, desc
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not path.suffix:
+    if _HUB_ID.fullmatch(spec) and not path.suffix:
         rows, label = _hub_rows(spec)
         return rows, label, f"Hub dataset {spec}, all splits"
-    raise OpsynthError(f"reference {spec!r} does not exist; give `builtin`, a parquet/jsonl with a `code` "
-                       "column, a folder of .py files, an index built by `opsynth reference build`, or a Hub id")
+    raise OpsynthError(f"reference {spec!r} does not exist; {_SPEC_HELP}")
 
 
 def build_index(sources: list[str], out: Path) -> Path:

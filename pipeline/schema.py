@@ -39,6 +39,7 @@ MEASUREMENTS = pa.schema([
     ("eager_runs", pa.int32()),
     ("compile_ok", pa.bool_()),
     ("compile_error", pa.string()),
+    ("compile_cache_repaired", pa.bool_()),  # compiled once broken inductor cache binaries were out of the way
     ("graph_breaks", pa.int32()),
     ("compile_ms", pa.float64()),
     ("compile_iqr_ms", pa.float64()),
@@ -157,7 +158,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "deterministic": (pa.bool_(), "two runs on the same input agree"),
     "input_sensitivity_ratio": (pa.float64(), "how far outputs for different inputs stand apart at the verifier's "
                                 "tolerance (max |out_k - out_0| / (tol + tol*|out_k|)); < 1: one fixed output passes"),
-    "flops": (pa.int64(), "floating-point operations of one forward (cost model)"),
+    "flops": (pa.int64(), "floating-point operations of one forward, every operator family counted (cost model; "
+              "how: the card's FLOPs section)"),
     "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),
     "arithmetic_intensity": (pa.float64(), "flops / bytes_moved"),
     "peak_memory_bytes": (pa.int64(), "peak memory measured during forward"),

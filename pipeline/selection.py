@@ -32,11 +32,11 @@ def accepted_task_ids(rd: RunDir, up_to: str | None = None) -> list[str]:
     return [t for t in ids if all(verdicts.get(t, {}).get(s, (False, ""))[0] for s in stages)]
 
 
-def first_rejection(rd: RunDir) -> dict[str, tuple[str, str]]:
-    """task_id -> (stage, reason) of the first stage that dropped it."""
+def first_rejection(rd: RunDir, stages: tuple[str, ...] = STAGE_ORDER) -> dict[str, tuple[str, str]]:
+    """task_id -> (stage, reason) of the first of `stages` that dropped it."""
     out = {}
     for task_id, by_stage in verdicts_by_task(rd).items():
-        for s in STAGE_ORDER:
+        for s in stages:
             keep, reason = by_stage.get(s, (True, ""))
             if not keep:
                 out[task_id] = (s, reason)

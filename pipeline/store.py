@@ -34,6 +34,8 @@ from pipeline.errors import OpsynthError
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
 VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3}
+# the command that writes each table (verdicts: by shard), named in the fix for a shard that cannot be read
+WRITER = {"tasks": "sample", "measurements": "profile", "contamination": "decontaminate", "dedupe": "dedupe"}
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -79,12 +81,18 @@ class RunDir:
         if schema is not None and isinstance(rows, pa.Table):
             t = t.select(schema.names).cast(schema)
         path = self.shard_path(table, shard)
+        for stale in d.glob(f".{path.name}.tmp-*"):  # left by a writer that was killed
+            stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        pq.write_table(t, tmp, compression="zstd")
-        marker = self.marker_path(table, shard)
-        marker.parent.mkdir(exist_ok=True)
-        _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
-        os.replace(tmp, path)
+        try:
+            pq.write_table(t, tmp, compression="zstd")
+            marker = self.marker_path(table, shard)
+            marker.parent.mkdir(exist_ok=True)
+            _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
+            os.replace(tmp, path)
+        except BaseException:  # Ctrl-C included: no temporary file is left beside the shards
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def replace_table(self, table: str, rows: list[dict[str, Any]] | pa.Table,
@@ -106,8 +114,22 @@ class RunDir:
         shards = self.done_shards(table)
         if not shards:
             return None
-        parts = [pq.read_table(self.shard_path(table, s), columns=columns) for s in shards]
+        parts = [self._read_shard(table, s, columns) for s in shards]
         return pa.concat_tables(parts, promote_options="default")
+
+    def _read_shard(self, table: str, shard: int, columns: list[str] | None) -> pa.Table:
+        path = self.shard_path(table, shard)
+        try:
+            return pq.read_table(path, columns=columns)
+        except (OSError, ValueError, pa.ArrowException) as e:  # truncated, overwritten, not parquet at all
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0][:120]
+            if table == "verdicts":
+                stage = {v: k for k, v in VERDICT_SHARDS.items()}.get(shard, "filter")
+            else:
+                stage = WRITER.get(table, table)
+            again = "`opsynth audit` again" if stage == "import" else f"`opsynth {stage} {self.path}`"
+            raise OpsynthError(f"{path} cannot be read ({why}); delete it and its marker "
+                               f"{self.marker_path(table, shard)}, then run {again} to write it again") from None
 
     def read_rows(self, table: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
         t = self.read_table(table, columns)

@@ -66,16 +66,24 @@ def _task_row(r: dict[str, Any], task_id: str) -> dict[str, Any]:
     return out
 
 
+def check_source(path: str) -> None:
+    """Fail before the run directory is made on an input that cannot be imported."""
+    p = Path(path)
+    if not p.exists():
+        raise OpsynthError(f"{path} does not exist; give a parquet or jsonl file with a `code` column "
+                           "or a folder of .py files")
+    if p.is_file() and p.suffix not in (".parquet", ".jsonl", ".json"):
+        raise OpsynthError(f"{path} is not a parquet, jsonl or folder of .py files")
+
+
 def import_dataset(path: str, rd: RunDir, cfg: Config) -> dict:
     """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts."""
     from filters.static_check import check_task_source
     from pipeline.reference import read_code_table
 
     t0 = time.time()
+    check_source(path)
     p = Path(path)
-    if not p.exists():
-        raise OpsynthError(f"{path} does not exist; give a parquet or jsonl file with a `code` column "
-                           "or a folder of .py files")
     raw = read_code_table(p)
     if not raw:
         raise OpsynthError(f"{path} holds no rows; give a dataset with at least one task")

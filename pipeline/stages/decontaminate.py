@@ -14,6 +14,7 @@ import re
 import time
 
 from pipeline.config import Config
+from pipeline.progress import Progress
 from pipeline.schema import CONTAMINATION
 from pipeline.store import RunDir
 
@@ -70,13 +71,18 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     dc = cfg.decontaminate
     specs = list(references or dc.reference)
     tasks = rd.read_rows("tasks", ["task_id", "code", "aten_ops", "name"])
-    index = load_references(specs, cache_dir=rd.path / "reference")
-    ref = reference_matrix(index)
-    sources = index.column("source").to_pylist()
-    ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s) if dc.op_signature else (
-        [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
-    fp = fingerprints([t["code"] or "" for t in tasks], ops)
-    scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)
+    with Progress("decontaminate", total=len(tasks)) as bar:  # whole-table steps: the line names the step
+        bar.phase(f"loading references {', '.join(specs)}")
+        index = load_references(specs, cache_dir=rd.path / "reference")
+        ref = reference_matrix(index)
+        sources = index.column("source").to_pylist()
+        bar.phase("tracing the tasks without an ATen trace")
+        ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s) if dc.op_signature else (
+            [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
+        bar.phase("fingerprinting")
+        fp = fingerprints([t["code"] or "" for t in tasks], ops)
+        bar.phase(f"comparing with {len(sources)} reference problems")
+        scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)
     by_name = (name_matches([t.get("name") for t in tasks], index.column("name").to_pylist(),
                             index.column("key").to_pylist()) if dc.name_match else [None] * len(tasks))
     rows = []

@@ -19,11 +19,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from tqdm import tqdm
-
 from filters.base import reason_kind
 from filters.static_check import check_task_source
 from pipeline.config import Config, worker_settings
+from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
 
@@ -86,7 +85,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     `opsynth run` puts it first) get a `skipped` row instead of GPU time. budget: stop starting shards once it
     is spent (the result then has stopped=True; a rerun continues)."""
     from pipeline.executors import make_executor
-    from pipeline.selection import first_rejection
+    from pipeline.selection import CODE_STAGES, first_rejection
     from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
@@ -100,7 +99,9 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
             pending[k], results[k] = rows, before
     shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows if t["task_id"] not in results[k]}
     ops_of = {t["task_id"]: t["ops"] for t in tasks}
-    dropped = first_rejection(rd) if skip_dropped else {}
+    # only the stages before profile decide what it skips: a filter verdict is drawn from measurements, so a lost
+    # shard's tasks must be measured again, not skipped because of the verdict their old measurements earned
+    dropped = first_rejection(rd, CODE_STAGES) if skip_dropped else {}
     to_run: dict[int, list[dict[str, Any]]] = {k: [] for k in pending}
     for rows in pending.values():
         for t in rows:
@@ -118,7 +119,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 to_run[shard_of[t["task_id"]]].append(t)
 
     accepted, reasons = 0, Counter()
-    bar = tqdm(total=len(tasks), initial=len(tasks) - len(shard_of), desc="profile", unit="task", disable=None)
+    bar = Progress("profile", total=len(tasks), initial=len(tasks) - len(shard_of))
 
     def note(m: dict[str, Any]) -> None:
         nonlocal accepted
@@ -127,7 +128,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
         if not keep:
             reasons[reason_kind(why)] += 1
         top = ", ".join(f"{r} {c}" for r, c in reasons.most_common(2))
-        bar.set_postfix_str(f"accepted {accepted}" + (f" | {top}" if top else ""), refresh=False)
+        bar.note(f"accepted {accepted}" + (f" | {top}" if top else ""))
         bar.update(1)
 
     def flush_ready() -> None:
@@ -135,24 +136,27 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
             ordered = [results[k][t["task_id"]] for t in pending.pop(k)]
             rd.write_shard("measurements", k, conform(ordered, MEASUREMENTS), MEASUREMENTS)
 
-    for k in list(results):
-        for m in results[k].values():
-            if m["task_id"] in shard_of:
-                note(m)
-    flush_ready()
     budget = budget or Budget()
     stop = [False]
-    if any(to_run.values()):
-        if budget.spent():  # nothing would start: spare the workers' startup
-            stop[0] = True
-        else:
-            with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                               worker_settings(cfg)) as ex:
-                for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
-                    results[shard_of[m["task_id"]]][m["task_id"]] = m
+    with bar:
+        for k in list(results):
+            for m in results[k].values():
+                if m["task_id"] in shard_of:
                     note(m)
-                    flush_ready()
-    bar.close()
+        flush_ready()
+        if any(to_run.values()):
+            if budget.spent():  # nothing would start: spare the workers' startup
+                stop[0] = True
+            else:
+                bar.restart_clock()
+                bar.phase("starting workers")
+                with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
+                                   worker_settings(cfg)) as ex:
+                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
+                        bar.phase("")
+                        results[shard_of[m["task_id"]]][m["task_id"]] = m
+                        note(m)
+                        flush_ready()
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),

@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from pipeline.config import Config
+from pipeline.progress import Progress
 from pipeline.schema import PRESCREEN, TASKS, conform
 from pipeline.store import RunDir
 
@@ -54,7 +53,7 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
     procs = processes if processes is not None else processes_for(cfg, n_todo)
     screen = Screen(cfg) if cfg.sample.prescreen != "off" else None
     screened: list[dict] = []
-    with tqdm(total=n, initial=n - n_todo, desc="sample", unit="task", disable=None) as bar:
+    with Progress("sample", total=n, initial=n - n_todo) as bar:
         # done shards form a prefix of a run that stopped; runs of consecutive shards left to do are sampled
         # as one stream (one pool), each shard written as soon as its last task arrives
         for first, last in _runs(todo):

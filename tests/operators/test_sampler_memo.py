@@ -21,7 +21,7 @@ def _run(g, consts):
     mode = CostMode()
     out, values = execute(g, consts, mode)
     layouts = {n: (tuple(v.shape), v.stride(), v.dtype) for n, v in values.items()}
-    return layouts, [(r.name, r.flops, r.act_bytes, r.fixed_bytes, r.out_bytes, r.view) for r in mode.records]
+    return layouts, [(r.name, r.flops, r.act_bytes, r.fixed_bytes, r.out_bytes, r.view, r.family_flops) for r in mode.records]
 
 
 def test_memo_replays_the_layouts_and_records_of_a_fresh_meta_run(monkeypatch):

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import re
 from pathlib import Path
 
@@ -15,10 +16,13 @@ from pipeline.reference import build_index, load_index
 from pipeline.stages import audit, decontaminate, dedupe
 from pipeline.store import RunDir
 
-SNAP = Path(__file__).resolve().parents[3] / "shared" / "reference" / "kernelbench"
+SHARED = Path(os.environ.get("OPSYNTH_SHARED") or Path(__file__).resolve().parents[3] / "shared")
+SNAP = SHARED / "reference" / "kernelbench"
 MAIN = SNAP / "kernelbench_main.parquet"
-# CI and developers have ../shared beside the checkout; a clone elsewhere skips these tests, never fakes them
-needs_snapshot = pytest.mark.skipif(not MAIN.exists(), reason=f"KernelBench snapshot not found at {SNAP}")
+# CI and developers have ../shared beside the checkout (or OPSYNTH_SHARED); a clone without it skips these tests,
+# never fakes them, and the summary says why (-rs in the pytest options)
+needs_snapshot = pytest.mark.skipif(not MAIN.exists(), reason=f"KernelBench snapshot not found at {SNAP}; put the "
+                                    "shared data beside the checkout as ../shared or set OPSYNTH_SHARED")
 
 GOOD = '''import torch
 import torch.nn as nn

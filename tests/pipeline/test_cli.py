@@ -115,3 +115,52 @@ def test_bad_growth_and_budget_flags(tmp_path, args, fragment):
     before = (tmp_path / "r" / "config.toml").read_text()
     assert fragment in _one_error_line(opsynth(args[0], str(tmp_path / "r"), *args[1:]))
     assert (tmp_path / "r" / "config.toml").read_text() == before
+
+
+def test_corrupted_shard_names_the_file_and_the_fix(tmp_path):
+    from pipeline.schema import MEASUREMENTS, TASKS
+
+    rd = RunDir(tmp_path / "r")
+    rd.init(load_preset("demo"))
+    rd.write_shard("tasks", 0, [{"task_id": "t0", "code": "x", "ops": ["torch.relu"]}], TASKS)
+    rd.write_shard("measurements", 0, [{"task_id": "t0", "status": "ok"}], MEASUREMENTS)
+    shard = rd.shard_path("measurements", 0)
+    shard.write_bytes(shard.read_bytes()[:40])  # truncated, as a full disk or a copy cut short leaves it
+    line = _one_error_line(opsynth("filter", str(rd.path)))
+    assert str(shard) in line and "cannot be read" in line and f"opsynth profile {rd.path}" in line
+    assert str(rd.marker_path("measurements", 0)) in line
+
+
+def test_failed_audit_leaves_nothing_and_the_retry_runs(tmp_path):
+    out = tmp_path / "D"
+    line = _one_error_line(opsynth("audit", str(tmp_path / "missing.parquet"), "--out", str(out)))
+    assert "missing.parquet does not exist" in line and not out.exists()
+    src = tmp_path / "tasks.jsonl"
+    src.write_text('{"code": "import torch\\nclass Model(torch.nn.Module):\\n    pass\\n"}\n')
+    # a failure after init (here: the input has no row the importer can read) takes the new directory back too
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    assert "cannot read" in _one_error_line(opsynth("audit", str(bad), "--out", str(out)))
+    assert not out.exists()
+    p = opsynth("audit", str(src), "--out", str(out), "--stages", "dedupe")
+    assert p.returncode == 0, p.stderr
+    assert RunDir(out).read_rows("tasks")[0]["code"].startswith("import torch")
+
+
+def test_reference_typo_is_refused_before_anything_is_written(tmp_path):
+    line = _one_error_line(opsynth("run", "--reference", "buitlin", "--out", str(tmp_path / "r"), "--n", "8"))
+    assert "'buitlin' does not exist" in line and not (tmp_path / "r").exists()
+    line = _one_error_line(opsynth("run", "--reference", "builtin:v9", "--out", str(tmp_path / "r")))
+    assert "builtin:v0" in line and not (tmp_path / "r").exists()
+
+
+def test_publish_of_an_unfinished_run_is_refused(tmp_path):
+    from pipeline.schema import TASKS
+
+    rd = RunDir(tmp_path / "r")
+    rd.init(load_preset("demo"))
+    rd.write_shard("tasks", 0, [{"task_id": "t0", "code": "x", "ops": ["torch.relu"]}], TASKS)
+    rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True}])
+    line = _one_error_line(opsynth("publish", str(rd.path), "--repo-id", "org/name", "--dry-run"))
+    assert "not finished" in line and "profile not run" in line and "--allow-incomplete" in line
+    assert not (rd.path / "dataset").exists()

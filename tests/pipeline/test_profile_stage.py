@@ -1,4 +1,5 @@
-"""The profile stage spends no worker time on tasks an earlier stage (decontaminate) already dropped."""
+"""The profile stage spends no worker time on tasks an earlier stage (decontaminate) already dropped, and only an
+earlier stage decides that: a lost shard's tasks get their own measurements back."""
 
 import dataclasses
 
@@ -22,7 +23,7 @@ def get_init_inputs():
 '''
 
 
-def _run(tmp_path, skip_dropped: bool) -> dict:
+def _run(tmp_path, skip_dropped: bool, filtered: bool = False) -> dict:
     cfg = load_preset("demo")
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
                               profile=dataclasses.replace(cfg.profile, compile=False))
@@ -32,6 +33,9 @@ def _run(tmp_path, skip_dropped: bool) -> dict:
     rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
     rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True, "reason": ""},
                                         {"task_id": "t1", "keep": False, "reason": "contaminated by ast"}])
+    if filtered:  # what an earlier profile + filter left behind before the measurements shard was lost
+        rd.write_verdicts("filter", [{"task_id": "t0", "keep": False, "reason": "fakeable by a fixed output (0.5)"},
+                                     {"task_id": "t1", "keep": False, "reason": "not profiled: dropped by decontaminate"}])
     counts = profile.run(rd, cfg, "local", skip_dropped=skip_dropped)
     return {"counts": counts, "rows": {m["task_id"]: m for m in rd.read_rows("measurements")}}
 
@@ -45,7 +49,16 @@ def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_p
     assert "decontaminate" in skipped["error"] and "contaminated by ast" in skipped["error"]
 
 
-def test_without_skipping_every_task_is_profiled(tmp_path):
+def test_without_skipping_every_task_is_profiled(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPSYNTH_PROGRESS_S", "0.2")  # off a terminal (captured stderr): plain progress lines
     got = _run(tmp_path, skip_dropped=False)
     assert got["counts"]["skipped"] == 0
     assert {m["status"] for m in got["rows"].values()} == {"ok"}
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[profile]")]
+    assert any(x.startswith("[profile] starting workers: 2 tasks, ") for x in lines), lines
+
+
+def test_a_lost_shard_is_measured_again_whatever_the_filter_said(tmp_path):
+    got = _run(tmp_path, skip_dropped=True, filtered=True)
+    assert got["rows"]["t0"]["status"] == "ok" and got["rows"]["t0"]["eager_ms"] > 0
+    assert got["rows"]["t1"]["status"] == "skipped" and "decontaminate" in got["rows"]["t1"]["error"]

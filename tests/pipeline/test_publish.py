@@ -64,9 +64,11 @@ def _contamination(i: int) -> dict:
 
 def make_run(tmp_path: Path, n: int = 4, measurements: bool = True, contamination: bool = True,
              shard_rows: int = 5000, keep_all: bool = False) -> RunDir:
-    """Tasks 0..n-1; the filter drops task 3, decontamination drops task 2 (unless keep_all)."""
+    """Tasks 0..n-1; the filter drops task 3, decontamination drops task 2 (unless keep_all); every stage done
+    unless measurements or contamination are left out."""
     cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, shard_rows=shard_rows))
+    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, shard_rows=shard_rows),
+                              run=dataclasses.replace(cfg.run, n=n, shard_size=max(n, 1)))
     rd = RunDir(tmp_path / "run")
     rd.init(cfg)
     rd.write_shard("tasks", 0, [_task(i) for i in range(n)], TASKS)
@@ -80,6 +82,8 @@ def make_run(tmp_path: Path, n: int = 4, measurements: bool = True, contaminatio
         rd.write_verdicts("decontaminate", [{"task_id": f"{i:016x}", "keep": keep_all or i != 2,
                                              "reason": "" if keep_all or i != 2 else "kernelbench ast (0.95)"}
                                             for i in range(n)])
+        rd.write_verdicts("dedupe", [{"task_id": f"{i:016x}", "keep": True, "reason": ""} for i in range(n)
+                                     if keep_all or i not in (2, 3)])
     return rd
 
 
@@ -156,8 +160,8 @@ def test_polars_duckdb_and_exec(published: Path):
 def test_manifest_card_and_plots(published: Path):
     m = json.loads((published / "manifest.json").read_text())
     assert [s["step"] for s in m["funnel"]] == ["sampled", "kept after decontaminate", "profiled (ran ok)",
-                                                "kept after filter"]
-    assert [s["tasks"] for s in m["funnel"]] == [4, 3, 3, 2]
+                                                "kept after filter", "kept after dedupe"]
+    assert [s["tasks"] for s in m["funnel"]] == [4, 3, 3, 2, 2]
     assert m["config"]["name"] == "demo" and m["seeds"]["task_seeds"] == [100, 101]
     assert m["reference"]["used"] == ["builtin"] and m["gpu"] == ["cpu"]
     for rel, info in m["files"].items():
@@ -176,7 +180,7 @@ def test_missing_stages_give_null_columns(tmp_path: Path):
     from datasets import load_dataset
 
     rd = make_run(tmp_path, measurements=False, contamination=False)
-    out = publish(rd)
+    out = publish(rd, allow_incomplete=True)
     assert out == tmp_path / "run" / "dataset" and rd.manifest()["stages"]["publish"]["rows"] == 3
     ds = load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
     assert len(ds) == 3 and set(ds["eager_ms"]) == {None} and set(ds["kb_nearest"]) == {None}
@@ -198,6 +202,7 @@ def test_shards_split_by_shard_rows(tmp_path: Path):
 def test_nothing_accepted_or_missing_tables_publish_nothing(tmp_path: Path):
     rd = make_run(tmp_path, n=1)
     rd.write_verdicts("filter", [{"task_id": f"{0:016x}", "keep": False, "reason": "degenerate (zero)"}])
+    rd.write_verdicts("dedupe", [])  # as dedupe writes it: nothing was left to dedupe
     with pytest.raises(OpsynthError, match="no task was accepted"):
         publish(rd, tmp_path / "out")
     bare = RunDir(tmp_path / "bare")
@@ -205,8 +210,10 @@ def test_nothing_accepted_or_missing_tables_publish_nothing(tmp_path: Path):
     with pytest.raises(OpsynthError, match="no tasks/ table"):
         publish(bare, tmp_path / "out")
     bare.write_shard("tasks", 0, [_task(0)], TASKS)
-    with pytest.raises(OpsynthError, match="no verdicts"):
+    with pytest.raises(OpsynthError, match="not finished"):
         publish(bare, tmp_path / "out")
+    with pytest.raises(OpsynthError, match="no verdicts"):
+        publish(bare, tmp_path / "out", allow_incomplete=True)
     with pytest.raises(OpsynthError, match="not a run directory"):
         publish(RunDir(tmp_path / "nowhere"), tmp_path / "out")
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
@@ -267,3 +274,58 @@ def test_limit_writes_a_consistent_sample(tmp_path: Path):
     readme = (out / "README.md").read_text()
     assert "a sample: 2 of the 5 accepted tasks" in readme and "; 1 tasks written by the LLM, 1 by" in readme
     assert list(ds["composer"]) == ["template", "llm"]
+
+
+def test_incomplete_run_is_refused_unless_allowed_and_then_the_card_says_what_is_missing(tmp_path: Path):
+    rd = make_run(tmp_path, measurements=False)
+    with pytest.raises(OpsynthError, match=r"not finished \(profile not run; filter partial \(0 of 0|not finished") as e:
+        publish(rd, tmp_path / "out")
+    assert "profile not run" in str(e.value) and "--allow-incomplete" in str(e.value)
+    assert not (tmp_path / "out").exists()
+    out = publish(rd, tmp_path / "out", allow_incomplete=True)
+    readme = (out / "README.md").read_text()
+    assert "**Incomplete release" in readme and "profile not run" in readme
+    assert "(not run for this release)**" in readme.split("3. **profile**")[1].split("\n")[0]
+    assert json.loads((out / "manifest.json").read_text())["stage_status"]["profile"] == "not run"
+
+
+def test_partial_and_stale_stages_are_named(tmp_path: Path):
+    import os
+    import time
+
+    rd = make_run(tmp_path, n=4)
+    rd.write_shard("measurements", 0, [_measurement(i) for i in range(3)], MEASUREMENTS)
+    with pytest.raises(OpsynthError, match=r"profile partial \(3 of 4 tasks\)"):
+        publish(rd, tmp_path / "out")
+    rd.write_shard("measurements", 0, [_measurement(i) for i in range(4)], MEASUREMENTS)
+    later = time.time() + 5
+    os.utime(rd.marker_path("measurements", 0), (later, later))  # re-measured after the filter ran
+    with pytest.raises(OpsynthError, match=r"filter stale"):
+        publish(rd, tmp_path / "out")
+
+
+def test_complete_run_publishes_without_the_flag(tmp_path: Path):
+    out = publish(make_run(tmp_path), tmp_path / "out")
+    m = json.loads((out / "manifest.json").read_text())
+    assert set(m["stage_status"].values()) == {"done"}
+    assert "Incomplete release" not in (out / "README.md").read_text()
+
+
+def test_publish_refuses_a_folder_with_files_it_did_not_write(tmp_path: Path):
+    rd = make_run(tmp_path)
+    mine = tmp_path / "D"
+    (mine / "data").mkdir(parents=True)
+    (mine / "notes.txt").write_text("mine")
+    (mine / "data" / "mine.csv").write_text("a,b\n")
+    with pytest.raises(OpsynthError, match=r"D was not written by publish \(data/mine.csv, notes.txt\)"):
+        publish(rd, mine)
+    assert (mine / "notes.txt").read_text() == "mine" and (mine / "data" / "mine.csv").exists()
+
+    out = publish(rd, tmp_path / "E")  # a folder publish wrote is replaced again...
+    assert publish(rd, out) == out
+    (out / "notes.txt").write_text("added later")  # ...but not once something else was put in it
+    with pytest.raises(OpsynthError, match="holds files publish did not write \\(notes.txt\\)"):
+        publish(rd, out)
+    assert (out / "notes.txt").exists() and (out / "README.md").exists()
+    (tmp_path / "empty").mkdir()
+    assert publish(rd, tmp_path / "empty") == tmp_path / "empty"
