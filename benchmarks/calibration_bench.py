@@ -204,7 +204,7 @@ def main() -> None:
                           "predicted_ms_p10_p50_p90": [round(statistics.quantiles([t["predicted_ms"] for t in new],
                                                                                    n=10)[i], 3) for i in (0, 4, 8)]}
         rs.pop("dirs")
-        result["resample"] = {**rs, **res}
+        result["resample"] = {**rs, "tasks": res}
         print("\nre-sampled the run's config (same preset, n, seed); GPU outcome measured where the task_id is in "
               "the run, predicted otherwise")
         print(f"  {'tree':9s} {'tasks/s':>8s} {'/CPU-s':>7s} {'same id':>8s} {'slow':>5s} {'fast':>5s} {'>cap':>5s} "
