@@ -16,6 +16,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
+from operators.calibration import runtime_factors
 from operators.flops import family_flops, family_rule
 from operators.labels import VIEW_OPS
 from operators.trace import SKIP_OPS
@@ -507,28 +508,31 @@ def aten_names(records: list[OpCost]) -> list[str]:
 
 
 def predict_ms(records: list[OpCost], bandwidth_gbps: float, tflops: float, launch_us: float,
-               batch_scale: float = 1.0) -> float:
-    """Per-kernel roofline: max(compute, traffic) + launch overhead, summed; views are free.
+               batch_scale: float = 1.0, calibrated: bool = True) -> float:
+    """Per-kernel roofline: max(compute, traffic) times the op's calibration factor + launch overhead, summed;
+    views are free.
 
     `batch_scale` extrapolates to another batch size: FLOPs and activation bytes scale, weights do not.
     """
-    return roofline_ms(kernels(records), bandwidth_gbps, tflops, launch_us, batch_scale)
+    return roofline_ms(kernels(records, calibrated), bandwidth_gbps, tflops, launch_us, batch_scale)
 
 
-def kernels(records: list[OpCost]) -> list[tuple[int, int, int]]:
-    """(FLOPs, activation bytes, fixed bytes) of each kernel (views are free): what `roofline_ms` reads, taken
-    once where one trace is priced at many batch sizes."""
-    return [(r.flops, r.act_bytes, r.fixed_bytes) for r in records if not r.view]
+def kernels(records: list[OpCost], calibrated: bool = True) -> list[tuple[int, int, int, float]]:
+    """(FLOPs, activation bytes, fixed bytes, time factor) of each kernel (views are free): what `roofline_ms`
+    reads, taken once where one trace is priced at many batch sizes. The factor is the GPU calibration's for
+    ops whose CUDA kernels are far from the roofline (operators/calibration.py), else 1."""
+    factors = runtime_factors() if calibrated else {}
+    return [(r.flops, r.act_bytes, r.fixed_bytes, factors.get(r.name, 1.0)) for r in records if not r.view]
 
 
-def roofline_ms(kernels: list[tuple[int, int, int]], bandwidth_gbps: float, tflops: float, launch_us: float,
+def roofline_ms(kernels: list[tuple[int, int, int, float]], bandwidth_gbps: float, tflops: float, launch_us: float,
                 batch_scale: float = 1.0) -> float:
     """predict_ms over `kernels(records)`."""
     t = 0.0
-    for flops, act, fixed in kernels:
+    for flops, act, fixed, factor in kernels:
         compute = flops * batch_scale / (tflops * 1e12)
         traffic = (act * batch_scale + fixed) / (bandwidth_gbps * 1e9)
-        t += max(compute, traffic) + launch_us * 1e-6
+        t += max(compute, traffic) * factor + launch_us * 1e-6
     return t * 1e3
 
 

@@ -5,7 +5,8 @@ when the last tensor on them dies, exactly as eager frees them; on the meta devi
 everything the dispatcher sees without allocating anything, on real tensors it is the measured truth tests
 compare predictions with. What the dispatcher cannot see are buffers a kernel allocates inside itself:
 `WORKSPACE` lists the ops that do, with the bytes they hold while they run, as multiples of their inputs' or
-outputs' bytes. A task's input draws (`torch.rand(...) + 1.0`, `torch.randint(...).float() * 2 - 1`) hold
+outputs' bytes, with the entries a GPU run measured (operators/calibration.py) in place of the estimates. A
+task's input draws (`torch.rand(...) + 1.0`, `torch.randint(...).float() * 2 - 1`) hold
 temporaries too, before the forward starts: `draw_peak` prices them.
 """
 
@@ -40,15 +41,32 @@ WORKSPACE: dict[str, tuple[float, float]] = {
     "aten.scatter_reduce": (1.0, 0.0),
     "aten.index_add": (1.0, 0.0),
 }
+
+
+def workspaces(calibrated: bool = True) -> dict[str, tuple[float, float]]:
+    """WORKSPACE with the GPU calibration's measured entries in place of the estimates (operators/calibration.py:
+    e.g. cdist and nansum hold a copy of their inputs on CUDA, count_nonzero an int64 copy of its bool input)."""
+    global _MERGED
+    if not calibrated:
+        return WORKSPACE
+    from operators.calibration import peak_workspaces
+
+    cal = peak_workspaces()
+    if _MERGED[0] is not cal:
+        _MERGED = (cal, {**WORKSPACE, **cal})
+    return _MERGED[1]
+
+
+_MERGED: tuple = (None, WORKSPACE)
 # what each draw of rendered get_inputs holds at its peak, in bytes per element of the drawn float32 input:
 # `torch.rand(...) + 1.0` holds the rand beside the sum; `torch.randint(0, 2, s).float() * 2 - 1` an int64
 # tensor beside its float copy, then two float32 tensors at each step
 DRAW_PEAK_PER_ELEMENT = {"rand1": 8, "sign": 12}
 
 
-def workspace_bytes(name: str, in_bytes: int, out_bytes: int) -> int:
-    """Bytes `name` holds inside its kernel beyond its inputs and outputs (0 for ops not in WORKSPACE)."""
-    w = WORKSPACE.get(name)
+def workspace_bytes(name: str, in_bytes: int, out_bytes: int, calibrated: bool = True) -> int:
+    """Bytes `name` holds inside its kernel beyond its inputs and outputs (0 for ops not in `workspaces()`)."""
+    w = workspaces(calibrated).get(name)
     return int(w[0] * in_bytes + w[1] * out_bytes) if w else 0
 
 
@@ -62,16 +80,18 @@ def draw_peak(inputs: Iterable[tuple[str, int, int]]) -> int:
     return max(peak, held)
 
 
-def activation_peak(records, input_bytes: int, draw_bytes: int = 0) -> int:
+def activation_peak(records, input_bytes: int, draw_bytes: int = 0, calibrated: bool = True) -> int:
     """Peak bytes of a traced forward beside its weights: the inputs, then every output the trace creates (a
     rendered forward names each node's output and holds it until it returns, so nothing is freed early;
     inside a composite module this over-counts), plus at each op the workspace it holds while it runs; or
     the input draws' own peak (`draw_bytes`, see `draw_peak`) if higher. `records` are CostMode's OpCost."""
     held = top = input_bytes
+    table = workspaces(calibrated)
     for r in records:
         held += r.out_bytes
-        if r.name in WORKSPACE:
-            top = max(top, held + workspace_bytes(r.name, r.act_bytes - r.out_bytes + r.fixed_bytes, r.out_bytes))
+        if r.name in table:
+            top = max(top, held + workspace_bytes(r.name, r.act_bytes - r.out_bytes + r.fixed_bytes, r.out_bytes,
+                                                  calibrated))
     return max(top, held, draw_bytes)
 
 

@@ -41,7 +41,7 @@ from operators.graph import (
 from operators.labels import check_labels, require_pinned
 from operators.peak import draw_peak
 from operators.render import render, task_name
-from operators.sizing import base_sizes, per_sample_budget, solve_batch
+from operators.sizing import base_sizes, output_cap, per_sample_budget, solve_batch
 from operators.spec import accepts
 
 MAX_ATTEMPTS = 40
@@ -369,7 +369,8 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         inputs_bytes = sum(v.numel() * v.element_size() for v in ins)
         fixed = sum(t.numel() * t.element_size() for t in b._fixed_tensors())
         draws = _draw_peak(g, b.values)
-        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch, draws)
+        batch = solve_batch(b.mode.records, batch0, target, cap, inputs_bytes, fixed, bw, tf, launch, draws,
+                            b.values[g.graph["output"]].nbytes)
         t1 = predict_ms(b.mode.records, bw, tf, launch, batch / batch0)
         if batch == 1 and t1 > cfg.target_max_ms:
             shrink *= cfg.target_max_ms / t1 / 2
@@ -390,6 +391,9 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         raise TaskRejected(f"off window: {ms:.3g} ms")
     if peak > cap:
         raise TaskRejected("over the memory cap")
+    out_cap = output_cap(cap)
+    if out_cap is not None and values[g.graph["output"]].nbytes > out_cap:
+        raise TaskRejected("output over the memory cap")
     if values[g.graph["output"]].numel() < MIN_OUTPUT_NUMEL:
         raise TaskRejected("output of a few numbers")
     g.graph["constants"] = consts
