@@ -194,3 +194,17 @@ def test_near_reasons_group_into_two_kinds():
         "near duplicate of another task: same graph up to sizes"
     assert reason_kind("near duplicate of 0123456789abcdef: same ops (de-templated code jaccard 0.953)") == \
         "near duplicate of another task: same ops"
+
+
+def test_representative_does_not_flip_with_timing_noise():
+    """Two re-runs time the same tasks ~1% apart: members within 10% of the nearest are ties (first task_id)."""
+    relu = [("r", "torch.relu", {"x": "x"})]
+    tasks = [task(relu, {"batch_size": n}) for n in (4, 8, 16)]
+
+    def kept(eager_ms):
+        rows = dedupe(["q", "p", "z"], [t[0] for t in tasks], graphs=[t[1] for t in tasks], ops=[["torch.relu"]] * 3,
+                      eager_ms=eager_ms, window=(1.0, 100.0))
+        return [r["task_id"] for r in rows if r["keep"]]
+
+    assert kept([2.60, 2.66, 50.0]) == kept([2.66, 2.60, 50.0]) == ["p"]  # q nearer in one run, p in the other
+    assert kept([9.0, 2.66, 50.0]) == ["q"]  # a real difference still decides

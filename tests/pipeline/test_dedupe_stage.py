@@ -26,7 +26,7 @@ def make_run(path, cfg: Config) -> RunDir:
     rd = RunDir(path)
     rd.init(cfg)
     rows = []
-    for i, pred in enumerate((3.0, 3.0, 3.0, 10.0)):
+    for i, pred in enumerate((3.0, 40.0, 12.0, 10.0)):
         code, graph = task("torch.tanh", 2 ** (i + 2))
         rows.append({"task_id": f"t{i}", "code": code, "graph": graph, "graph_hash": f"g{i}", "ops": ["torch.tanh"],
                      "predicted_ms": pred})
@@ -34,8 +34,9 @@ def make_run(path, cfg: Config) -> RunDir:
     rows += [{"task_id": u, "code": code, "graph": graph, "graph_hash": "h", "ops": ["torch.sigmoid"],
               "predicted_ms": 3.0} for u in ("u1", "u2")]
     rd.write_shard("tasks", 0, rows, TASKS)
-    # t0 has no eager time (its predicted 3 ms stands in); t2 at 12 ms is nearest the 10 ms log-middle of 1-100
-    eager = {"t1": 40.0, "t2": 12.0, "t3": 10.0, "u1": 5.0, "u2": 5.0}
+    # the prediction places a task (t2 at 12 ms is nearest the 10 ms log-middle of 1-100); measured times, which
+    # differ between re-runs, do not: t1's eager 11 ms would be nearer
+    eager = {"t1": 11.0, "t2": 25.0, "t3": 10.0, "u1": 5.0, "u2": 5.0}
     rd.write_shard("measurements", 0, [{"task_id": t, "status": "ok", "eager_ms": ms} for t, ms in eager.items()]
                    + [{"task_id": "t0", "status": "timeout", "eager_ms": 11.0}], MEASUREMENTS)
     rd.write_verdicts("filter", [{"task_id": r["task_id"], "keep": r["task_id"] != "t3",
@@ -51,7 +52,7 @@ def test_stage_keeps_the_representative_and_names_it(tmp_path):
     assert pq.read_schema(next((rd.path / "dedupe").glob("part-*.parquet"))).names == DEDUPE.names
     assert [t for t, r in rows.items() if r["keep"]] == ["t2", "u1"]
     assert rows["t0"]["reason"] == rows["t1"]["reason"] == "near duplicate of t2: same graph up to sizes"
-    assert rows["t2"]["representative_reason"].startswith("eager 12 ms nearest the window's log-middle 10 ms")
+    assert rows["t2"]["representative_reason"].startswith("predicted 12 ms nearest the window's log-middle 10 ms")
     assert rows["u2"]["reason"] == "exact duplicate of u1" and rows["u2"]["near_cluster"] is None
     assert rows["t0"]["canonical_graph"] == rows["t2"]["canonical_graph"] != rows["u1"]["canonical_graph"]
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "dedupe"}
