@@ -71,7 +71,8 @@ def screen_all(tasks: list[dict], cfg, budget: Budget) -> list[dict]:
                     "status": r.status, "scaled": r.scaled, "shapes": r.constants, "cpu_ms": round(r.cpu_ms, 2),
                     "predicted_ms": round(r.predicted_ms, 2),
                     "ratio": r.measurements.get("input_sensitivity_ratio"),
-                    "degenerate": r.measurements.get("degenerate")})
+                    "degenerate": r.measurements.get("degenerate"), "fp64_ratio": r.measurements.get("fp64_ratio"),
+                    "ratio_screened": r.measurements.get("input_sensitivity_ratio_screened")})
     return out
 
 
@@ -161,10 +162,12 @@ def gpu_family(verdict: dict | None) -> str:
     return kind if kind in TARGETS else "other"
 
 
-def replay(run: Path, budget_ms: float | None, limit: int = 0) -> tuple[dict, list[dict]]:
+def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None = None) -> tuple[dict, list[dict]]:
     """Screen DIR's tasks again and compare with the GPU's filter verdicts; see the module docstring."""
     rd = RunDir(run)
     cfg = rd.load_config()
+    if fp64 is not None:
+        cfg = replace(cfg, sample=replace(cfg.sample, prescreen_fp64=fp64))
     budget = Budget(budget_ms or cfg.sample.prescreen_ms, cfg.sample.prescreen_mb)
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
     recorded = {r["task_id"]: r for r in rd.read_rows("prescreen") if not r["resampled"]}
@@ -178,7 +181,7 @@ def replay(run: Path, budget_ms: float | None, limit: int = 0) -> tuple[dict, li
                      "gpu_reason": verdicts[t["task_id"]]["reason"][:120],
                      "recorded_status": rec["status"] if rec else None,
                      "recorded_family": family(rec["reason"]) if rec else None})
-    return replay_summary(rows, budget, str(run)), rows
+    return replay_summary(rows, budget, str(run)) | {"prescreen_fp64": cfg.sample.prescreen_fp64}, rows
 
 
 def _outcome(r: dict) -> str:
@@ -244,6 +247,8 @@ def main() -> None:
     ap.add_argument("--compare-budget-ms", type=float, default=1000.0)
     ap.add_argument("--run", default="", help="a GPU-profiled run directory: precision and recall")
     ap.add_argument("--replay", action="store_true", help="with --run: screen DIR's tasks again (this code)")
+    ap.add_argument("--fp64", action=argparse.BooleanOptionalAction, default=None,
+                    help="with --replay: sample.prescreen_fp64 on or off (default: DIR's config)")
     ap.add_argument("--limit", type=int, default=0, help="with --replay: only the first K tasks")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
@@ -251,7 +256,7 @@ def main() -> None:
         if not a.run:
             raise SystemExit("--replay needs --run DIR (a GPU-profiled run directory)")
         budget = float(a.budget_ms.split(",")[0]) if a.budget_ms else None
-        summary, rows = replay(Path(a.run), budget, a.limit)
+        summary, rows = replay(Path(a.run), budget, a.limit, a.fp64)
         out = Path(a.out or ROOT / "benchmarks" / "results" / "prescreen_replay.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": " ".join(sys.argv), **summary}, indent=2, default=str))
