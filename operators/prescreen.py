@@ -7,13 +7,18 @@ filter section), so a reason here reads exactly as the filter's. Determinism is 
 cuDNN algorithms, not the CPU, make a task non-deterministic).
 
 Sizes: tasks sized for an H200 read ~1e8-1e9 values, seconds per draw on one CPU core, so a task runs at its
-real shapes only when that fits the budget; otherwise at smaller `batch_size` and spatial constants. What
-makes a task fakeable is how many values a reduction, softmax or normalisation combines (its fan-in), so a
-scaled size is used only if every reducing ATen call keeps its fan-in, or at least FAN_KEEP values: the
-constants a reduction runs over stay at full size where possible. Candidates are checked on the meta device
-first (the task must still run there, and its predicted CPU time and peak memory must fit the budget); a
-task no candidate fits gets no verdict ("over budget"). Everything is seeded and single-threaded, and the
-caller's torch RNG state and thread count are restored, so the verdict is a function of the task.
+real shapes only when that fits the budget; otherwise every constant goes to its floor (batch 1, one channel)
+if the task still runs there and every reducing ATen call keeps its fan-in (or at least FAN_KEEP values), and
+then grows back to the largest sizes that fit (plan_sizes). Candidates are checked on the meta device (the
+task must still run there, and its predicted CPU time and peak memory must fit the budget); a task no
+candidate fits gets no verdict ("over budget"). What a scaled screen cannot see is put back: the exact zeros
+a real-size torch.rand input holds (planted, see RAND_ZERO_P), the larger extremes of a real output's many
+elements (the fakeable ratio is extrapolated; with few outputs there is no input-insensitive or degenerate
+verdict but nonfinite, see OUT_KEEP). With sample.prescreen_fp64, draw 0 also runs in float64 and a float32
+output that disagrees with it at the verifier's tolerance is flagged "numerically fragile" (off by default:
+on 900 GPU-profiled h200 tasks it flagged none of the compile-vs-eager disagreements, see
+benchmarks/prescreen_bench.py --replay). Everything is seeded and single-threaded, and the caller's torch
+RNG state and thread count are restored, so the verdict is a function of the task.
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ MIN_SPATIAL = 4  # the sampler's own floor for a spatial constant in shape varia
 # min(its real fan-in, FAN_KEEP).
 FAN_KEEP = 2**20
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
-# difference): with a handful of outputs, "all zero" or "every difference within tolerance" is luck, not the
-# task. A scaled size keeps min(the real output's elements, OUT_KEEP); the fakeable ratio measured on fewer
-# elements than the real output is extrapolated (see _extrapolate).
+# difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
+# screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
+# degenerate one but nonfinite; the fakeable ratio measured on fewer elements than the real output has is
+# extrapolated (see _extrapolate), so it still decides.
 OUT_KEEP = 1024
 # torch.rand draws multiples of 2**-24 on the CPU and on CUDA, so an input of n values holds ~n / 2**24 exact
 # zeros: a real-size input of 1e9 values ~60 (log, rsqrt, logit and reciprocal make them inf), a scaled one
@@ -278,7 +284,7 @@ def plan_sizes(code: str, draws: int, budget: Budget, only: tuple[str, ...] = ()
                 best = p
                 break
             batch = int(batch * 0.7)
-    return (best if best.out_numel >= min(real.out_numel, OUT_KEEP) else None), real
+    return best, real
 
 
 def _int_literals(code: str) -> set[int]:
@@ -360,6 +366,13 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
             if res.scaled and real.out_numel > ref0.numel() and math.isfinite(r):
                 m["input_sensitivity_ratio_screened"] = r
                 m["input_sensitivity_ratio"] = r * _extrapolate(ref0.numel(), real.out_numel)
+            if ref0.numel() < min(real.out_numel, OUT_KEEP):
+                m["few_outputs"] = {"input_min_pairwise_diff": m["input_min_pairwise_diff"],
+                                    "degenerate": m["degenerate"]}
+                m["input_min_pairwise_diff"] = math.inf
+                m["degenerate"] = m["degenerate"] if m["degenerate"] == "nonfinite" else ""
+                if r == 0:  # equal draws at a few outputs: the same luck as input-insensitive
+                    m["input_sensitivity_ratio"] = math.inf
             res.reason = decide(m, OUTPUT_CHECKS, cfg.filter)[1]
             if fp64 and not res.reason:
                 m["fp64_ratio"] = _fp64_ratio(model, draw(0), ref0, tol)
