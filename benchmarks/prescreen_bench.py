@@ -4,6 +4,7 @@ it predicts the GPU's input-insensitive / degenerate / fakeable verdicts.
     python benchmarks/prescreen_bench.py                        # 900 h200 tasks at seed 20261201, pre-screen off
     python benchmarks/prescreen_bench.py --budget-ms 100,400    # the same tasks at several budgets
     python benchmarks/prescreen_bench.py --run DIR              # DIR profiled on a GPU: precision and recall
+    python benchmarks/prescreen_bench.py --run DIR --replay     # screen DIR's tasks again with this code
 
 Without --run it samples `--n` tasks with the pre-screen off (or reads --tasks PARQUET), screens each at every
 budget, and screens the first `--compare-n` tasks again at `--compare-budget-ms` (less scaled down) to see
@@ -12,6 +13,14 @@ whether scaling changes verdicts. With --run DIR it compares DIR/prescreen/ (a r
 GPU's measurements: precision = share of pre-screen flags whose task the GPU's own output checks reject for
 the same family of reason; recall = share of the GPU's input-insensitive / degenerate / fakeable rejections
 the pre-screen flagged. Prints a table and writes --out (JSON) and the per-task rows beside it (JSONL).
+
+--replay screens every task of DIR again with the current code and settings (DIR's config; --budget-ms
+overrides its budget) and sets each screen beside the filter's verdict on the GPU (DIR/verdicts, stage=filter):
+per GPU verdict family the tasks caught (flagged for any reason), missed (a verdict, no flag) and with no
+verdict (over budget, error); false flags (the GPU kept the task); precision (flags on tasks the GPU rejected
+/ all flags) and recall per family; CPU-ms per task; and how the screen at DIR's recorded draws compares
+(DIR/prescreen, the code that sampled DIR). The tasks DIR holds are the draws the pre-screen kept when DIR
+was sampled, so the run's own flags are not among them: this measures what a changed screen adds.
 """
 
 from __future__ import annotations
@@ -62,7 +71,8 @@ def screen_all(tasks: list[dict], cfg, budget: Budget) -> list[dict]:
                     "status": r.status, "scaled": r.scaled, "shapes": r.constants, "cpu_ms": round(r.cpu_ms, 2),
                     "predicted_ms": round(r.predicted_ms, 2),
                     "ratio": r.measurements.get("input_sensitivity_ratio"),
-                    "degenerate": r.measurements.get("degenerate")})
+                    "degenerate": r.measurements.get("degenerate"), "fp64_ratio": r.measurements.get("fp64_ratio"),
+                    "ratio_screened": r.measurements.get("input_sensitivity_ratio_screened")})
     return out
 
 
@@ -136,6 +146,96 @@ def against_gpu(run: Path, cfg, budget: Budget) -> dict:
             "filter_rejections": dict(filt)}
 
 
+# the filter's reasons the pre-screen can predict, in the filter's order (filters.CHECKS)
+TARGETS = ("non-deterministic", "input-insensitive", "degenerate output", "fakeable by a fixed output",
+           "compile disagrees with eager")
+
+
+def gpu_family(verdict: dict | None) -> str:
+    """'kept', one of TARGETS, or 'other' (runtime window, memory, compile failures, skipped) for a filter
+    verdict; 'non-deterministic (nan)' when two eager runs differed by NaN (a nonfinite output)."""
+    if verdict is None or verdict["keep"]:
+        return "kept"
+    kind = reason_kind(verdict["reason"])
+    if kind == "non-deterministic" and verdict["reason"].endswith("differ by nan)"):
+        return "non-deterministic (nan)"
+    return kind if kind in TARGETS else "other"
+
+
+def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None = None) -> tuple[dict, list[dict]]:
+    """Screen DIR's tasks again and compare with the GPU's filter verdicts; see the module docstring."""
+    rd = RunDir(run)
+    cfg = rd.load_config()
+    if fp64 is not None:
+        cfg = replace(cfg, sample=replace(cfg.sample, prescreen_fp64=fp64))
+    budget = Budget(budget_ms or cfg.sample.prescreen_ms, cfg.sample.prescreen_mb)
+    verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
+    recorded = {r["task_id"]: r for r in rd.read_rows("prescreen") if not r["resampled"]}
+    tasks = [t for t in rd.read_rows("tasks") if t["task_id"] in verdicts]
+    tasks = tasks[:limit] if limit else tasks
+    prescreen(tasks[0], cfg, Budget(1.0, 1.0))  # one-time costs (first meta dispatch) out of the figures
+    rows = []
+    for t, s in zip(tasks, screen_all(tasks, cfg, budget), strict=True):
+        rec = recorded.get(t["task_id"])
+        rows.append({**s, "gpu": gpu_family(verdicts[t["task_id"]]),
+                     "gpu_reason": verdicts[t["task_id"]]["reason"][:120],
+                     "recorded_status": rec["status"] if rec else None,
+                     "recorded_family": family(rec["reason"]) if rec else None})
+    return replay_summary(rows, budget, str(run)) | {"prescreen_fp64": cfg.sample.prescreen_fp64}, rows
+
+
+def _outcome(r: dict) -> str:
+    return "caught" if r["family"] else "missed" if r["status"] == "ok" else "no verdict"
+
+
+def replay_summary(rows: list[dict], budget: Budget, run: str) -> dict:
+    table: dict[str, Counter] = {}
+    for r in rows:
+        table.setdefault(r["gpu"], Counter())[_outcome(r)] += 1
+    flagged = [r for r in rows if r["family"]]
+    rejected = [r for r in rows if r["gpu"] != "kept"]
+    target = [r for r in rows if r["gpu"] not in ("kept", "other")]
+    ms = [r["cpu_ms"] for r in rows]
+    rec = [r for r in rows if r["recorded_status"] is not None]
+    return {"run": run, "budget_ms": budget.ms, "budget_mb": budget.mb, "tasks": len(rows),
+            "by_gpu_verdict": {k: {o: c[o] for o in ("caught", "missed", "no verdict")} | {"tasks": c.total()}
+                               for k, c in sorted(table.items())},
+            "flagged": len(flagged), "flagged_by_family": dict(Counter(r["family"] for r in flagged)),
+            "false_flags": sum(r["gpu"] == "kept" for r in flagged),
+            "flags_on_other_rejections": sum(r["gpu"] == "other" for r in flagged),
+            "precision": (sum(r["gpu"] != "kept" for r in flagged) / len(flagged)) if flagged else None,
+            "recall_targets": (sum(bool(r["family"]) for r in target) / len(target)) if target else None,
+            "recall_all_rejections": (sum(bool(r["family"]) for r in rejected) / len(rejected)) if rejected else None,
+            "no_verdict": sum(r["status"] != "ok" for r in rows),
+            "errors": sum(r["status"].startswith("error") for r in rows),
+            "cpu_ms_mean": statistics.fmean(ms) if ms else 0.0, "cpu_ms_p50": quantile(ms, 0.5),
+            "cpu_ms_p90": quantile(ms, 0.9), "cpu_ms_max": max(ms, default=0.0),
+            # the share of unflagged tasks the filter keeps: what resampling the flags would make of the filter's
+            # pass rate, if redraws fare like the unflagged tasks
+            "filter_pass_rate_now": sum(r["gpu"] == "kept" for r in rows) / len(rows) if rows else None,
+            "filter_pass_rate_unflagged": (sum(r["gpu"] == "kept" and not r["family"] for r in rows)
+                                           / max(1, sum(not r["family"] for r in rows))),
+            "recorded_agree": sum((r["recorded_status"] == "ok") == (r["status"] == "ok")
+                                  and r["recorded_family"] == r["family"] for r in rec),
+            "recorded_compared": len(rec),
+            "false_flag_tasks": [(r["name"], r["family"], r["gpu"]) for r in flagged if r["gpu"] == "kept"][:40]}
+
+
+def print_replay(s: dict) -> None:
+    print(f"replay of {s['tasks']} tasks at {s['budget_ms']:g} ms / {s['budget_mb']:g} MB")
+    print(f"{'GPU verdict':34} {'tasks':>6} {'caught':>7} {'missed':>7} {'no verdict':>10}")
+    for k, c in s["by_gpu_verdict"].items():
+        print(f"{k:34} {c['tasks']:>6} {c['caught']:>7} {c['missed']:>7} {c['no verdict']:>10}")
+    print(f"flagged {s['flagged']} {s['flagged_by_family']}; false flags (GPU kept) {s['false_flags']}; "
+          f"precision {s['precision'] if s['precision'] is None else round(s['precision'], 3)}; recall "
+          f"(target families) {s['recall_targets'] and round(s['recall_targets'], 3)}; no verdict "
+          f"{s['no_verdict']} ({s['errors']} errors)")
+    print(f"CPU ms per task mean {s['cpu_ms_mean']:.1f} p50 {s['cpu_ms_p50']:.1f} p90 {s['cpu_ms_p90']:.1f} "
+          f"max {s['cpu_ms_max']:.0f}; filter pass rate {s['filter_pass_rate_now']:.3f} -> "
+          f"{s['filter_pass_rate_unflagged']:.3f} among unflagged; same verdict as recorded "
+          f"{s['recorded_agree']}/{s['recorded_compared']}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
@@ -146,8 +246,26 @@ def main() -> None:
     ap.add_argument("--compare-n", type=int, default=150)
     ap.add_argument("--compare-budget-ms", type=float, default=1000.0)
     ap.add_argument("--run", default="", help="a GPU-profiled run directory: precision and recall")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "prescreen_bench.json"))
+    ap.add_argument("--replay", action="store_true", help="with --run: screen DIR's tasks again (this code)")
+    ap.add_argument("--fp64", action=argparse.BooleanOptionalAction, default=None,
+                    help="with --replay: sample.prescreen_fp64 on or off (default: DIR's config)")
+    ap.add_argument("--limit", type=int, default=0, help="with --replay: only the first K tasks")
+    ap.add_argument("--out", default="")
     a = ap.parse_args()
+    if a.replay:
+        if not a.run:
+            raise SystemExit("--replay needs --run DIR (a GPU-profiled run directory)")
+        budget = float(a.budget_ms.split(",")[0]) if a.budget_ms else None
+        summary, rows = replay(Path(a.run), budget, a.limit, a.fp64)
+        out = Path(a.out or ROOT / "benchmarks" / "results" / "prescreen_replay.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"command": " ".join(sys.argv), **summary}, indent=2, default=str))
+        with open(out.with_suffix("").as_posix() + "_rows.jsonl", "w") as f:
+            for r in rows:
+                f.write(json.dumps(r, default=str) + "\n")
+        print_replay(summary)
+        return
+    a.out = a.out or str(ROOT / "benchmarks" / "results" / "prescreen_bench.json")
     cfg = load_preset(a.preset)
     cfg = replace(cfg, run=replace(cfg.run, seed=a.seed))
     budgets = [Budget(float(b), cfg.sample.prescreen_mb) for b in a.budget_ms.split(",") if b] or [

@@ -7,18 +7,24 @@ filter section), so a reason here reads exactly as the filter's. Determinism is 
 cuDNN algorithms, not the CPU, make a task non-deterministic).
 
 Sizes: tasks sized for an H200 read ~1e8-1e9 values, seconds per draw on one CPU core, so a task runs at its
-real shapes only when that fits the budget; otherwise at smaller `batch_size` and spatial constants. What
-makes a task fakeable is how many values a reduction, softmax or normalisation combines (its fan-in), so a
-scaled size is used only if every reducing ATen call keeps its fan-in, or at least FAN_KEEP values: the
-constants a reduction runs over stay at full size where possible. Candidates are checked on the meta device
-first (the task must still run there, and its predicted CPU time and peak memory must fit the budget); a
-task no candidate fits gets no verdict ("over budget"). Everything is seeded and single-threaded, and the
-caller's torch RNG state and thread count are restored, so the verdict is a function of the task.
+real shapes only when that fits the budget; otherwise every constant goes to its floor (batch 1, one channel)
+if the task still runs there and every reducing ATen call keeps its fan-in (or at least FAN_KEEP values), and
+then grows back to the largest sizes that fit (plan_sizes). Candidates are checked on the meta device (the
+task must still run there, and its predicted CPU time and peak memory must fit the budget); a task no
+candidate fits gets no verdict ("over budget"). What a scaled screen cannot see is put back: the exact zeros
+a real-size torch.rand input holds (planted, see RAND_ZERO_P), the larger extremes of a real output's many
+elements (the fakeable ratio is extrapolated; with few outputs there is no input-insensitive or degenerate
+verdict but nonfinite, see OUT_KEEP). With sample.prescreen_fp64, draw 0 also runs in float64 and a float32
+output that disagrees with it at the verifier's tolerance is flagged "numerically fragile" (off by default:
+on 900 GPU-profiled h200 tasks it flagged none of the compile-vs-eager disagreements, see
+benchmarks/prescreen_bench.py --replay). Everything is seeded and single-threaded, and the caller's torch
+RNG state and thread count are restored, so the verdict is a function of the task.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import time
@@ -31,6 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
+from pipeline.tensor_checks import tensors
 
 # Recorded rows of the draws screened for one task index travel with the row the sampler returns under this
 # key (sample_tasks' rows pass through a process pool); the sample stage pops them into DIR/prescreen/.
@@ -43,6 +50,18 @@ MIN_SPATIAL = 4  # the sampler's own floor for a spatial constant in shape varia
 # this keeps a fakeable reduction fakeable, so constants may shrink as long as every reduction keeps
 # min(its real fan-in, FAN_KEEP).
 FAN_KEEP = 2**20
+# The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
+# difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
+# screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
+# degenerate one but nonfinite; the fakeable ratio measured on fewer elements than the real output has is
+# extrapolated (see _extrapolate), so it still decides.
+OUT_KEEP = 1024
+# torch.rand draws multiples of 2**-24 on the CPU and on CUDA, so an input of n values holds ~n / 2**24 exact
+# zeros: a real-size input of 1e9 values ~60 (log, rsqrt, logit and reciprocal make them inf), a scaled one
+# almost surely none. A scaled screen plants the real size's expected count (at most PLANT_MAX) at seeded
+# places of each [0, 1) input.
+RAND_ZERO_P = 2.0**-24
+PLANT_MAX = 16
 # One CPU core of the 2-core box this was calibrated on (benchmarks/prescreen_bench.py reports predicted
 # against measured): fp32 GEMM/conv ~10 GFLOP/s, elementwise with fresh allocations ~0.5 GB/s, and
 # torch.randn/rand ~40M values/s. Underestimates on a faster host only make the budget conservative.
@@ -158,6 +177,8 @@ class _Plan:
     ms: float
     peak: int
     fans: list[int]
+    out_numel: int = 0
+    in_numels: list[int] = field(default_factory=list)
 
 
 def _trace(ns: dict[str, Any], consts: dict[str, int], draws: int) -> _Plan:
@@ -169,7 +190,7 @@ def _trace(ns: dict[str, Any], consts: dict[str, int], draws: int) -> _Plan:
         inputs = ns["get_inputs"]()
         cost, fan = CostMode(), _FanMode()
         with cost, fan:
-            model(*inputs)
+            out = model(*inputs)
     ins = [t for t in inputs if isinstance(t, torch.Tensor)]
     weights = [*model.parameters(), *model.buffers()]
     in_n, w_n = sum(t.numel() for t in ins), sum(t.numel() for t in weights)
@@ -177,7 +198,8 @@ def _trace(ns: dict[str, Any], consts: dict[str, int], draws: int) -> _Plan:
     moved = sum(r.act_bytes + r.fixed_bytes for r in cost.records)
     per_draw = in_n / CPU_DRAWS_S + moved / CPU_BYTES_S + flops / CPU_FLOPS
     peak = sum(t.numel() * t.element_size() for t in [*ins, *weights]) + sum(r.out_bytes for r in cost.records)
-    return _Plan(dict(consts), 1e3 * (draws * per_draw + w_n / CPU_DRAWS_S), peak, fan.fans)
+    return _Plan(dict(consts), 1e3 * (draws * per_draw + w_n / CPU_DRAWS_S), peak, fan.fans,
+                 sum(t.numel() for t in tensors(out)), [t.numel() for t in inputs if isinstance(t, torch.Tensor)])
 
 
 def _keeps_fans(plan: _Plan, real: _Plan) -> bool:
@@ -189,8 +211,12 @@ def plan_sizes(code: str, draws: int, budget: Budget, only: tuple[str, ...] = ()
                pin_literals: bool = False) -> tuple[_Plan | None, _Plan]:
     """(the largest sizes that fit the budget and keep every reduction's fan-in, or None; the real sizes' plan).
 
-    Batch shrinks first (few ops reduce over it), then every other constant no reduction needs at full size
-    (each probed alone at half size), by one common factor; `only` limits the constants that may shrink, and
+    Every constant that can go to its floor (batch 1, one channel or head, MIN_SPATIAL) while the task still
+    runs on meta and every reduction keeps its fan-in goes there, batch first, each in turn; if even that
+    does not fit, there is no verdict. Otherwise the other constants grow back towards their real values by
+    one common geometric step, the largest that fits, and then the batch does: the screen runs as close to
+    the real shapes as the budget allows (more outputs per draw make an output's extremes, which the
+    filter's checks read, more like the real task's). `only` limits the constants that may shrink, and
     `pin_literals` keeps those whose value the code also spells as a literal (an index drawn below it, a
     randperm of its length: meta checks shapes, not index values)."""
     ns = load_module(code, "prescreen_meta")
@@ -198,8 +224,8 @@ def plan_sizes(code: str, draws: int, budget: Budget, only: tuple[str, ...] = ()
     constants = {k: v for k, v in ns.items() if not k.startswith("_") and type(v) is int}
     real = _trace(ns, constants, draws)
 
-    def fits(p: _Plan) -> bool:
-        return p.ms <= budget.ms and p.peak <= budget.mb * 2**20
+    def fits(p: _Plan | None) -> bool:
+        return p is not None and p.ms <= budget.ms and p.peak <= budget.mb * 2**20
 
     if fits(real):
         return real, real
@@ -212,33 +238,53 @@ def plan_sizes(code: str, draws: int, budget: Budget, only: tuple[str, ...] = ()
         return p if _keeps_fans(p, real) else None
 
     literals = _int_literals(code) if pin_literals else set()
-    free = []
+    low, floors = dict(constants), {}
+    plan: _Plan | None = None
     for c in sorted(only or constants, key=lambda c: c != BATCH):
         v = constants.get(c, 0)
         floor = MIN_SPATIAL if c in SPATIAL else 1
-        if v > floor and v not in literals and attempt({**constants, c: max(floor, v // 2)}) is not None:
-            free.append(c)
-    ratio = budget.ms / real.ms if real.ms > 0 else 1.0
-    ratio = min(ratio, budget.mb * 2**20 / real.peak) if real.peak > 0 else ratio
-    consts = dict(constants)
-    if BATCH in free:
-        consts[BATCH] = max(1, int(constants[BATCH] * ratio))
-        ratio = ratio * constants[BATCH] / consts[BATCH]
-    rest = [c for c in free if c != BATCH]
-    for _ in range(6):  # costs are not exactly proportional to sizes: shrink a little more until it fits
-        if rest and ratio < 1:
-            f = ratio ** (1 / len(rest))
-            consts.update({c: max(MIN_SPATIAL if c in SPATIAL else 1, int(constants[c] * f)) for c in rest})
-        p = attempt(consts)
-        if p is not None and fits(p):
-            return p, real
-        if BATCH in free and consts[BATCH] > 1:
-            consts[BATCH] = max(1, consts[BATCH] // 2)
-        elif rest:
-            ratio = min(ratio, 1.0) / 2
-        else:
-            break
-    return None, real
+        if v <= floor or v in literals:
+            continue
+        for size in (floor, max(floor, v // 2)):  # some ops need more than the floor (groups, kernel sizes)
+            p = attempt({**low, c: size})
+            if p is not None:
+                low[c], floors[c], plan = size, size, p
+                break
+    if not fits(plan):
+        return None, real
+    rest = [c for c in floors if c != BATCH]
+
+    def grown(a: float, batch: int) -> dict[str, int]:
+        consts = {**low, **{c: max(floors[c], round(floors[c] * (constants[c] / floors[c]) ** a)) for c in rest}}
+        return {**consts, BATCH: batch} if BATCH in floors else consts
+
+    best = plan
+    lo, hi = (0.0 if rest else 1.0), 1.0  # the common step of the other constants, on a log scale from their floors
+    if rest:
+        for _ in range(5):
+            p = attempt(grown((lo + hi) / 2, floors.get(BATCH, 1)))
+            if fits(p):
+                lo, best = (lo + hi) / 2, p
+            else:
+                hi = (lo + hi) / 2
+        if hi == 1.0 and fits(p := attempt(grown(1.0, floors.get(BATCH, 1)))):
+            lo, best = 1.0, p
+    if BATCH in floors and lo == 1.0:
+        # costs and peaks grow about linearly with the batch: solve for the largest that fits between batch 1
+        # (best) and the real plan, then step down while the meta run says it does not fit
+        b1, n = best, constants[BATCH]
+        per_ms, per_b = (real.ms - b1.ms) / (n - 1), (real.peak - b1.peak) / (n - 1)
+        cap = min(n if per_ms <= 0 else (budget.ms - b1.ms) / per_ms,
+                  n if per_b <= 0 else (budget.mb * 2**20 - b1.peak) / per_b)
+        batch = min(n - 1, int(cap) + 1)
+        for _ in range(4):
+            if batch <= 1:
+                break
+            if fits(p := attempt(grown(1.0, batch))):
+                best = p
+                break
+            batch = int(batch * 0.7)
+    return best, real
 
 
 def _int_literals(code: str) -> set[int]:
@@ -280,14 +326,23 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
     from pipeline.tensor_checks import draw_checks, flatten, sample_stride
 
     draws, seed = int(cfg.profile.input_draws), int(cfg.run.seed)
+    tol = float(cfg.filter.compile_tolerance)
+    fp64 = bool(cfg.sample.prescreen_fp64)
     res = Result()
     try:
-        plan, real = plan_sizes(code, draws, budget, only, pin_literals)
+        # the float64 run of draw 0 costs about two float32 draws
+        plan, real = plan_sizes(code, draws + 2 * fp64, budget, only, pin_literals)
         if plan is None:
             return Result(status="over budget", constants=real.consts, predicted_ms=real.ms)
         res = Result(constants=plan.consts, scaled=plan is not real, predicted_ms=plan.ms)
         ns = load_module(code, "prescreen")
         ns.update(plan.consts)
+        plant = [min(PLANT_MAX, round(n * RAND_ZERO_P)) if res.scaled else 0 for n in real.in_numels]
+
+        def draw(k: int) -> list[Any]:
+            torch.manual_seed(seed + 1 + k)
+            return _plant_zeros(ns["get_inputs"](), plant, seed + 1 + k)
+
         t0, hard_s = time.process_time(), HARD_FACTOR * budget.ms / 1e3
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             # the profile worker's seeds: weights from `seed`, draw k from seed + 1 + k
@@ -296,8 +351,7 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
             subs: list[Any] = []
             ref0, stride = None, 1
             for k in range(draws):
-                torch.manual_seed(seed + 1 + k)
-                flat = flatten(model(*ns["get_inputs"]()))
+                flat = flatten(model(*draw(k)))
                 if flat is None:
                     raise ValueError("forward returned no tensor")
                 if ref0 is None:
@@ -307,11 +361,63 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                 if time.process_time() - t0 > hard_s and k < draws - 1:
                     res.status = f"over budget (draw {k + 1} of {draws} past {hard_s:g} s)"
                     return res
-        res.measurements = draw_checks(ref0, subs, float(cfg.filter.compile_tolerance))
-        res.reason = decide(res.measurements, OUTPUT_CHECKS, cfg.filter)[1]
+            m = res.measurements = draw_checks(ref0, subs, tol)
+            r = m["input_sensitivity_ratio"]
+            if res.scaled and real.out_numel > ref0.numel() and math.isfinite(r):
+                m["input_sensitivity_ratio_screened"] = r
+                m["input_sensitivity_ratio"] = r * _extrapolate(ref0.numel(), real.out_numel)
+            if ref0.numel() < min(real.out_numel, OUT_KEEP):
+                m["few_outputs"] = {"input_min_pairwise_diff": m["input_min_pairwise_diff"],
+                                    "degenerate": m["degenerate"]}
+                m["input_min_pairwise_diff"] = math.inf
+                m["degenerate"] = m["degenerate"] if m["degenerate"] == "nonfinite" else ""
+                if r == 0:  # equal draws at a few outputs: the same luck as input-insensitive
+                    m["input_sensitivity_ratio"] = math.inf
+            res.reason = decide(m, OUTPUT_CHECKS, cfg.filter)[1]
+            if fp64 and not res.reason:
+                m["fp64_ratio"] = _fp64_ratio(model, draw(0), ref0, tol)
+                if m["fp64_ratio"] is not None and m["fp64_ratio"] > 1:
+                    res.reason = (f"numerically fragile: float32 and float64 disagree (ratio "
+                                  f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
+
+
+def _extrapolate(screened: int, real: int) -> float:
+    """How much larger the largest of `real` draw-to-draw differences is than the largest of `screened`, for
+    Gaussian-like differences (the expected maximum of n grows as sqrt(2 ln n)): the fakeable ratio of a
+    scaled screen times this is what the real output would show, so fewer outputs do not read as fakeable."""
+    return math.sqrt(math.log(2 * real) / math.log(2 * max(1, screened)))
+
+
+def _plant_zeros(inputs: list[Any], counts: list[int], seed: int) -> list[Any]:
+    """Set counts[i] seeded places of each [0, 1) float input (a torch.rand draw) to exactly 0."""
+    gen = torch.Generator().manual_seed(seed)
+    ts = iter(counts)
+    for t in inputs:
+        if not isinstance(t, torch.Tensor):
+            continue
+        k = next(ts, 0)
+        if k and t.is_floating_point() and t.numel() and float(t.min()) >= 0 and float(t.max()) < 1:
+            t.view(-1)[torch.randint(0, t.numel(), (k,), generator=gen)] = 0.0
+    return inputs
+
+
+def _fp64_ratio(model: Any, inputs: list[Any], ref0: Any, tol: float) -> float | None:
+    """The verifier's ratio (pipeline.tensor_checks.tolerance_ratio) of draw 0's float32 output against the same
+    model and inputs in float64: > 1 means a kernel that rounds differently (a compiler reordering a sum, a
+    fused softmax) may flip a comparison or an integer part and fail allclose. None if float64 does not run."""
+    from pipeline.tensor_checks import flatten, tolerance_ratio
+
+    try:
+        out = flatten(copy.deepcopy(model).double()(
+            *[t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]))
+    except Exception:  # noqa: BLE001 - an op without float64 (or a float32 literal it meets) says nothing
+        return None
+    if out is None or out.shape != ref0.shape:
+        return None
+    return tolerance_ratio(ref0.double(), out, tol)
 
 
 def _render(graph: Any) -> str:

@@ -63,6 +63,9 @@ class SampleSection:
     prescreen: str = "off"
     prescreen_ms: float = 100.0
     prescreen_mb: float = 256.0
+    # also run draw 0 in float64 and flag a task whose float32 output disagrees with it at the verifier's
+    # tolerance ("numerically fragile": a compiled kernel that reorders arithmetic likely disagrees too)
+    prescreen_fp64: bool = False
 
 
 @dataclass(frozen=True)

@@ -128,3 +128,64 @@ def test_prescreen_setting_is_validated():
 
     with pytest.raises(ConfigError, match="sample.prescreen"):
         validate(replace(CFG, sample=replace(CFG.sample, prescreen="on")), "test")
+
+
+RAND_TEMPLATE = TEMPLATE.replace("torch.randn(batch_size, in_channels, length)",
+                                 "torch.rand(batch_size, in_channels, length)")
+
+
+def test_scaled_rand_inputs_get_the_real_sizes_exact_zeros():
+    # 4096 x 3 x 2**16 values of torch.rand hold ~48 exact zeros (multiples of 2**-24): rsqrt makes them inf on
+    # the GPU; the scaled screen draws far fewer values, so it must plant them to see the nonfinite output
+    code = RAND_TEMPLATE.format(expr="torch.rsqrt(x)", batch=4096, length=2**16, init="        pass")
+    r = prescreen({"task_id": "t", "code": code}, CFG)
+    assert r.status == "ok" and r.scaled and r.constants["batch_size"] < 4096
+    assert r.reason == "degenerate output (nonfinite)"
+    # at its real shapes a small task keeps its own draws: no zeros are planted
+    small = RAND_TEMPLATE.format(expr="torch.rsqrt(x)", batch=2, length=1024, init="        pass")
+    r = prescreen({"task_id": "t", "code": small}, CFG)
+    assert r.status == "ok" and not r.scaled and r.reason == ""
+
+
+def test_plant_zeros_touches_only_unit_interval_inputs():
+    from operators.prescreen import _plant_zeros
+
+    unit, normal = torch.rand(1000) * 0.5 + 0.25, torch.randn(1000)
+    before = normal.clone()
+    _plant_zeros([unit, normal], [3, 3], seed=0)
+    assert 1 <= int((unit == 0).sum()) <= 3 and torch.equal(normal, before)
+
+
+def test_a_screen_of_few_outputs_gives_no_insensitive_or_degenerate_verdict():
+    from operators.prescreen import OUT_KEEP
+
+    # one sign per row: the budget leaves a row or two, whose signs agree over three draws by luck (the real
+    # 4096 rows never do); only a fakeable ratio measured on differing draws, extrapolated, could decide
+    r = prescreen(task("x.sum(dim=(1, 2)).sign()", batch=2**12, length=2**18), CFG)
+    assert r.status == "ok" and r.scaled and r.constants["length"] == 2**18
+    assert r.measurements["output_numel"] < OUT_KEEP and "few_outputs" in r.measurements
+    assert r.reason == ""
+
+
+def test_fakeable_ratio_of_fewer_outputs_is_extrapolated_up():
+    from operators.prescreen import _extrapolate
+
+    assert _extrapolate(1000, 1000) == pytest.approx(1.0)
+    assert 1.0 < _extrapolate(1024, 10**8) < _extrapolate(16, 10**8)
+
+
+def test_float64_check_flags_a_comparison_of_a_normalised_value_only_when_on():
+    # the fractional part of a scaled softmax is float32 rounding noise: fp32 and fp64 disagree on its booleans
+    expr = "(torch.frac(torch.softmax(x, dim=-1) * 1e9) > 0.5).float()"
+    off = prescreen(task(expr, batch=4, length=4096), CFG)
+    assert off.status == "ok" and not off.reason.startswith("numerically fragile")
+    on_cfg = replace(CFG, sample=replace(CFG.sample, prescreen_fp64=True))
+    on = prescreen(task(expr, batch=4, length=4096), on_cfg)
+    assert on.reason.startswith("numerically fragile: float32 and float64 disagree")
+    assert on.measurements["fp64_ratio"] > 1
+    assert prescreen(task("F.relu(x) * 2.0"), on_cfg).reason == ""
+
+
+def test_nonfinite_outputs_are_flagged_as_the_filter_does():
+    r = prescreen(task("torch.log(x)"), CFG)  # randn: log of negatives is NaN
+    assert r.status == "ok" and r.reason == "degenerate output (nonfinite)"
