@@ -265,9 +265,21 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
     }
 
 
-def check_destination(out: Path) -> None:
+def _run_inside(out: Path, run_dir: Path | None) -> str | None:
+    """The run directory's path inside `out` (a release keeps its run state beside what it publishes), or None."""
+    if run_dir is None:
+        return None
+    try:
+        inside = run_dir.resolve().relative_to(out.resolve()).as_posix()
+    except ValueError:
+        return None
+    return inside if inside != "." else None
+
+
+def check_destination(out: Path, run_dir: Path | None = None) -> None:
     """Refuse a destination publish would destroy something in: it must be new, empty, or hold only the files a
-    previous publish wrote (those its manifest lists, the manifest and the card)."""
+    previous publish wrote (those its manifest lists, the manifest and the card) and the run directory being
+    published, if it lives inside (it is carried over untouched)."""
     if not out.exists():
         return
     if not out.is_dir():
@@ -280,7 +292,8 @@ def check_destination(out: Path) -> None:
         written = set(json.loads((out / "manifest.json").read_text()).get("files", {})) | {"manifest.json", "README.md"}
     except (OSError, ValueError, AttributeError):
         pass
-    foreign = [p for p in present if p not in written]
+    inside = _run_inside(out, run_dir)
+    foreign = [p for p in present if p not in written and not (inside and p.startswith(inside + "/"))]
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
         what = "was not written by publish" if not written else "holds files publish did not write"
@@ -296,7 +309,8 @@ def publish(rd: RunDir, out_dir: Path | None = None, limit: int | None = None,
     `allow_incomplete` publishes a run whose stages are not all done (the card says which).
     """
     out = Path(out_dir) if out_dir is not None else rd.path / "dataset"
-    check_destination(out)
+    check_destination(out, rd.path)
+    inside = _run_inside(out, rd.path)
     t0 = time.time()
     g = _gather(rd, limit, allow_incomplete)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -305,12 +319,17 @@ def publish(rd: RunDir, out_dir: Path | None = None, limit: int | None = None,
     tmp.mkdir()
     try:
         manifest = _write_folder(rd, g, tmp)
+        if inside:  # the run state moves into the new folder before the swap, and back if anything fails
+            (tmp / inside).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(out / inside, tmp / inside)
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         if out.exists():
             os.replace(out, old)
         os.replace(tmp, out)
         shutil.rmtree(old, ignore_errors=True)
     except BaseException:
+        if inside and (tmp / inside).exists() and not (out / inside).exists():
+            os.replace(tmp / inside, out / inside)
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     rd.record_stage("publish", time.time() - t0, rows=manifest["rows"], folder=str(out))

@@ -329,3 +329,22 @@ def test_publish_refuses_a_folder_with_files_it_did_not_write(tmp_path: Path):
     assert (out / "notes.txt").exists() and (out / "README.md").exists()
     (tmp_path / "empty").mkdir()
     assert publish(rd, tmp_path / "empty") == tmp_path / "empty"
+
+
+def test_a_release_folder_keeps_its_run_state_beside_what_it_publishes(tmp_path: Path):
+    """data/releases/NAME/run/ holds the run that NAME/ publishes: publishing into NAME carries run/ over untouched."""
+    release = tmp_path / "release"
+    rd = make_run(release)  # its run directory is release/run
+    assert rd.path == release / "run"
+    before = sorted(p.relative_to(rd.path).as_posix() for p in rd.path.rglob("*.parquet"))
+    for _ in range(2):  # a first publish and a re-publish
+        assert publish(rd, release) == release
+        assert (release / "manifest.json").exists() and (release / "run" / "config.toml").exists()
+        assert sorted(p.relative_to(rd.path).as_posix() for p in rd.path.rglob("*.parquet")) == before
+    (release / "notes.txt").write_text("mine")  # anything else there is still refused
+    with pytest.raises(OpsynthError, match=r"holds files publish did not write \(notes.txt\)"):
+        publish(rd, release)
+    other = make_run(tmp_path / "elsewhere")
+    (release / "notes.txt").unlink()
+    with pytest.raises(OpsynthError, match="holds files publish did not write"):
+        publish(other, release)  # another run's publish may not replace the folder that holds this run
