@@ -33,7 +33,7 @@ TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 
 def reason_kind(reason: str) -> str:
     """A reason without its numbers and parenthesised details: the family it belongs to."""
-    return re.sub(r"\d+(\.\d+)?", "N", reason.split(" (")[0])[:90]
+    return re.sub(r"\d+(\.\d+)?", "N", TASK_ID.sub("<task>", reason.split(" (")[0]))[:90]
 
 
 def smi_utilisation(path: Path | None) -> dict | None:
