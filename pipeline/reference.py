@@ -2,8 +2,9 @@
 
 A reference is the Hub dataset `ScalingIntelligence/KernelBench` (all splits), a local parquet/jsonl
 with a `code` column, a folder of `.py` files, or an index file built here. An index holds, per
-problem, its name, level, AST fingerprint, traced operator signature, MinHash signature and text signature
-(transformers model ids and size constants of problems that cannot be traced offline), plus the reference
+problem, its name, level, AST fingerprint, traced operator signature (exact, and the core ops its output
+depends on), input shape pattern, MinHash signature and text signature (transformers model ids and size
+constants of problems that cannot be traced offline), plus the reference
 version it came from; never the source text, so it can ship in data/reference/ and make
 decontamination run offline and reproducibly.
 """
@@ -37,6 +38,8 @@ INDEX_SCHEMA = pa.schema([
     ("ast", pa.list_(pa.uint32())),   # hashed normalized AST tokens of the Model class and helpers
     ("minhash", pa.list_(pa.uint32())),
     ("ops", pa.list_(pa.string())),   # normalized ATen signature of forward, [] when not traced
+    ("core", pa.list_(pa.string())),  # ops the output depends on, without glue and dropout (core_ops)
+    ("shape", pa.string()),           # input shape equality pattern (shape_key), "" when not traced
     ("op_status", pa.string()),       # traced | text-only: why
     ("text_sig", pa.list_(pa.string())),  # model:<transformers model id>, const:<size>; [] without model ids
     ("code_sha256", pa.string()),     # identifies the exact source without storing it
@@ -171,30 +174,36 @@ def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True
             status.append("traced")
             to_trace.append(i)
     ops: list[list[str] | None] = [None] * len(codes)
+    live: list[list[str] | None] = [None] * len(codes)
+    shapes: list[list | None] = [None] * len(codes)
     if to_trace:
         for i, res in zip(to_trace, trace_many([codes[i] for i in to_trace]), strict=False):
             if res.get("ok"):
-                ops[i] = res["ops"]
+                ops[i], live[i], shapes[i] = res["ops"], res.get("live_ops"), res.get("inputs")
             else:
                 status[i] = f"text-only: trace failed: {res.get('error', '')[:160]}"
-    fp = fingerprints(codes, ops)
+    fp = fingerprints(codes, ops, live, shapes)
     out = []
     for i, r in enumerate(rows):
         level = r.get("level")
         key = f"level{level}/{r['name']}" if level is not None else str(r["name"])
         out.append({"source": source, "key": key, "level": level, "problem_id": r.get("problem_id"),
                     "name": r["name"], "ast": fp["ast"][i].tolist(), "minhash": fp["minhash"][i].tolist(),
-                    "ops": list(fp["ops"][i]), "op_status": status[i], "text_sig": list(fp["text_sig"][i]),
+                    "ops": list(fp["ops"][i]), "core": list(fp["core"][i]), "shape": fp["shape"][i],
+                    "op_status": status[i], "text_sig": list(fp["text_sig"][i]),
                     "code_sha256": hashlib.sha256(codes[i].encode()).hexdigest(),
                     "fingerprint_version": FINGERPRINT_VERSION})
     return pa.Table.from_pylist(out, schema=INDEX_SCHEMA)
 
 
 def _conform(table: pa.Table) -> pa.Table:
-    """An index table in INDEX_SCHEMA; an index from before text signatures gets empty ones (and an old
+    """An index table in INDEX_SCHEMA; an index from before text signatures or core ops gets empty ones (and an old
     fingerprint_version, which `reference_matrix` refuses with a rebuild hint)."""
-    if "text_sig" not in table.column_names:
-        table = table.append_column("text_sig", pa.array([[]] * table.num_rows, pa.list_(pa.string())))
+    for name in ("text_sig", "core"):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array([[]] * table.num_rows, pa.list_(pa.string())))
+    if "shape" not in table.column_names:
+        table = table.append_column("shape", pa.array([""] * table.num_rows, pa.string()))
     meta = table.schema.metadata
     return table.select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA).replace_schema_metadata(meta)
 
@@ -292,4 +301,5 @@ def reference_matrix(index: pa.Table):
                            f"{FINGERPRINT_VERSION}; rebuild it with `opsynth reference build SOURCE --out PATH`")
     return ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
                            np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
-                           [tuple(o or ()) for o in d["ops"]], [tuple(t or ()) for t in d["text_sig"]])
+                           [tuple(o or ()) for o in d["ops"]], [tuple(t or ()) for t in d["text_sig"]],
+                           [tuple(c or ()) for c in d["core"]], [s or "" for s in d["shape"]])
