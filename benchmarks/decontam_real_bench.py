@@ -27,8 +27,11 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SNAP = ROOT.parent / "shared" / "reference" / "kernelbench"
-OPS6K = ROOT.parent / "shared" / "reference" / "ops6k" / "cuda_agent_ops_6k.parquet"
+# the reference copies live in a `shared/` folder beside the checkout (or beside its parent, for a worktree)
+SHARED = next((d / "shared" for d in (ROOT.parent, ROOT.parent.parent) if (d / "shared" / "reference").exists()),
+              ROOT.parent / "shared")
+SNAP = SHARED / "reference" / "kernelbench"
+OPS6K = SHARED / "reference" / "ops6k" / "cuda_agent_ops_6k.parquet"
 
 
 def _table(headers: list[str], rows: list[list]) -> str:

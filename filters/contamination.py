@@ -20,9 +20,11 @@ A fingerprint holds no source text, only what the detectors compare:
   and printed reductions dropped by the tracer's data flow), with glue (allocations, fills, constants),
   dropout and, when data flow is unknown, BatchNorm's counter update removed: `core_ops`. A functional
   rewrite, a CUDA-graph wrapper and the module it copies share it.
-- `shape`: the equality pattern of the input shapes (`a,b|a,b`: ranks, and which sizes are equal), which a
-  resize keeps: a program of one or two core ops matches only when this agrees as well, since one op alone
-  (a softmax, an attention call) is common to many unrelated tasks.
+- `shape`: the equality pattern of the input shapes (`a,b|a,b`: ranks, and which sizes are equal) and the
+  log2 of their total size (`@27`), which a resize keeps (within SIZE_LOG2_SLACK): a single-call problem
+  (level 1, or one or two core ops) matches a traced program only when this agrees as well, since one op
+  alone (a softmax, a pooling, an attention call) is common to many unrelated tasks (a KV-cache decode step
+  and level 1's self-attention differ only here).
 
 Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
 one reduction away (a rewrite that adds or drops a final `mean`); `op_normalization` says which. AST and
@@ -86,7 +88,9 @@ BATCH_NORM_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_n
 # one of these added or dropped at the end of a copy (a `.mean()` to make a loss) keeps it a copy
 REDUCTION_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min", "logsumexp", "var", "std", "norm",
                            "linalg_vector_norm", "prod"})
-SHORT_PROGRAM = 2  # a core signature this short needs the input shape pattern to agree as well
+SHORT_PROGRAM = 2  # a core signature this short is a single call: it needs the input shape pattern as well
+SIZE_LOG2_SLACK = 8  # input sizes within 2^8 of a single-call problem's still count as its shape (resizes)
+STRICT_TEXT = 0.97  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
 OVERLAP_MIN = 0.5  # core-op multiset Jaccard a text match needs with the problem it points at
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
@@ -367,12 +371,16 @@ def core_ops(ops: Sequence[str] | None, live: bool = False) -> tuple[str, ...]:
 
 
 def shape_key(shapes: Sequence[Sequence[int] | None] | None) -> str:
-    """Input shapes as an equality pattern: `a,b|a,b` (two inputs of one 2-D shape), `1` for size 1, `-` for
-    a non-tensor input; "" when unknown. A uniform resize keeps it; a KV-cache query (length 1) does not."""
+    """Input shapes as an equality pattern and a size: `a,b|a,b@20` (two inputs of one 2-D shape, 2^20 numbers
+    in all), `1` for size 1, `-` for a non-tensor input; "" when unknown. A uniform resize keeps the pattern;
+    a KV-cache query (length 1) does not."""
     if not shapes:
         return ""
+    import math
+
     labels: dict[int, str] = {}
     parts = []
+    total = sum(math.prod(int(d) for d in shp) for shp in shapes if shp is not None)
     for shp in shapes:
         if shp is None:
             parts.append("-")
@@ -388,7 +396,16 @@ def shape_key(shapes: Sequence[Sequence[int] | None] | None) -> str:
                 labels[d] = (chr(97 + n % 26) + (str(n // 26) if n >= 26 else ""))
             dims.append(labels[d])
         parts.append(",".join(dims))
-    return "|".join(parts)
+    return "|".join(parts) + f"@{round(math.log2(total)) if total > 0 else 0}"
+
+
+def shapes_agree(a: str, b: str) -> bool:
+    """Same equality pattern, total sizes within 2^SIZE_LOG2_SLACK (True when either is unknown)."""
+    if not a or not b:
+        return True
+    pa_, _, sa = a.rpartition("@")
+    pb, _, sb = b.rpartition("@")
+    return pa_ == pb and abs(int(sa or 0) - int(sb or 0)) <= SIZE_LOG2_SLACK
 
 
 def without_one(ops: Sequence[str], which: frozenset[str] = REDUCTION_OPS) -> list[tuple[tuple[str, ...], str]]:
@@ -577,7 +594,8 @@ class ReferenceMatrix:
 
     def __init__(self, keys: list[str], ast_seqs: list[np.ndarray], minhash: np.ndarray,
                  ops: list[tuple[str, ...]], text_sigs: list[tuple[str, ...]] | None = None,
-                 core: list[tuple[str, ...]] | None = None, shapes: list[str] | None = None):
+                 core: list[tuple[str, ...]] | None = None, shapes: list[str] | None = None,
+                 levels: list[int | None] | None = None):
         from collections import Counter
 
         from scipy import sparse
@@ -598,6 +616,9 @@ class ReferenceMatrix:
         # an index without core ops (built before they existed) derives them from the exact signature
         self.core = [tuple(c) for c in core] if core is not None else [core_ops(o) for o in ops]
         self.shapes = list(shapes) if shapes is not None else [""] * len(keys)
+        # single-call problems: KernelBench level 1 (one operator, however many ATen ops it decomposes into)
+        self.single = [(lv == 1) or len(c) <= SHORT_PROGRAM
+                       for lv, c in zip(levels if levels is not None else [None] * len(keys), self.core, strict=True)]
         self.core_counts = [Counter(c) for c in self.core]
         self.by_core: dict[str, list[int]] = {}
         self.by_core_less: dict[str, list[tuple[int, str]]] = {}  # core with one reduction deleted
@@ -613,10 +634,10 @@ class ReferenceMatrix:
             for m in model_ids(t):
                 self.by_model.setdefault(m, []).append(i)
 
-    def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None) -> bool:
-        """Does a program with these core ops and input shape pattern compute what problem `r` does? True when
-        either side has no trace (nothing to check); else the core multisets overlap (OVERLAP_MIN) and, for a
-        program of one or two core ops, the shape patterns agree where both are known."""
+    def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None, score: float = 0.0) -> bool:
+        """May a text match with problem `r` (at `score`) count? True when either side has no trace (nothing
+        to check); else the core multisets must overlap (OVERLAP_MIN) and, for a single-call problem, the
+        shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
         from collections import Counter
 
         ref_core = self.core[r]
@@ -626,13 +647,13 @@ class ReferenceMatrix:
         inter = sum((ca & cb).values())
         if inter < OVERLAP_MIN * (len(core) + len(ref_core) - inter):
             return False
-        return self.shape_agrees(r, core, shape)
+        return score >= STRICT_TEXT or self.shape_agrees(r, core, shape)
 
     def shape_agrees(self, r: int, core: Sequence[str], shape: str) -> bool:
-        """A one- or two-op program matches problem `r` only with the same input shape pattern (when known)."""
-        if min(len(core), len(self.core[r])) > SHORT_PROGRAM or not shape or not self.shapes[r]:
+        """A single-call problem (or a one- or two-op program) matches only with agreeing input shapes."""
+        if not (self.single[r] or len(core) <= SHORT_PROGRAM):
             return True
-        return shape == self.shapes[r]
+        return shapes_agree(shape, self.shapes[r])
 
     def op_hits(self, ops: Sequence[str], core: Sequence[str], shape: str) -> tuple[list[int], str | None]:
         """Problems the traced program matches, and how: `exact` (the whole normalized signature), `core` (the
@@ -714,9 +735,9 @@ def _best_ast(ref: ReferenceMatrix, seq: np.ndarray, bound_row: np.ndarray, cand
     for r in sorted(cand, key=lambda r: -bound_row[r]):
         if bound_row[r] <= best:
             break  # the bound says no later candidate can beat the best exact ratio
-        if ok is not None and not ok(r):
-            continue
         s = ast_ratio(ref.ast[r], seq, ref.masks[r])
+        if ok is not None and not ok(r, s):
+            continue
         if s > best:
             best, best_r = s, r
     return best, best_r
@@ -741,19 +762,19 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             ops, core, shape = task_fp["ops"][lo + j], cores[lo + j], shapes[lo + j]
             counts = Counter(core) if core else None
 
-            def ok(r: int, core=core, shape=shape, counts=counts) -> bool:
-                return ref.agrees(r, core, shape, counts)
+            def ok(r: int, score: float = 0.0, core=core, shape=shape, counts=counts) -> bool:
+                return ref.agrees(r, core, shape, counts, score)
 
             over = np.nonzero(bound[j] >= ast_threshold)[0].tolist()
             cand = set(top[j].tolist()) | set(over)
             best_ast, best_ref = _best_ast(ref, seqs[j], bound[j], list(cand))
             # the AST detector: the best ratio among problems whose computation the task shares
-            fire_ast, fire_ref = (best_ast, best_ref) if best_ref < 0 or ok(best_ref) else _best_ast(
+            fire_ast, fire_ref = (best_ast, best_ref) if best_ref < 0 or ok(best_ref, best_ast) else _best_ast(
                 ref, seqs[j], bound[j], over, ok)
             mj = int(np.argmax(jac[j])) if jac.shape[1] else -1
             best_jac = float(jac[j, mj]) if mj >= 0 else 0.0
-            fire_jac = best_jac >= minhash_threshold and (ok(mj) or any(
-                ok(r) for r in np.nonzero(jac[j] >= minhash_threshold)[0].tolist()))
+            fire_jac = best_jac >= minhash_threshold and (ok(mj, best_jac) or any(
+                ok(r, float(jac[j, r])) for r in np.nonzero(jac[j] >= minhash_threshold)[0].tolist()))
             sig_hits, how = ref.op_hits(ops, core, shape) if use_op_signature and (ops or core) else ([], None)
             ms_hits = ref.by_multiset.get(multiset_key(ops), []) if ops and use_op_signature else []
             tsig = task_fp["text_sig"][lo + j] if "text_sig" in task_fp else ()
@@ -781,7 +802,7 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             else:  # the candidate with the most evidence over both text detectors
                 cands = {r for r in (best_ref, mj, fire_ref) if r >= 0}
                 if fired:
-                    cands = {r for r in cands if ok(r)} or cands
+                    cands = {r for r in cands if ok(r, 1.0)} or cands
                 nearest = max(cands, key=lambda r: (ast_ratio(ref.ast[r], seqs[j], ref.masks[r]) if r != best_ref else best_ast)
                               + float(jac[j, r]), default=-1)
             out.append({

@@ -8,6 +8,7 @@ from filters.contamination import (
     fingerprints,
     op_overlap,
     shape_key,
+    shapes_agree,
 )
 
 REF = '''
@@ -62,10 +63,14 @@ def test_core_ops_drop_glue_dropout_and_the_batchnorm_counter():
     assert core_ops(["aten.add", "aten.native_batch_norm"], live=True) == ("add", "native_batch_norm")
 
 
-def test_shape_key_is_an_equality_pattern_a_resize_keeps():
-    assert shape_key([[32, 32, 512, 64]] * 3) == shape_key([[16, 16, 256, 32]] * 3) == "a,a,b,c|a,a,b,c|a,a,b,c"
-    assert shape_key([[32, 32, 1, 64], [32, 32, 512, 64]]) == "a,a,1,b|a,a,c,b"
-    assert shape_key([[4, 8], None]) == "a,b|-" and shape_key(None) == ""
+def test_shape_key_is_an_equality_pattern_and_a_size_a_resize_keeps():
+    full, resized = shape_key([[32, 32, 512, 64]] * 3), shape_key([[16, 16, 256, 32]] * 3)
+    assert full == "a,a,b,c|a,a,b,c|a,a,b,c@27" and resized == "a,a,b,c|a,a,b,c|a,a,b,c@23"
+    assert shapes_agree(full, resized)
+    assert shape_key([[32, 32, 1, 64], [32, 32, 512, 64]]) == "a,a,1,b|a,a,c,b@25"
+    assert shape_key([[4, 8], None]) == "a,b|-@5" and shape_key(None) == ""
+    assert not shapes_agree(shape_key([[3, 5, 7]]), shape_key([[64, 128, 65536]]))  # same pattern, 2^19 apart
+    assert shapes_agree("", full)  # unknown: nothing to disagree with
 
 
 def test_template_lines_are_not_content():
