@@ -49,8 +49,9 @@ class _Recorder(TorchDispatchMode):
         self.capturing = False
         self.dataflow = dataflow
         self.nodes: list[tuple[str, frozenset[int]]] = []  # (name, nodes it read)
-        self.producer: dict[int, frozenset[int]] = {}  # id(tensor) -> the nodes its current value comes from
-        self.keep: list[Any] = []  # tensors whose ids are keys of `producer` stay alive, so ids stay unique
+        self.producer: dict[int, frozenset[int]] = {}  # id(tensor) -> the nodes that produced it
+        self.written: dict[int, frozenset[int]] = {}  # storage -> the last in-place write into it
+        self.keep: list[Any] = []  # tensors whose ids and storages are keys stay alive, so keys stay unique
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = aten_name(func)
@@ -61,30 +62,37 @@ class _Recorder(TorchDispatchMode):
             self._link(name, (args, kwargs or {}), out)
         return out
 
+    def _reads(self, t: torch.Tensor) -> frozenset[int]:
+        """The nodes a read of `t` depends on: what produced it, and the last in-place write to its storage
+        (a write through a view, such as pad's slice + copy_, changes what its base holds)."""
+        return self.producer.get(id(t), frozenset()) | self.written.get(_storage(t), frozenset())
+
     def _link(self, name: str, inputs: Any, out: Any) -> None:
         from torch.utils._pytree import tree_leaves
 
-        reads = frozenset().union(*(self.producer.get(id(t), frozenset()) for t in tree_leaves(inputs)
-                                    if isinstance(t, torch.Tensor)))
+        reads = frozenset().union(*(self._reads(t) for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)))
         if name in SKIP_OPS:
             src = reads  # a copy or alias passes its input's history on
         else:
             self.nodes.append((name, reads))
             src = frozenset({len(self.nodes) - 1})
-        written = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-        if name.endswith("_") or name in ("aten.copy_",):  # in place: the mutated argument is an output too
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.producer[id(t)] = src
+                self.keep.append(t)
+        if name.endswith("_"):  # in place: the mutated argument's storage now holds this node's result
             first = next((t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
-            written += [first] if first is not None else []
-        for t in written:
-            self.producer[id(t)] = src
-            self.keep.append(t)
+            if first is not None:
+                self.producer[id(first)] = src
+                self.written[_storage(first)] = src
+                self.keep.append(first)
 
     def live_ops(self, result: Any) -> list[str]:
         """Ops the tensors in `result` depend on, in run order; captured ops count (a replay returns what the
         capture computed), the warm-up run before a capture is dead once the capture overwrites its output."""
         from torch.utils._pytree import tree_leaves
 
-        todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self.producer.get(id(t), ())]
+        todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
         live: set[int] = set()
         while todo:
             n = todo.pop()
@@ -92,6 +100,14 @@ class _Recorder(TorchDispatchMode):
                 live.add(n)
                 todo.extend(self.nodes[n][1])
         return [self.nodes[i][0] for i in sorted(live)]
+
+
+def _storage(t: torch.Tensor) -> int:
+    """One key for a tensor and all its views (the storage they share); the tensor's id when it has none."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t)
 
 
 # ---- CPU stand-ins for the GPU API -------------------------------------------------------------------
