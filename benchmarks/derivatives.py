@@ -98,6 +98,9 @@ def functional(code: str, rng: random.Random) -> tuple[str, bool]:
             and n.value.id == "self"}
     if used & methods:
         raise ValueError("forward calls a helper method")
+    if any(isinstance(n, ast.Name) and n.id == "self" for n in ast.walk(fwd)) and not all(
+            isinstance(p, ast.Attribute) for p in _parents_of_self(fwd)):
+        raise ValueError("forward uses `self` itself")
     spelled = {a for a in called if sum(1 for n in ast.walk(fwd) if isinstance(n, ast.Attribute)
                                         and isinstance(n.value, ast.Name) and n.value.id == "self"
                                         and n.attr == a) == sum(1 for n in ast.walk(fwd) if isinstance(n, ast.Call)
@@ -114,18 +117,17 @@ def functional(code: str, rng: random.Random) -> tuple[str, bool]:
         name = tgt.attr if isinstance(tgt, ast.Attribute) and isinstance(tgt.value, ast.Name) and tgt.value.id == "self" else None
         if name in spelled:
             fn, tensors, settings = LAYERS[layers[name]]
-            new_init.append(ast.Assign(targets=[ast.Name(name, ast.Store())], value=s.value, lineno=0))
+            local = f"_{name}_layer"  # not `name`: a constructor argument may carry that name
+            new_init.append(ast.Assign(targets=[ast.Name(local, ast.Store())], value=s.value, lineno=0))
             for t in tensors:
-                if t in ("normalized_shape", "num_groups"):
-                    new_init.append(ast.parse(f"self.{name}_{t} = {name}.{t}").body[0])
-                elif t in ("weight", "bias"):
-                    new_init.append(ast.parse(f"self.{name}_{t} = nn.Parameter({name}.{t}.detach().clone()) "
-                                              f"if {name}.{t} is not None else None").body[0])
+                if t in ("weight", "bias"):
+                    new_init.append(ast.parse(f"self.{name}_{t} = nn.Parameter({local}.{t}.detach().clone()) "
+                                              f"if {local}.{t} is not None else None").body[0])
                 else:
-                    new_init.append(ast.parse(f"self.{name}_{t} = {name}.{t}").body[0])
+                    new_init.append(ast.parse(f"self.{name}_{t} = {local}.{t}").body[0])
                 params.append(f"{name}_{t}")
             if settings:
-                new_init.append(ast.parse(f"self.{name}_cfg = {{k: getattr({name}, k) for k in {settings!r}}}").body[0])
+                new_init.append(ast.parse(f"self.{name}_cfg = {{k: getattr({local}, k) for k in {settings!r}}}").body[0])
                 params.append(f"{name}_cfg")
         else:
             new_init.append(s)
@@ -178,7 +180,10 @@ def functional(code: str, rng: random.Random) -> tuple[str, bool]:
     star = fwd.args.vararg is not None
     if star:
         raise ValueError("forward takes *args")
-    fwd.args = ast.parse(f"def f(self, {', '.join(args)}, fn=module_fn): pass").body[0].args
+    fwd.args.args.append(ast.arg("fn"))
+    fwd.args.defaults.append(ast.Name("module_fn", ast.Load()))
+    for a in fwd.args.args:
+        a.annotation = None
     fwd.body = [ast.parse(f"return fn({call})").body[0]]
     fwd.returns = None
     tree.body.insert(tree.body.index(model), fn_def)
@@ -186,6 +191,16 @@ def functional(code: str, rng: random.Random) -> tuple[str, bool]:
         tree.body.insert(0, ast.parse("import torch.nn.functional as F").body[0])
     return ast.unparse(ast.fix_missing_locations(tree)), not [p for p in passed if p in layers or p not in
                                                                 _init_attrs(init)]
+
+
+def _parents_of_self(fn: ast.FunctionDef) -> list[ast.AST]:
+    """The nodes directly holding each bare `self` in `fn` (an Attribute for `self.x`)."""
+    out = []
+    for node in ast.walk(fn):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and child.id == "self":
+                out.append(node)
+    return out
 
 
 def _init_attrs(init: ast.FunctionDef) -> set[str]:
@@ -197,9 +212,9 @@ GRAPH_FORWARD = '''
 def forward(self, {args}):
     if not {cond}:
         return self._forward_eager({args})
-    key = tuple(t.shape for t in ({args},))
+    key = tuple(getattr(t, "shape", t) for t in ({args},))
     if self._graph is None or self._graph_key != key:
-        self._static_inputs = [t.clone() for t in ({args},)]
+        self._static_inputs = [t.clone() if isinstance(t, torch.Tensor) else t for t in ({args},)]
         self._stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self._stream):
             for _ in range(3):
@@ -210,7 +225,8 @@ def forward(self, {args}):
             self._static_output = self._forward_eager(*self._static_inputs)
         self._graph_key = key
     for static, t in zip(self._static_inputs, ({args},)):
-        static.copy_(t)
+        if isinstance(t, torch.Tensor):
+            static.copy_(t)
     self._graph.replay()
     return self._static_output
 '''
@@ -230,6 +246,7 @@ def cuda_graph(code: str, rng: random.Random) -> str:
     cond = f"{args[0]}.is_cuda" if variant != 1 else "torch.cuda.is_available()"
     fwd.name = "_forward_eager"
     new = ast.parse(GRAPH_FORWARD.format(args=", ".join(args), cond=cond)).body[0]
+    new.args = copy.deepcopy(fwd.args)  # the original parameters, defaults included
     if variant == 2:  # inputs moved to the GPU, and a finiteness guard read back with .item()
         new.body.insert(0, ast.parse(f"if not torch.isfinite({args[0]}).all().item():\n"
                                      "    raise ValueError('non-finite input')").body[0])

@@ -90,7 +90,7 @@ REDUCTION_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min", "logsume
                            "linalg_vector_norm", "prod"})
 SHORT_PROGRAM = 2  # a core signature this short is a single call: it needs the input shape pattern as well
 SIZE_LOG2_SLACK = 8  # input sizes within 2^8 of a single-call problem's still count as its shape (resizes)
-STRICT_TEXT = 0.97  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
+STRICT_TEXT = 0.95  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
 OVERLAP_MIN = 0.5  # core-op multiset Jaccard a text match needs with the problem it points at
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
