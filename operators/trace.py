@@ -59,29 +59,29 @@ class _Recorder(TorchDispatchMode):
         if name not in SKIP_OPS:
             (self.captured if self.capturing else self.ops).append(name)
         if self.dataflow:
-            self._link(name, (args, kwargs or {}), out)
+            self._link(name, args, kwargs, out)
         return out
 
     def _reads(self, t: torch.Tensor) -> frozenset[int]:
         """The nodes a read of `t` depends on: what produced it, and the last in-place write to its storage
         (a write through a view, such as pad's slice + copy_, changes what its base holds)."""
-        return self.producer.get(id(t), frozenset()) | self.written.get(_storage(t), frozenset())
+        got = self.producer.get(id(t), _NONE)
+        return got | self.written.get(_storage(t), _NONE) if self.written else got
 
-    def _link(self, name: str, inputs: Any, out: Any) -> None:
-        from torch.utils._pytree import tree_leaves
-
-        reads = frozenset().union(*(self._reads(t) for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)))
+    def _link(self, name: str, args: Any, kwargs: Any, out: Any) -> None:
+        reads = _NONE
+        for t in _tensors(args, kwargs):
+            reads = reads | self._reads(t)
         if name in SKIP_OPS:
             src = reads  # a copy or alias passes its input's history on
         else:
             self.nodes.append((name, reads))
             src = frozenset({len(self.nodes) - 1})
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.producer[id(t)] = src
-                self.keep.append(t)
+        for t in _tensors(out, None):
+            self.producer[id(t)] = src
+            self.keep.append(t)
         if name.endswith("_"):  # in place: the mutated argument's storage now holds this node's result
-            first = next((t for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)), None)
+            first = next(iter(_tensors(args, kwargs)), None)
             if first is not None:
                 self.producer[id(first)] = src
                 self.written[_storage(first)] = src
@@ -90,7 +90,7 @@ class _Recorder(TorchDispatchMode):
     def live_ops(self, result: Any) -> list[str]:
         """Ops the tensors in `result` depend on, in run order; captured ops count (a replay returns what the
         capture computed), the warm-up run before a capture is dead once the capture overwrites its output."""
-        from torch.utils._pytree import tree_leaves
+        from torch.utils._pytree import tree_leaves  # a model's result may nest (tuples of tuples, dicts)
 
         todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
         live: set[int] = set()
@@ -100,6 +100,20 @@ class _Recorder(TorchDispatchMode):
                 live.add(n)
                 todo.extend(self.nodes[n][1])
         return [self.nodes[i][0] for i in sorted(live)]
+
+
+_NONE: frozenset[int] = frozenset()
+
+
+def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors among an ATen call's arguments (or results): top level and inside lists/tuples."""
+    out = []
+    for a in (*(args if isinstance(args, tuple | list) else (args,)), *(kwargs.values() if kwargs else ())):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, tuple | list):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
 
 
 def _storage(t: torch.Tensor) -> int:
