@@ -39,6 +39,7 @@ def _baseline(ref: str):
     """(contamination module, ReferenceMatrix) of the baseline commit."""
     spec = importlib.util.spec_from_loader("baseline_contamination", loader=None)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules["baseline_contamination"] = mod  # the worker pool pickles its functions by module name
     exec(compile(_git(ref, "filters/contamination.py"), "baseline_contamination", "exec"), mod.__dict__)  # noqa: S102
     d = pq.read_table(io.BytesIO(_git(ref, "data/reference/kernelbench_main.index.parquet"))).to_pydict()
     mat = mod.ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
