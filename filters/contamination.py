@@ -2,17 +2,35 @@
 
 A fingerprint holds no source text, only what the detectors compare:
 
-- `ast`: the Model class (and any helper classes) as a pre-order sequence of normalized AST node tokens,
-  each hashed to uint32. User identifiers become `_`, literals become their type, torch/nn/F API names
+- `ast`: the Model class, helper classes and module-level helper functions (a functional rewrite's
+  `module_fn`; not get_inputs/get_init_inputs) as a pre-order sequence of normalized AST node tokens,
+  each hashed to uint32; `super().__init__()` calls are template and dropped. User identifiers become `_`, literals become their type, torch/nn/F API names
   are kept with their module prefix dropped (`torch.relu` and `F.relu` are one token), docstrings and
   type annotations are dropped. AST similarity is 2*LCS/(len(a)+len(b)) over these sequences: the usual
   "ratio" of two sequences (difflib's ratio is a greedy lower bound of it); benchmarks/decontam_bench.py
   calibrates the 0.9 threshold (KernelBench problems vs each other, v0 vs main, disguised copies).
 - `minhash`: datasketch MinHash (128 permutations) of 5-token shingles of the lexical token stream with
-  comments, docstrings and numbers normalized away (short strings such as model ids are kept).
+  comments, docstrings and numbers normalized away (short strings such as model ids are kept) and
+  KernelBench's template lines removed (imports, class and def headers, `super().__init__()`, size
+  constants, `self.a = a`, `return [a, b]`): what is left is what the module builds and computes.
 - `ops`: the ATen ops that run in forward (traced on the meta device), normalized so module and
   functional spellings agree (in-place `relu_` is `relu`, `rsub` is `sub`; pure view/reshape/copy ops are
-  dropped).
+  dropped): `normalize_ops`, the exact signature.
+- `core`: the ops the output depends on (dead ops such as BatchNorm's `num_batches_tracked` update, guards
+  and printed reductions dropped by the tracer's data flow), with glue (allocations, fills, constants),
+  dropout and, when data flow is unknown, BatchNorm's counter update removed: `core_ops`. A functional
+  rewrite, a CUDA-graph wrapper and the module it copies share it.
+- `shape`: the equality pattern of the input shapes (`a,b|a,b`: ranks, and which sizes are equal) and the
+  log2 of their total size (`@27`), which a resize keeps (within SIZE_LOG2_SLACK): a single-call problem
+  (level 1, or one or two core ops) matches a traced program only when this agrees as well, since one op
+  alone (a softmax, a pooling, an attention call) is common to many unrelated tasks (a KV-cache decode step
+  and level 1's self-attention differ only here).
+
+Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
+one reduction away (a rewrite that adds or drops a final `mean`); `op_normalization` says which. AST and
+MinHash fire only when the computation overlaps as well (core multiset Jaccard >= 0.5 with the problem
+they point at, and the shape pattern for one- or two-op programs), so shared boilerplate is not shared
+content; a side without a trace (level 4, a failed trace) is compared by text alone.
 - `text_sig`: for problems that cannot be traced offline because they load a Hugging Face model (KernelBench
   level 4), the model ids that reach a `transformers` entry point (`from_pretrained`, `AutoConfig`, ...) as
   `model:<id>`, plus the module's integer size constants as `const:<n>`. The model id is what the program
@@ -42,7 +60,7 @@ import numpy as np
 NUM_PERM = 128
 SHINGLE = 5
 MINHASH_SEED = 1
-FINGERPRINT_VERSION = 3  # 3: text_sig (model ids), rsub normalized to sub
+FINGERPRINT_VERSION = 4  # 3: text_sig (model ids), rsub normalized to sub; 4: core ops, shape, template-free text
 REFINE_TOP = 2  # exact AST ratio for this many best upper-bound candidates per task (and all that can fire)
 
 API_ROOTS = frozenset({"torch", "nn", "F", "functional", "math", "np", "numpy", "einops"})
@@ -60,6 +78,21 @@ OP_ALIASES = {"rsub": "sub"}
 HF_ENTRY_ATTRS = frozenset({"from_pretrained", "from_config", "for_model"})
 HF_ID_KEYWORDS = frozenset({"pretrained_model_name_or_path", "model", "model_name_or_path", "config", "model_id"})
 HF_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+# ops that build or fill tensors without reading the inputs: a wrapper's static buffers, a mask's zeros
+GLUE_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zero", "fill",
+                      "zeros", "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones",
+                      "new_full", "scalar_tensor", "lift_fresh_copy", "_local_scalar_dense"})
+DROPOUT_OPS = frozenset({"native_dropout", "dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
+BATCH_NORM_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+                            "batch_norm", "cudnn_batch_norm", "_batch_norm_impl_index"})
+# one of these added or dropped at the end of a copy (a `.mean()` to make a loss) keeps it a copy
+REDUCTION_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min", "logsumexp", "var", "std", "norm",
+                           "linalg_vector_norm", "prod"})
+SHORT_PROGRAM = 2  # a core signature this short is a single call: it needs the input shape pattern as well
+SIZE_LOG2_SLACK = 8  # input sizes within 2^8 of a single-call problem's still count as its shape (resizes)
+STRICT_TEXT = 0.95  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
+OVERLAP_MIN = 0.5  # core-op multiset Jaccard a text match needs with the problem it points at
+TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
 
 # ---- AST fingerprint -----------------------------------------------------------------------------
@@ -77,12 +110,20 @@ def _is_docstring(node: ast.AST) -> bool:
     return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
+def _is_super_init(node: ast.AST) -> bool:
+    """`super().__init__(...)` / `super(Model, self).__init__()`: template, in every module."""
+    return (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute) and node.value.func.attr == "__init__"
+            and isinstance(node.value.func.value, ast.Call) and isinstance(node.value.func.value.func, ast.Name)
+            and node.value.func.value.func.id == "super")
+
+
 def _emit(node: ast.AST, out: list[str]) -> None:
     if isinstance(node, ast.expr_context | ast.operator | ast.unaryop | ast.cmpop | ast.boolop):
         if not isinstance(node, ast.expr_context):
             out.append(type(node).__name__)
         return
-    if _is_docstring(node):
+    if _is_docstring(node) or _is_super_init(node):
         return
     if isinstance(node, ast.Name):
         out.append("Name:" + (node.id if node.id in KEEP_NAMES else "_"))
@@ -125,14 +166,15 @@ def _emit(node: ast.AST, out: list[str]) -> None:
 
 
 def ast_tokens(code: str) -> list[str]:
-    """Normalized AST tokens of the module's classes (the Model class and its helpers); [] if unparsable."""
+    """Normalized AST tokens of the module's classes and helper functions (the Model class, its helpers, a
+    functional rewrite's `module_fn`), in source order; [] if unparsable."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return []
     out: list[str] = []
     for node in tree.body:
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.ClassDef) or (isinstance(node, ast.FunctionDef) and node.name not in TEMPLATE_FUNCS):
             _emit(node, out)
     return out
 
@@ -232,6 +274,31 @@ def exact_text(code: str) -> str:
     return " ".join(out)
 
 
+_TEMPLATE_LINE = re.compile(
+    r"^(?:import |from |class |def |@|super \( .*\) \. __init__ \(|return(?: [\[(]?(?: ?(?:ID|<num>|,|None|True|False))*"
+    r" ?[\])]?)? ;$|self \. ID = (?:ID|<num>|None|True|False) ;$|pass ;$)")
+_CONST_TOKENS = frozenset({"ID", "<num>", "=", ",", "(", ")", "[", "]", ";", "None", "True", "False", "-"})
+
+
+def content_tokens(code: str) -> list[str]:
+    """Identifier-normalized lexical tokens without KernelBench's template lines (imports, class/def headers,
+    `super().__init__()`, `self.a = a`, `return [a, b]`, size constants such as `batch_size = 16`)."""
+    toks = code_tokens(code, normalize_ids=True)
+    out: list[str] = []
+    line: list[str] = []
+    for t in toks:
+        line.append(t)
+        if t != ";":
+            continue
+        text = " ".join(line)
+        if not _TEMPLATE_LINE.match(text) and not set(line) <= _CONST_TOKENS:
+            out += line
+        line = []
+    if line and not _TEMPLATE_LINE.match(" ".join(line)) and not set(line) <= _CONST_TOKENS:
+        out += line
+    return out
+
+
 def _shingles(tokens: list[str]) -> list[bytes]:
     if not tokens:
         return []
@@ -243,12 +310,13 @@ def _shingles(tokens: list[str]) -> list[bytes]:
 def minhashes(codes: Sequence[str], normalize_ids: bool = True) -> np.ndarray:
     """(n, NUM_PERM) uint32 MinHash signatures; an empty or untokenizable source gets all-max values.
 
-    Contamination uses identifier-normalized tokens (a renamed KernelBench copy stays a copy); dedupe keeps
-    identifiers, since template-rendered tasks share their names and would all look alike without them.
+    Contamination uses identifier-normalized tokens without template lines (`content_tokens`: a renamed
+    KernelBench copy stays a copy, shared boilerplate is not shared content); dedupe keeps identifiers and
+    template, since template-rendered tasks share their names and would all look alike without them.
     """
     from datasketch import MinHash
 
-    shingles = [_shingles(code_tokens(c, normalize_ids)) for c in codes]
+    shingles = [_shingles(content_tokens(c) if normalize_ids else code_tokens(c)) for c in codes]
     mhs = MinHash.bulk(shingles, num_perm=NUM_PERM, seed=MINHASH_SEED, scheme="affine32")
     out = np.stack([m.hashvalues for m in mhs]).astype(np.uint32) if mhs else np.zeros((0, NUM_PERM), np.uint32)
     return out
@@ -276,6 +344,82 @@ def normalize_ops(ops: Sequence[str] | None) -> tuple[str, ...]:
         if name and name not in NEUTRAL_OPS:
             out.append(OP_ALIASES.get(name, name))
     return tuple(out)
+
+
+def core_ops(ops: Sequence[str] | None, live: bool = False) -> tuple[str, ...]:
+    """`normalize_ops` without glue (GLUE_OPS), dropout (a fused op, or meta's bernoulli -> div -> mul) and,
+    unless `ops` are already the live ones, BatchNorm's counter update (the `add` right before it)."""
+    norm = list(normalize_ops(ops))
+    out: list[str] = []
+    i = 0
+    while i < len(norm):
+        op = norm[i]
+        if op == "bernoulli":  # x * (bernoulli(p) / (1 - p)): dropout as meta decomposes it
+            i += 1
+            if i < len(norm) and norm[i] == "div":
+                i += 1
+            if i < len(norm) and norm[i] == "mul":
+                i += 1
+            continue
+        if not live and op == "add" and i + 1 < len(norm) and norm[i + 1] in BATCH_NORM_OPS:
+            i += 1
+            continue
+        if op not in GLUE_OPS and op not in DROPOUT_OPS:
+            out.append(op)
+        i += 1
+    return tuple(out)
+
+
+def shape_key(shapes: Sequence[Sequence[int] | None] | None) -> str:
+    """Input shapes as an equality pattern and a size: `a,b|a,b@20` (two inputs of one 2-D shape, 2^20 numbers
+    in all), `1` for size 1, `-` for a non-tensor input; "" when unknown. A uniform resize keeps the pattern;
+    a KV-cache query (length 1) does not."""
+    if not shapes:
+        return ""
+    import math
+
+    labels: dict[int, str] = {}
+    parts = []
+    total = sum(math.prod(int(d) for d in shp) for shp in shapes if shp is not None)
+    for shp in shapes:
+        if shp is None:
+            parts.append("-")
+            continue
+        dims = []
+        for d in shp:
+            d = int(d)
+            if d == 1:
+                dims.append("1")
+                continue
+            if d not in labels:
+                n = len(labels)
+                labels[d] = (chr(97 + n % 26) + (str(n // 26) if n >= 26 else ""))
+            dims.append(labels[d])
+        parts.append(",".join(dims))
+    return "|".join(parts) + f"@{round(math.log2(total)) if total > 0 else 0}"
+
+
+def shapes_agree(a: str, b: str) -> bool:
+    """Same equality pattern, total sizes within 2^SIZE_LOG2_SLACK (True when either is unknown)."""
+    if not a or not b:
+        return True
+    pa_, _, sa = a.rpartition("@")
+    pb, _, sb = b.rpartition("@")
+    return pa_ == pb and abs(int(sa or 0) - int(sb or 0)) <= SIZE_LOG2_SLACK
+
+
+def without_one(ops: Sequence[str], which: frozenset[str] = REDUCTION_OPS) -> list[tuple[tuple[str, ...], str]]:
+    """Each signature `ops` gives with one op of `which` deleted, and the op deleted."""
+    return [(tuple(ops[:i]) + tuple(ops[i + 1:]), op) for i, op in enumerate(ops) if op in which]
+
+
+def op_overlap(a: Sequence[str], b: Sequence[str]) -> float:
+    """Multiset Jaccard of two op sequences (1.0 for equal multisets, 0.0 for disjoint ones)."""
+    from collections import Counter
+
+    ca, cb = Counter(a), Counter(b)
+    union = sum((ca | cb).values())
+    return sum((ca & cb).values()) / union if union else 0.0
 
 
 def signature_key(ops: Sequence[str]) -> str:
@@ -418,11 +562,20 @@ def model_ids(sig: Sequence[str]) -> list[str]:
 
 
 # ---- fingerprints --------------------------------------------------------------------------------
-def fingerprints(codes: Sequence[str], ops: Sequence[Sequence[str] | None] | None = None) -> dict[str, Any]:
-    """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops, text_sig."""
-    ops = ops if ops is not None else [None] * len(codes)
+def fingerprints(codes: Sequence[str], ops: Sequence[Sequence[str] | None] | None = None,
+                 live_ops: Sequence[Sequence[str] | None] | None = None,
+                 shapes: Sequence[Sequence[Sequence[int] | None] | None] | None = None) -> dict[str, Any]:
+    """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops, core,
+    shape, text_sig. `live_ops` (the tracer's data-flow slice) makes `core` exact; without it `core` comes
+    from `ops`."""
+    n = len(codes)
+    ops = ops if ops is not None else [None] * n
+    live_ops = live_ops if live_ops is not None else [None] * n
+    shapes = shapes if shapes is not None else [None] * n
     return {"ast": [ast_fingerprint(c) for c in codes], "minhash": minhashes(codes),
-            "ops": [normalize_ops(o) if o else () for o in ops], "text_sig": [text_signature(c) for c in codes]}
+            "ops": [normalize_ops(o) if o else () for o in ops],
+            "core": [core_ops(lv, live=True) if lv else core_ops(o) if o else () for o, lv in zip(ops, live_ops, strict=True)],
+            "shape": [shape_key(sh) for sh in shapes], "text_sig": [text_signature(c) for c in codes]}
 
 
 # ---- the comparison -------------------------------------------------------------------------------
@@ -446,7 +599,11 @@ class ReferenceMatrix:
     """Reference fingerprints prepared for fast all-pairs comparison."""
 
     def __init__(self, keys: list[str], ast_seqs: list[np.ndarray], minhash: np.ndarray,
-                 ops: list[tuple[str, ...]], text_sigs: list[tuple[str, ...]] | None = None):
+                 ops: list[tuple[str, ...]], text_sigs: list[tuple[str, ...]] | None = None,
+                 core: list[tuple[str, ...]] | None = None, shapes: list[str] | None = None,
+                 levels: list[int | None] | None = None):
+        from collections import Counter
+
         from scipy import sparse
 
         self.keys, self.ast, self.minhash = keys, ast_seqs, minhash
@@ -462,11 +619,70 @@ class ReferenceMatrix:
             if o:
                 self.by_sig.setdefault(signature_key(o), []).append(i)
                 self.by_multiset.setdefault(multiset_key(o), []).append(i)
+        # an index without core ops (built before they existed) derives them from the exact signature
+        self.core = [tuple(c) for c in core] if core is not None else [core_ops(o) for o in ops]
+        self.shapes = list(shapes) if shapes is not None else [""] * len(keys)
+        # single-call problems: KernelBench level 1 (one operator, however many ATen ops it decomposes into)
+        self.single = [(lv == 1) or len(c) <= SHORT_PROGRAM
+                       for lv, c in zip(levels if levels is not None else [None] * len(keys), self.core, strict=True)]
+        self.core_counts = [Counter(c) for c in self.core]
+        self.by_core: dict[str, list[int]] = {}
+        self.by_core_less: dict[str, list[tuple[int, str]]] = {}  # core with one reduction deleted
+        for i, c in enumerate(self.core):
+            if c:
+                self.by_core.setdefault(signature_key(c), []).append(i)
+                for less, op in without_one(c):
+                    if less:
+                        self.by_core_less.setdefault(signature_key(less), []).append((i, op))
         self.text_sigs = [tuple(t or ()) for t in text_sigs] if text_sigs is not None else [()] * len(keys)
         self.by_model: dict[str, list[int]] = {}
         for i, t in enumerate(self.text_sigs):
             for m in model_ids(t):
                 self.by_model.setdefault(m, []).append(i)
+
+    def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None, score: float = 0.0) -> bool:
+        """May a text match with problem `r` (at `score`) count? True when either side has no trace (nothing
+        to check); else the core multisets must overlap (OVERLAP_MIN) and, for a single-call problem, the
+        shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
+        from collections import Counter
+
+        ref_core = self.core[r]
+        if not core or not ref_core:
+            return True
+        ca, cb = counts if counts is not None else Counter(core), self.core_counts[r]
+        inter = sum((ca & cb).values())
+        if inter < OVERLAP_MIN * (len(core) + len(ref_core) - inter):
+            return False
+        return score >= STRICT_TEXT or self.shape_agrees(r, core, shape)
+
+    def shape_agrees(self, r: int, core: Sequence[str], shape: str) -> bool:
+        """A single-call problem (or a one- or two-op program) matches only with agreeing input shapes."""
+        if not (self.single[r] or len(core) <= SHORT_PROGRAM):
+            return True
+        return shapes_agree(shape, self.shapes[r])
+
+    def op_hits(self, ops: Sequence[str], core: Sequence[str], shape: str) -> tuple[list[int], str | None]:
+        """Problems the traced program matches, and how: `exact` (the whole normalized signature), `core` (the
+        ops the output depends on, without glue and dropout), `core + <op>` / `core - <op>` (one reduction
+        more or less than the problem); ([], None) when none does."""
+        if ops:
+            hits = [r for r in self.by_sig.get(signature_key(ops), []) if self.shape_agrees(r, core, shape)]
+            if hits:
+                return hits, "exact"
+        if not core:
+            return [], None
+        hits = [r for r in self.by_core.get(signature_key(core), []) if self.shape_agrees(r, core, shape)]
+        if hits:
+            return hits, "core"
+        for less, op in without_one(core):
+            hits = [r for r in self.by_core.get(signature_key(less), []) if self.shape_agrees(r, less, shape)]
+            if hits:
+                return hits, f"core + {op}"
+        found = [(r, op) for r, op in self.by_core_less.get(signature_key(core), [])
+                 if self.shape_agrees(r, core, shape)]
+        if found:
+            return [r for r, _ in found], f"core - {found[0][1]}"
+        return [], None
 
     def text_hits(self, sig: Sequence[str]) -> list[int]:
         """Reference problems that load one of the model ids in `sig`."""
@@ -494,7 +710,7 @@ _SHARED: dict[str, Any] = {}
 def _compare_range(bounds: tuple[int, int]) -> list[dict]:
     lo, hi = bounds
     fp, ref, kw = _SHARED["fp"], _SHARED["ref"], _SHARED["kw"]
-    part = {k: fp[k][lo:hi] for k in ("ast", "minhash", "ops", "text_sig") if k in fp}
+    part = {k: fp[k][lo:hi] for k in ("ast", "minhash", "ops", "core", "shape", "text_sig") if k in fp}
     return _compare(part, ref, **kw)
 
 
@@ -518,9 +734,28 @@ def compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float 
     return [row for part in parts for row in part]
 
 
+def _best_ast(ref: ReferenceMatrix, seq: np.ndarray, bound_row: np.ndarray, cand: list[int],
+              ok: Any = None) -> tuple[float, int]:
+    """Best exact AST ratio over `cand` (optionally only refs where `ok(r)`), skipping what the bound rules out."""
+    best, best_r = 0.0, -1
+    for r in sorted(cand, key=lambda r: -bound_row[r]):
+        if bound_row[r] <= best:
+            break  # the bound says no later candidate can beat the best exact ratio
+        s = ast_ratio(ref.ast[r], seq, ref.masks[r])
+        if ok is not None and not ok(r, s):
+            continue
+        if s > best:
+            best, best_r = s, r
+    return best, best_r
+
+
 def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float, minhash_threshold: float,
              use_op_signature: bool, chunk: int = 4096) -> list[dict]:
+    from collections import Counter
+
     n = len(task_fp["ast"])
+    cores = task_fp.get("core") or [core_ops(o) for o in task_fp["ops"]]
+    shapes = task_fp.get("shape") or [""] * n
     out: list[dict] = []
     for lo in range(0, n, chunk):
         hi = min(n, lo + chunk)
@@ -530,31 +765,36 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
         k = min(REFINE_TOP, bound.shape[1])
         top = np.argpartition(-bound, k - 1, axis=1)[:, :k] if k else np.zeros((len(bound), 0), int)
         for j in range(hi - lo):
-            cand = set(top[j].tolist()) | set(np.nonzero(bound[j] >= ast_threshold)[0].tolist())
-            best_ast, best_ref = 0.0, -1
-            for r in sorted(cand, key=lambda r: -bound[j, r]):
-                if bound[j, r] <= best_ast:
-                    break  # the bound says no later candidate can beat the best exact ratio
-                s = ast_ratio(ref.ast[r], seqs[j], ref.masks[r])
-                if s > best_ast:
-                    best_ast, best_ref = s, r
+            ops, core, shape = task_fp["ops"][lo + j], cores[lo + j], shapes[lo + j]
+            counts = Counter(core) if core else None
+
+            def ok(r: int, score: float = 0.0, core=core, shape=shape, counts=counts) -> bool:
+                return ref.agrees(r, core, shape, counts, score)
+
+            over = np.nonzero(bound[j] >= ast_threshold)[0].tolist()
+            cand = set(top[j].tolist()) | set(over)
+            best_ast, best_ref = _best_ast(ref, seqs[j], bound[j], list(cand))
+            # the AST detector: the best ratio among problems whose computation the task shares
+            fire_ast, fire_ref = (best_ast, best_ref) if best_ref < 0 or ok(best_ref, best_ast) else _best_ast(
+                ref, seqs[j], bound[j], over, ok)
             mj = int(np.argmax(jac[j])) if jac.shape[1] else -1
             best_jac = float(jac[j, mj]) if mj >= 0 else 0.0
-            ops = task_fp["ops"][lo + j]
-            sig_hits = ref.by_sig.get(signature_key(ops), []) if ops and use_op_signature else []
+            fire_jac = best_jac >= minhash_threshold and (ok(mj, best_jac) or any(
+                ok(r, float(jac[j, r])) for r in np.nonzero(jac[j] >= minhash_threshold)[0].tolist()))
+            sig_hits, how = ref.op_hits(ops, core, shape) if use_op_signature and (ops or core) else ([], None)
             ms_hits = ref.by_multiset.get(multiset_key(ops), []) if ops and use_op_signature else []
             tsig = task_fp["text_sig"][lo + j] if "text_sig" in task_fp else ()
             text_hits = ref.text_hits(tsig) if tsig and use_op_signature and not sig_hits else []
-            via = "ops" if sig_hits else ("text:" + ",".join(model_ids(tsig)) if text_hits else None)
+            via = how if sig_hits else ("text:" + ",".join(model_ids(tsig)) if text_hits else None)
             if text_hits:  # the problem whose sizes agree most, then the closest text
                 consts = set(tsig)
                 sig_hits = [max(text_hits, key=lambda r: (len(consts & set(ref.text_sigs[r])), jac[j, r]))]
             fired = []
-            if best_ast >= ast_threshold:
+            if fire_ast >= ast_threshold:
                 fired.append("ast")
             if sig_hits:
                 fired.append("op_signature")
-            if best_jac >= minhash_threshold:
+            if fire_jac:
                 fired.append("minhash")
             key = ref.keys
             if text_hits:
@@ -566,7 +806,9 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             if sig_hits:
                 nearest = sig_ref
             else:  # the candidate with the most evidence over both text detectors
-                cands = {r for r in (best_ref, mj) if r >= 0}
+                cands = {r for r in (best_ref, mj, fire_ref) if r >= 0}
+                if fired:
+                    cands = {r for r in cands if ok(r, 1.0)} or cands
                 nearest = max(cands, key=lambda r: (ast_ratio(ref.ast[r], seqs[j], ref.masks[r]) if r != best_ref else best_ast)
                               + float(jac[j, r]), default=-1)
             out.append({
@@ -577,6 +819,7 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
                 "kb_op_signature_match": bool(sig_hits),
                 "kb_op_multiset_match": bool(ms_hits),
                 "kb_op_signature_nearest": key[sig_ref] if sig_ref >= 0 else None,
+                "kb_op_normalization": via if sig_hits and via and not via.startswith("text:") else None,
                 "kb_minhash_jaccard": round(best_jac, 4),
                 "kb_minhash_nearest": key[mj] if mj >= 0 else None,
                 "detectors_fired": fired,

@@ -5,16 +5,24 @@
 function in a subprocess with a per-item timeout so a hang or crash costs one item.
 
 Tracing happens on the meta device by default: no memory is allocated and sizes do not matter.
+Copies of benchmark problems often touch the GPU API (a CUDA-graph or stream wrapper built in `__init__`,
+`.cuda()` calls, `.item()` checks): the isolated tracer runs them under `gpu_stand_ins`, which makes them
+take their CPU path, so what gets recorded is what the module computes. The worker talks to its parent
+over its own pipe, so whatever a task prints cannot corrupt the exchange.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # bookkeeping ops that are not part of what a task computes; never recorded
@@ -31,15 +39,199 @@ def aten_name(func: Any) -> str:
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    """Records the ATen ops that run; with `dataflow`, also which earlier ops each one read, so `live_ops`
+    can keep only what the module's output depends on (a counter update, a guard, a print's reduction: not)."""
+
+    def __init__(self, dataflow: bool = False) -> None:
         super().__init__()
         self.ops: list[str] = []
+        self.captured: list[str] = []  # ops run while a (stand-in) CUDA graph captures
+        self.capturing = False
+        self.dataflow = dataflow
+        self.nodes: list[tuple[str, frozenset[int]]] = []  # (name, nodes it read)
+        self.producer: dict[int, frozenset[int]] = {}  # id(tensor) -> the nodes that produced it
+        self.written: dict[int, frozenset[int]] = {}  # storage -> the last in-place write into it
+        self.keep: list[Any] = []  # tensors whose ids and storages are keys stay alive, so keys stay unique
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = aten_name(func)
+        out = func(*args, **(kwargs or {}))
         if name not in SKIP_OPS:
-            self.ops.append(name)
-        return func(*args, **(kwargs or {}))
+            (self.captured if self.capturing else self.ops).append(name)
+        if self.dataflow:
+            self._link(name, args, kwargs, out)
+        return out
+
+    def _reads(self, t: torch.Tensor) -> frozenset[int]:
+        """The nodes a read of `t` depends on: what produced it, and the last in-place write to its storage
+        (a write through a view, such as pad's slice + copy_, changes what its base holds)."""
+        got = self.producer.get(id(t), _NONE)
+        return got | self.written.get(_storage(t), _NONE) if self.written else got
+
+    def _link(self, name: str, args: Any, kwargs: Any, out: Any) -> None:
+        reads = _NONE
+        for t in _tensors(args, kwargs):
+            reads = reads | self._reads(t)
+        if name in SKIP_OPS:
+            src = reads  # a copy or alias passes its input's history on
+        else:
+            self.nodes.append((name, reads))
+            src = frozenset({len(self.nodes) - 1})
+        for t in _tensors(out, None):
+            self.producer[id(t)] = src
+            self.keep.append(t)
+        if name.endswith("_"):  # in place: the mutated argument's storage now holds this node's result
+            first = next(iter(_tensors(args, kwargs)), None)
+            if first is not None:
+                self.producer[id(first)] = src
+                self.written[_storage(first)] = src
+                self.keep.append(first)
+
+    def live_ops(self, result: Any) -> list[str]:
+        """Ops the tensors in `result` depend on, in run order; captured ops count (a replay returns what the
+        capture computed), the warm-up run before a capture is dead once the capture overwrites its output."""
+        from torch.utils._pytree import tree_leaves  # a model's result may nest (tuples of tuples, dicts)
+
+        todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
+        live: set[int] = set()
+        while todo:
+            n = todo.pop()
+            if n not in live:
+                live.add(n)
+                todo.extend(self.nodes[n][1])
+        return [self.nodes[i][0] for i in sorted(live)]
+
+
+_NONE: frozenset[int] = frozenset()
+
+
+def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors among an ATen call's arguments (or results): top level and inside lists/tuples."""
+    out = []
+    for a in (*(args if isinstance(args, tuple | list) else (args,)), *(kwargs.values() if kwargs else ())):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, tuple | list):
+            out.extend(x for x in a if isinstance(x, torch.Tensor))
+    return out
+
+
+def _storage(t: torch.Tensor) -> int:
+    """One key for a tensor and all its views (the storage they share); the tensor's id when it has none."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, TypeError):
+        return id(t)
+
+
+# ---- CPU stand-ins for the GPU API -------------------------------------------------------------------
+class _StandInStream:
+    """torch.cuda.Stream / Event stand-in: every method is a no-op."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+    def __enter__(self) -> _StandInStream:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+class _StandInGraph(_StandInStream):
+    """torch.cuda.CUDAGraph stand-in: capture and replay do nothing (the eager run already happened)."""
+
+
+_REC: list[_Recorder] = []
+
+
+@contextlib.contextmanager
+def _graph_capture(*args: Any, **kwargs: Any) -> Iterator[None]:
+    """torch.cuda.graph stand-in: what runs inside is capture, recorded apart (it repeats the warm-up run)."""
+    rec = _REC[-1] if _REC else None
+    if rec is not None:
+        rec.capturing = True
+    try:
+        yield
+    finally:
+        if rec is not None:
+            rec.capturing = False
+
+
+def _is_gpu_device(d: Any) -> bool:
+    if isinstance(d, int) and not isinstance(d, bool):
+        return True  # .to(0) / .cuda(0)
+    if isinstance(d, torch.device):
+        return d.type != "cpu" and d.type != "meta"
+    return isinstance(d, str) and d.split(":")[0] in ("cuda", "hip", "xpu", "mps")
+
+
+class _GpuToHere(TorchFunctionMode):
+    """Keeps tensors where the trace runs: `.cuda()` and moves to a GPU are no-ops, factories asked for a GPU
+    device get the trace device, and `.item()`-like reads of meta tensors return a stand-in value."""
+
+    def __init__(self, device: str) -> None:
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        name = getattr(func, "__name__", "")
+        if name in ("cuda", "pin_memory") and args and isinstance(args[0], torch.Tensor):
+            return args[0]
+        if _is_gpu_device(kwargs.get("device")):
+            kwargs["device"] = self.device
+        if name == "to" and args and isinstance(args[0], torch.Tensor):
+            args = tuple(a for i, a in enumerate(args) if i == 0 or not _is_gpu_device(a))
+            if len(args) == 1 and not kwargs:
+                return args[0]
+        if args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta":
+            stand_in = _meta_value(name, args[0])
+            if stand_in is not None:
+                return stand_in
+        return func(*args, **kwargs)
+
+
+def _meta_value(name: str, t: torch.Tensor) -> Any:
+    """A plausible Python value for reading a meta tensor (which has no data): a data-dependent branch then
+    takes one side instead of ending the trace."""
+    if name not in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        return None
+    one = True if t.dtype == torch.bool else (1 if not t.is_floating_point() and not t.is_complex() else 1.0)
+    if name == "tolist":
+        return torch.full(t.shape, one, dtype=t.dtype, device="cpu").tolist()
+    if name == "__bool__":
+        return True
+    return {"__int__": int, "__index__": int, "__float__": float}.get(name, lambda v: v)(one)
+
+
+@contextlib.contextmanager
+def gpu_stand_ins(device: str) -> Iterator[None]:
+    """Run GPU-touching task code on `device`: torch.cuda reports no GPU, streams, events and graphs are
+    no-op stand-ins, graph capture is recorded apart, and tensors stay on `device`."""
+    import torch.cuda as tc
+
+    names = {"is_available": lambda: False, "device_count": lambda: 0, "CUDAGraph": _StandInGraph,
+             "graph": _graph_capture, "Stream": _StandInStream, "Event": _StandInStream,
+             "stream": lambda *a, **k: contextlib.nullcontext(), "current_stream": _StandInStream,
+             "default_stream": _StandInStream, "synchronize": lambda *a, **k: None,
+             "set_device": lambda *a, **k: None, "empty_cache": lambda *a, **k: None,
+             "make_graphed_callables": lambda callables, *a, **k: callables}
+    saved = {n: getattr(tc, n) for n in names if hasattr(tc, n)}
+    for n, v in names.items():
+        setattr(tc, n, v)
+    try:
+        with _GpuToHere(device):
+            yield
+    finally:
+        for n in names:
+            if n in saved:
+                setattr(tc, n, saved[n])
+            else:
+                delattr(tc, n)
 
 
 def load_module(code: str, name: str = "task") -> dict[str, Any]:
@@ -51,14 +243,34 @@ def load_module(code: str, name: str = "task") -> dict[str, Any]:
 
 def trace_code(code: str, device: str = "meta") -> list[str]:
     """ATen ops (overload packets, e.g. 'aten.convolution') executed by Model.forward, in order."""
-    ns = load_module(code)
-    with torch.device(device), torch.no_grad():
-        model = ns["Model"](*ns["get_init_inputs"]())
-        inputs = ns["get_inputs"]()
-        rec = _Recorder()
-        with rec:
-            model(*inputs)
-    return rec.ops
+    return trace_program(code, device)["ops"]
+
+
+def trace_program(code: str, device: str = "meta", stand_ins: bool = False) -> dict[str, Any]:
+    """{'ops': ATen ops of Model.forward in order, 'inputs': shape of each input (None for non-tensors)}.
+
+    With `stand_ins`, GPU-API calls take their CPU path (`gpu_stand_ins`); ops that ran only inside a CUDA
+    graph capture count when nothing else ran (a wrapper that never runs its module eagerly), and
+    'live_ops' lists the ops the output depends on (`_Recorder.live_ops`).
+    """
+    cm = gpu_stand_ins(device) if stand_ins else contextlib.nullcontext()
+    with cm:
+        ns = load_module(code)
+        with torch.device(device), torch.no_grad():
+            model = ns["Model"](*ns["get_init_inputs"]())
+            inputs = ns["get_inputs"]()
+            rec = _Recorder(dataflow=stand_ins)
+            _REC.append(rec)
+            try:
+                with rec:
+                    result = model(*inputs)
+            finally:
+                _REC.pop()
+    shapes = [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+    out: dict[str, Any] = {"ops": rec.ops or rec.captured, "inputs": shapes}
+    if stand_ins:
+        out["live_ops"] = rec.live_ops(result)
+    return out
 
 
 def trace_as_worker(code: str, device: str, seed: int = 42) -> list[str]:
@@ -95,15 +307,31 @@ def backend_settings() -> dict[str, Any]:
 
 
 def _serve() -> None:
-    """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out."""
-    for line in sys.stdin:
+    """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out.
+
+    The protocol moves to private copies of fds 0 and 1; the task's own stdout goes to stderr and its stdin
+    is empty, so a `print` in `forward` (or in `__init__`, or at import) cannot reach the parent's reader.
+    """
+    requests = os.fdopen(os.dup(0), "r")
+    replies = os.fdopen(os.dup(1), "w")
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as the process
+    sys.stdout = sys.stderr
+    for line in requests:
         req = json.loads(line)
         try:
-            out = {"ok": True, "ops": trace_code(req["code"], req.get("device", "meta"))}
+            out = {"ok": True, **trace_program(req["code"], req.get("device", "meta"), stand_ins=True)}
         except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
             out = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
-        sys.stdout.write(json.dumps(out) + "\n")
-        sys.stdout.flush()
+        try:
+            text = json.dumps(out)
+        except (TypeError, ValueError) as e:
+            text = json.dumps({"ok": False, "error": f"unserializable trace result ({e})"[:300]})
+        replies.write(text + "\n")
+        replies.flush()
 
 
 def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "meta") -> list[dict[str, Any]]:
@@ -129,12 +357,14 @@ def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "met
         ready = sel.select(timeout_s)
         sel.close()
         line = proc.stdout.readline() if ready else ""
-        if line:
-            results.append(json.loads(line))
+        reply = _parse_reply(line)
+        if reply is not None:
+            results.append(reply)
             continue
         proc.kill()
         proc.wait()
-        why = f"timed out after {timeout_s:g}s" if not ready else f"crashed (exit {proc.returncode})"
+        why = (f"timed out after {timeout_s:g}s" if not ready else
+               f"sent an unreadable reply ({line[:60]!r})" if line else f"crashed (exit {proc.returncode})")
         results.append({"ok": False, "error": f"tracing {why}"})
         proc = None
     if proc is not None:
@@ -145,6 +375,17 @@ def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "met
             proc.kill()
             proc.wait()
     return results
+
+
+def _parse_reply(line: str) -> dict[str, Any] | None:
+    """The worker's reply, or None if the line is not one (the worker is then replaced)."""
+    if not line:
+        return None
+    try:
+        reply = json.loads(line)
+    except ValueError:
+        return None
+    return reply if isinstance(reply, dict) and "ok" in reply else None
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 A reference is the Hub dataset `ScalingIntelligence/KernelBench` (all splits), a local parquet/jsonl
 with a `code` column, a folder of `.py` files, or an index file built here. An index holds, per
-problem, its name, level, AST fingerprint, traced operator signature, MinHash signature and text signature
-(transformers model ids and size constants of problems that cannot be traced offline), plus the reference
+problem, its name, level, AST fingerprint, traced operator signature (exact, and the ops its output depends
+on, from which the core signature is derived at load time), input shapes, MinHash signature and text signature (transformers model ids and size
+constants of problems that cannot be traced offline), plus the reference
 version it came from; never the source text, so it can ship in data/reference/ and make
 decontamination run offline and reproducibly.
 """
@@ -38,6 +39,8 @@ INDEX_SCHEMA = pa.schema([
     ("ast", pa.list_(pa.uint32())),   # hashed normalized AST tokens of the Model class and helpers
     ("minhash", pa.list_(pa.uint32())),
     ("ops", pa.list_(pa.string())),   # normalized ATen signature of forward, [] when not traced
+    ("live_ops", pa.list_(pa.string())),  # normalized ops the output depends on (core_ops derives `core`), [] if unknown
+    ("inputs", pa.string()),          # JSON list of the input shapes (null for non-tensors), "" when not traced
     ("op_status", pa.string()),       # traced | text-only: why
     ("text_sig", pa.list_(pa.string())),  # model:<transformers model id>, const:<size>; [] without model ids
     ("code_sha256", pa.string()),     # identifies the exact source without storing it
@@ -156,7 +159,7 @@ def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIME
 # ---- building an index -------------------------------------------------------------------------
 def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True) -> pa.Table:
     """Index table for raw reference rows (code, level, problem_id, name); traces forward in a subprocess."""
-    from filters.contamination import FINGERPRINT_VERSION, fingerprints
+    from filters.contamination import FINGERPRINT_VERSION, fingerprints, normalize_ops
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
 
     codes = [r["code"] for r in rows]
@@ -172,30 +175,37 @@ def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True
             status.append("traced")
             to_trace.append(i)
     ops: list[list[str] | None] = [None] * len(codes)
+    live: list[list[str] | None] = [None] * len(codes)
+    shapes: list[list | None] = [None] * len(codes)
     if to_trace:
         for i, res in zip(to_trace, trace_many([codes[i] for i in to_trace]), strict=False):
             if res.get("ok"):
-                ops[i] = res["ops"]
+                ops[i], live[i], shapes[i] = res["ops"], res.get("live_ops"), res.get("inputs")
             else:
                 status[i] = f"text-only: trace failed: {res.get('error', '')[:160]}"
-    fp = fingerprints(codes, ops)
+    fp = fingerprints(codes, ops, live, shapes)
     out = []
     for i, r in enumerate(rows):
         level = r.get("level")
         key = f"level{level}/{r['name']}" if level is not None else str(r["name"])
         out.append({"source": source, "key": key, "level": level, "problem_id": r.get("problem_id"),
                     "name": r["name"], "ast": fp["ast"][i].tolist(), "minhash": fp["minhash"][i].tolist(),
-                    "ops": list(fp["ops"][i]), "op_status": status[i], "text_sig": list(fp["text_sig"][i]),
+                    "ops": list(fp["ops"][i]), "live_ops": list(normalize_ops(live[i])) if live[i] else [],
+                    "inputs": json.dumps(shapes[i]) if shapes[i] is not None else "",
+                    "op_status": status[i], "text_sig": list(fp["text_sig"][i]),
                     "code_sha256": hashlib.sha256(codes[i].encode()).hexdigest(),
                     "fingerprint_version": FINGERPRINT_VERSION})
     return pa.Table.from_pylist(out, schema=INDEX_SCHEMA)
 
 
 def _conform(table: pa.Table) -> pa.Table:
-    """An index table in INDEX_SCHEMA; an index from before text signatures gets empty ones (and an old
+    """An index table in INDEX_SCHEMA; an index from before text signatures or core ops gets empty ones (and an old
     fingerprint_version, which `reference_matrix` refuses with a rebuild hint)."""
-    if "text_sig" not in table.column_names:
-        table = table.append_column("text_sig", pa.array([[]] * table.num_rows, pa.list_(pa.string())))
+    for name in ("text_sig", "live_ops"):
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array([[]] * table.num_rows, pa.list_(pa.string())))
+    if "inputs" not in table.column_names:
+        table = table.append_column("inputs", pa.array([""] * table.num_rows, pa.string()))
     meta = table.schema.metadata
     return table.select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA).replace_schema_metadata(meta)
 
@@ -349,7 +359,7 @@ def reference_matrix(index: pa.Table):
     """The index as a filters.contamination.ReferenceMatrix."""
     import numpy as np
 
-    from filters.contamination import FINGERPRINT_VERSION, ReferenceMatrix
+    from filters.contamination import FINGERPRINT_VERSION, ReferenceMatrix, core_ops, shape_key
 
     d = index.to_pydict()
     old = sorted({v for v in d["fingerprint_version"] if v != FINGERPRINT_VERSION})
@@ -358,4 +368,6 @@ def reference_matrix(index: pa.Table):
                            f"{FINGERPRINT_VERSION}; rebuild it with `opsynth reference build SOURCE --out PATH`")
     return ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
                            np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
-                           [tuple(o or ()) for o in d["ops"]], [tuple(t or ()) for t in d["text_sig"]])
+                           [tuple(o or ()) for o in d["ops"]], [tuple(t or ()) for t in d["text_sig"]],
+                           [core_ops(lv, live=True) if lv else core_ops(o) for lv, o in zip(d["live_ops"], d["ops"], strict=True)],
+                           [shape_key(json.loads(s)) if s else "" for s in d["inputs"]], d["level"])

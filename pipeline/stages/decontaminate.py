@@ -2,6 +2,10 @@
 
 Writes DIR/contamination/ (one row per task in tasks/, every score kept) and the stage's verdicts:
 a task is dropped when any detector fires, with the detectors and the nearest problem in the reason.
+The op signature compares what a task computes (traced in a subprocess with GPU calls stood in for, so
+CUDA-graph and stream wrappers trace); `kb_op_normalization` says at which normalization it matched
+(exact, core, core + or - one reduction). A task that fails to trace gets its own reason in
+`op_signature_source` and is compared by text alone.
 The op-signature detector also fires on a shared transformers model id (problems that load a Hugging Face
 model cannot be traced offline); `op_signature_source` then starts with `text:` and names the ids.
 Beside the detectors, a task that carries a reference problem's numbered name verbatim (an imported
@@ -19,12 +23,18 @@ from pipeline.schema import CONTAMINATION
 from pipeline.store import RunDir
 
 
-def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0) -> tuple[list[list[str] | None], list[str]]:
-    """(ATen ops, how they were obtained) per task: the tasks table's aten_ops, else a trace after the static check."""
+def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0,
+                    detail: dict | None = None) -> tuple[list[list[str] | None], list[str]]:
+    """(ATen ops, how they were obtained) per task: the tasks table's aten_ops, else a trace after the static check.
+
+    A traced task's live ops and input shapes go into `detail` ('live_ops', 'shapes': lists parallel to rows).
+    """
     from filters.static_check import check_task_source
     from pipeline.reference import trace_many
 
     ops: list[list[str] | None] = [None] * len(rows)
+    live: list[list[str] | None] = [None] * len(rows)
+    shapes: list[list | None] = [None] * len(rows)
     source = [""] * len(rows)
     todo = []
     for i, r in enumerate(rows):
@@ -39,8 +49,11 @@ def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0
     for i, res in zip(todo, trace_many([rows[i]["code"] for i in todo], workers, timeout_s), strict=False):
         if res.get("ok"):
             ops[i], source[i] = res["ops"], "traced"
+            live[i], shapes[i] = res.get("live_ops"), res.get("inputs")
         else:
             source[i] = f"text-only: trace failed: {res.get('error', '')[:160]}"
+    if detail is not None:
+        detail.update(live_ops=live, shapes=shapes)
     return ops, source
 
 
@@ -57,7 +70,8 @@ def name_matches(names: list[str | None], index_names: list[str], index_keys: li
 
 def _reason(row: dict) -> str:
     fired = "+".join(row["detectors_fired"])
-    how = " (text: model id)" if row["op_signature_source"].startswith("text:") else ""
+    how = (" (text: model id)" if row["op_signature_source"].startswith("text:") else
+           f" at {row['kb_op_normalization']}" if row.get("kb_op_normalization") else "")
     return (f"contaminated by {fired} (nearest {row['kb_nearest']}; ast {row['kb_ast_similarity']:.3f}, "
             f"minhash {row['kb_minhash_jaccard']:.3f}, op signature match {row['kb_op_signature_match']}{how})")
 
@@ -77,10 +91,11 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
         ref = reference_matrix(index)
         sources = index.column("source").to_pylist()
         bar.phase("tracing the tasks without an ATen trace")
-        ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s) if dc.op_signature else (
+        detail: dict = {}
+        ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s, detail) if dc.op_signature else (
             [None] * len(tasks), ["op signature detector disabled"] * len(tasks))
         bar.phase("fingerprinting")
-        fp = fingerprints([t["code"] or "" for t in tasks], ops)
+        fp = fingerprints([t["code"] or "" for t in tasks], ops, detail.get("live_ops"), detail.get("shapes"))
         bar.phase(f"comparing with {len(sources)} reference problems")
         scored = compare(fp, ref, dc.ast_threshold, dc.minhash_threshold, dc.op_signature)
     by_name = (name_matches([t.get("name") for t in tasks], index.column("name").to_pylist(),
@@ -104,6 +119,8 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
               "references": sorted(set(sources)), "reference_problems": len(sources),
               "text_only_tasks": sum(s.startswith("text-only") for s in op_source),
-              "text_signature_matches": sum(r["op_signature_source"].startswith("text:") for r in rows)}
+              "text_signature_matches": sum(r["op_signature_source"].startswith("text:") for r in rows),
+              "by_op_normalization": {k: sum(r.get("kb_op_normalization") == k for r in rows)
+                                      for k in sorted({r["kb_op_normalization"] for r in rows if r.get("kb_op_normalization")})}}
     rd.record_stage("decontaminate", time.time() - t0, **counts)
     return counts

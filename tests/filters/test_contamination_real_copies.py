@@ -1,0 +1,114 @@
+"""Detectors on the forms real copies take: functional rewrites, shared boilerplate, one-op programs."""
+
+from filters.contamination import (
+    ReferenceMatrix,
+    compare,
+    content_tokens,
+    core_ops,
+    fingerprints,
+    op_overlap,
+    shape_key,
+    shapes_agree,
+)
+
+REF = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """Model that performs a transposed convolution, subtracts a bias term, and applies tanh activation."""
+    def __init__(self, in_channels, out_channels, kernel_size, bias_shape, stride=2, padding=1, output_padding=1):
+        super(Model, self).__init__()
+        self.conv_transpose = nn.ConvTranspose2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding, output_padding=output_padding)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        x = self.conv_transpose(x)
+        x = x - self.bias
+        x = torch.tanh(x)
+        return x
+
+batch_size = 32
+in_channels = 64
+out_channels = 64
+height = width = 256
+kernel_size = 4
+bias_shape = (out_channels, 1, 1)
+
+def get_inputs():
+    return [torch.rand(batch_size, in_channels, height, width)]
+
+def get_init_inputs():
+    return [in_channels, out_channels, kernel_size, bias_shape]
+'''
+# same boilerplate and docstring, other operators
+LOOKALIKE = REF.replace("x = x - self.bias\n        x = torch.tanh(x)", "x = torch.sigmoid(x) * 2.0\n        x = x.abs()")
+REF_OPS = ["aten.convolution", "aten.sub", "aten.tanh"]
+LOOK_OPS = ["aten.convolution", "aten.sigmoid", "aten.mul", "aten.abs"]
+
+
+def _ref(codes, ops, live=None, shapes=None):
+    fp = fingerprints(codes, ops, live, shapes)
+    return ReferenceMatrix([f"level2/{i}_p" for i in range(len(codes))], fp["ast"], fp["minhash"], list(fp["ops"]),
+                           None, list(fp["core"]), list(fp["shape"]))
+
+
+def test_core_ops_drop_glue_dropout_and_the_batchnorm_counter():
+    meta_dropout = ["aten.empty_like", "aten.bernoulli_", "aten.div_", "aten.mul"]
+    module_form = ["aten.addmm", "aten.add_", "aten.native_batch_norm", *meta_dropout, "aten.relu"]
+    functional_form = ["aten.addmm", "aten.native_batch_norm", "aten.relu"]
+    assert core_ops(module_form) == core_ops(functional_form) == ("addmm", "native_batch_norm", "relu")
+    assert core_ops(["aten.zeros_like", "aten.copy_", "aten.native_dropout", "aten.mul"]) == ("mul",)
+    # with live ops the tracer already removed the counter: an add before a norm is real computation
+    assert core_ops(["aten.add", "aten.native_batch_norm"], live=True) == ("add", "native_batch_norm")
+
+
+def test_shape_key_is_an_equality_pattern_and_a_size_a_resize_keeps():
+    full, resized = shape_key([[32, 32, 512, 64]] * 3), shape_key([[16, 16, 256, 32]] * 3)
+    assert full == "a,a,b,c|a,a,b,c|a,a,b,c@27" and resized == "a,a,b,c|a,a,b,c|a,a,b,c@23"
+    assert shapes_agree(full, resized)
+    assert shape_key([[32, 32, 1, 64], [32, 32, 512, 64]]) == "a,a,1,b|a,a,c,b@25"
+    assert shape_key([[4, 8], None]) == "a,b|-@5" and shape_key(None) == ""
+    assert not shapes_agree(shape_key([[3, 5, 7]]), shape_key([[64, 128, 65536]]))  # same pattern, 2^19 apart
+    assert shapes_agree("", full)  # unknown: nothing to disagree with
+
+
+def test_template_lines_are_not_content():
+    toks = " ".join(content_tokens(REF))
+    assert "import" not in toks and "def" not in toks and "get_init_inputs" not in toks and "super" not in toks
+    assert "ConvTranspose2d" in toks and "tanh" in toks
+
+
+def test_shared_boilerplate_with_other_ops_is_not_a_text_match():
+    ref = _ref([REF], [REF_OPS], [REF_OPS], [[[32, 64, 256, 256]]])
+    text_only = compare(fingerprints([LOOKALIKE], None), ref)[0]
+    traced = compare(fingerprints([LOOKALIKE], [LOOK_OPS], [LOOK_OPS], [[[32, 64, 256, 256]]]), ref)[0]
+    assert text_only["kb_minhash_jaccard"] >= 0.5  # the text alone looks alike
+    assert text_only["contaminated"]  # without a trace there is nothing else to go on
+    assert not traced["contaminated"], traced
+    assert op_overlap(core_ops(LOOK_OPS), core_ops(REF_OPS)) < 0.5
+
+
+def test_functional_rewrite_matches_at_core_and_says_so():
+    bn_ref = ["aten.t", "aten.addmm", "aten.add_", "aten.native_batch_norm", "aten.relu"]
+    ref = _ref([REF], [bn_ref], [["aten.t", "aten.addmm", "aten.native_batch_norm", "aten.relu"]], [[[128, 512]]])
+    rewrite = ["aten.t", "aten.addmm", "aten.native_batch_norm", "aten.empty_like", "aten.bernoulli_", "aten.div_",
+               "aten.mul", "aten.relu"]
+    extra_mean = [*rewrite, "aten.mean"]
+    rows = compare(fingerprints(["x = 1", "x = 1"], [rewrite, extra_mean]), ref)
+    assert rows[0]["kb_op_signature_match"] and rows[0]["kb_op_normalization"] == "core"
+    assert rows[1]["kb_op_signature_match"] and rows[1]["kb_op_normalization"] == "core + mean"
+    exact = compare(fingerprints(["x = 1"], [bn_ref]), ref)[0]
+    assert exact["kb_op_normalization"] == "exact"
+
+
+def test_one_op_programs_need_the_shape_pattern_too():
+    sdpa = ["aten._scaled_dot_product_flash_attention_for_cpu"]
+    full = [[32, 32, 512, 1024]] * 3
+    ref = _ref([REF], [sdpa], [sdpa], [full])
+    resized = [[16, 16, 256, 512]] * 3
+    kv_cache = [[16, 16, 1, 512], [16, 16, 4096, 512], [16, 16, 4096, 512]]
+    rows = compare(fingerprints(["x = 1"] * 3, [sdpa] * 3, [sdpa] * 3, [resized, kv_cache, None]), ref)
+    assert rows[0]["kb_op_signature_match"]  # a resized copy keeps the pattern
+    assert not rows[1]["kb_op_signature_match"]  # a KV-cache decode step computes something else
+    assert rows[2]["kb_op_signature_match"]  # shapes unknown (a tasks table's aten_ops): the signature decides
