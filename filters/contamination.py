@@ -664,22 +664,30 @@ class ReferenceMatrix:
     def op_hits(self, ops: Sequence[str], core: Sequence[str], shape: str) -> tuple[list[int], str | None]:
         """Problems the traced program matches, and how: `exact` (the whole normalized signature), `core` (the
         ops the output depends on, without glue and dropout), `core + <op>` / `core - <op>` (one reduction
-        more or less than the problem); ([], None) when none does."""
+        more or less than the problem); ([], None) when none does. Without input shapes (a sampler task's
+        recorded `aten_ops`, nothing traced) a single-call problem is matched exactly only: one op plus a
+        reduction is a new two-op task there (InstanceNorm2d then a vector norm matched level1/34 `core + norm`)."""
         if ops:
             hits = [r for r in self.by_sig.get(signature_key(ops), []) if self.shape_agrees(r, core, shape)]
             if hits:
                 return hits, "exact"
         if not core:
             return [], None
-        hits = [r for r in self.by_core.get(signature_key(core), []) if self.shape_agrees(r, core, shape)]
+
+        def core_ok(r: int, c: Sequence[str], sh: str) -> bool:
+            if not sh and (self.single[r] or len(c) <= SHORT_PROGRAM):
+                return False
+            return self.shape_agrees(r, c, sh)
+
+        hits = [r for r in self.by_core.get(signature_key(core), []) if core_ok(r, core, shape)]
         if hits:
             return hits, "core"
         for less, op in without_one(core):
-            hits = [r for r in self.by_core.get(signature_key(less), []) if self.shape_agrees(r, less, shape)]
+            hits = [r for r in self.by_core.get(signature_key(less), []) if core_ok(r, less, shape)]
             if hits:
                 return hits, f"core + {op}"
         found = [(r, op) for r, op in self.by_core_less.get(signature_key(core), [])
-                 if self.shape_agrees(r, core, shape)]
+                 if core_ok(r, core, shape)]
         if found:
             return [r for r, _ in found], f"core - {found[0][1]}"
         return [], None
