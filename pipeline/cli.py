@@ -334,7 +334,10 @@ def catalog(
 def audit(
     file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, or a folder of .py files")],
     out: Annotated[Path, typer.Option(help="run directory to create")],
-    stages: Annotated[str, typer.Option(help="comma-separated: decontaminate,dedupe,profile,filter")] = "decontaminate,dedupe",
+    stages: Annotated[str, typer.Option(help="comma-separated: labels,decontaminate,dedupe,profile,filter")] = "labels,decontaminate,dedupe",
+    check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,
+    order_seed: Annotated[int | None, typer.Option(help="store the rows in this seed's random order, so a time-boxed "
+                                                   "`opsynth profile` measures a random sample")] = None,
     preset: Annotated[str | None, typer.Option(help="preset for thresholds (default: demo)")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
     reference: RefOpt = None,
@@ -349,20 +352,26 @@ def audit(
     from pipeline.stages import audit as audit_stage
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    allowed = ("profile", "filter", "decontaminate", "dedupe")
+    allowed = ("labels", "decontaminate", "profile", "filter", "dedupe")
     bad = [s for s in chosen if s not in allowed]
     if bad:
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
-    cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}")
+    # foreign labels are reported by kind; they reject only when the user asks for label checking
+    cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
+                              filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
     rd = RunDir(out)
     rd.init(cfg)
-    _stage("import", audit_stage.import_dataset, file, rd, cfg)
+    _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed)
     for s in [s for s in allowed if s in chosen]:
-        if s == "profile":
+        if s == "labels":
+            from pipeline.stages import labels as labels_stage
+
+            _stage("labels", labels_stage.run, rd, cfg)
+        elif s == "profile":
             from pipeline.stages import profile as profile_stage
 
-            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus))
+            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True)
         elif s == "filter":
             from pipeline.stages import filter as filter_stage
 
