@@ -1,4 +1,5 @@
-"""Pin the ATen ops of operators that foreign datasets name but the catalog does not sample (nn.LSTM, torch.isin...).
+"""Pin the ATen ops of operators that foreign datasets name but the catalog does not sample (nn.LSTM, torch.isin...),
+and behaviours of catalog operators that only foreign code reaches (torch.max of two tensors, a masked attention).
 
 `python -m operators.pin_foreign` runs each example below on meta and on the CPU under the recorder and writes
 `foreign_pins.json` (name -> the distinct ATen op sets seen). `operators.labels.label_findings` reads it beside the
@@ -28,7 +29,11 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "nn.SyncBatchNorm": [(lambda: nn.SyncBatchNorm(4), lambda: (torch.rand(*X4),)),
                          (lambda: nn.SyncBatchNorm(4).eval(), lambda: (torch.rand(*X4),))],
     "nn.AdaptiveLogSoftmaxWithLoss": [(lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]),
-                                       lambda: (torch.rand(4, 8), torch.tensor([0, 6, 12, 19])))],
+                                       lambda: (torch.rand(4, 8), torch.tensor([0, 6, 12, 19]))),
+                                      (lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]).log_prob,
+                                       lambda: (torch.rand(4, 8),)),
+                                      (lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]).predict,
+                                       lambda: (torch.rand(4, 8),))],
     "torch.isin": [(lambda: torch.isin, lambda: (torch.randint(0, 9, (16,)), torch.tensor([1, 3])))],
     "torch.stft": [(lambda: lambda x: torch.stft(x, 16, return_complex=True, window=torch.hann_window(16)),
                     lambda: (torch.rand(2, 64),))],
@@ -49,8 +54,33 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "torch.linspace": [(lambda: lambda x: torch.linspace(0, 1, 8), lambda: (torch.rand(8),))],
     "torch.multiply": [(lambda: torch.multiply, lambda: (torch.rand(8), torch.rand(8)))],
     "torch.mode": [(lambda: lambda x: torch.mode(x, 1), lambda: (torch.rand(4, 8),))],
-    "F.multi_head_attention_forward": [(lambda: nn.MultiheadAttention(8, 2),
-                                        lambda: (torch.rand(5, 2, 8), torch.rand(5, 2, 8), torch.rand(5, 2, 8)))],
+    "F.multi_head_attention_forward": [
+        (lambda: nn.MultiheadAttention(8, 2), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
+        (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4), lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2)),
+        (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, need_weights=False), lambda: (torch.rand(5, 2, 8),)),
+        (lambda: nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True), lambda: (*[torch.rand(5, 2, 8)] * 3,))],
+    # behaviours of catalog operators that foreign code reaches with arguments the sampler does not draw
+    "nn.MultiheadAttention": [(lambda: nn.MultiheadAttention(8, 2), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
+                              (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, attn_mask=torch.rand(5, 5)),
+                               lambda: (torch.rand(5, 2, 8),)),
+                              (lambda: nn.MultiheadAttention(8, 2, batch_first=True), lambda: (*[torch.rand(2, 5, 8)] * 3,)),
+                              (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, need_weights=False),
+                               lambda: (torch.rand(5, 2, 8),)),
+                              (lambda: nn.MultiheadAttention(8, 2, dropout=0.1), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
+                              (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4),
+                               lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2))],
+    "torch.max": [(lambda: torch.max, lambda: (torch.rand(8), torch.rand(8)))],
+    "torch.min": [(lambda: torch.min, lambda: (torch.rand(8), torch.rand(8)))],
+    "torch.einsum": [(lambda eq=eq: lambda x, y: torch.einsum(eq, x, y), lambda: (torch.rand(4, 4), torch.rand(4, 4)))
+                     for eq in ("ij,ij->ij", "ij,jk->ik", "ij,ik->ijk", "ij,ij->i")]
+    + [(lambda: lambda x, y: torch.einsum("i,j->ij", x, y), lambda: (torch.rand(4), torch.rand(4)))]
+    + [(lambda eq=eq: lambda x: torch.einsum(eq, x), lambda: (torch.rand(2, 3, 4),)) for eq in ("ijk->ijk", "ijk->ikj", "ijk->ij")],
+    "F.kl_div": [(lambda: lambda x, y: F.kl_div(x, y), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
+                 (lambda: lambda x, y: F.kl_div(x, y, reduction="batchmean"), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
+                 (lambda: lambda x, y: F.kl_div(x, y, reduction="sum"), lambda: (torch.rand(4, 8), torch.rand(4, 8)))],
+    "nn.KLDivLoss": [(lambda: nn.KLDivLoss(), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
+                     (lambda: nn.KLDivLoss(reduction="batchmean"), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
+                     (lambda: nn.KLDivLoss(reduction="sum"), lambda: (torch.rand(4, 8), torch.rand(4, 8)))],
     "nn.GRUCell": [(lambda: nn.GRUCell(8, 16), lambda: (torch.rand(2, 8),))],
     "nn.LSTMCell": [(lambda: nn.LSTMCell(8, 16), lambda: (torch.rand(2, 8),))],
 }

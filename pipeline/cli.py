@@ -289,10 +289,16 @@ def publish(
 
 
 @app.command()
-def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None) -> None:
+def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None,
+           verdicts: Annotated[Path | None, typer.Option(help="also write the per-row verdict table (parquet) here")] = None,
+           ) -> None:
     """Write DIR/report.duckdb and print the canned reports (or an ad-hoc --sql query)."""
     rd = RunDir(dir)
     rd.load_config()
+    if verdicts is not None:
+        from pipeline.audit_export import write
+
+        typer.echo(f"verdict table: {write(rd, verdicts)}")
     typer.echo(_report(rd, sql))
 
 
