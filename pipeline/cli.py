@@ -344,6 +344,10 @@ def audit(
     check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,
     order_seed: Annotated[int | None, typer.Option(help="store the rows in this seed's random order, so a time-boxed "
                                                    "`opsynth profile` measures a random sample")] = None,
+    source_name: Annotated[str | None, typer.Option(help="the dataset's name, for the published card")] = None,
+    source_url: Annotated[str | None, typer.Option(help="where the dataset lives (e.g. its Hub page)")] = None,
+    source_license: Annotated[str | None, typer.Option(help="the dataset's license, kept in the card")] = None,
+    attribution: Annotated[str | None, typer.Option(help="who made the dataset (authors, paper), kept in the card")] = None,
     preset: Annotated[str | None, typer.Option(help="preset for thresholds (default: demo)")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
     reference: RefOpt = None,
@@ -368,7 +372,8 @@ def audit(
                               filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
     rd = RunDir(out)
     rd.init(cfg)
-    _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed)
+    source = {"name": source_name, "url": source_url, "license": source_license, "attribution": attribution}
+    _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source)
     for s in [s for s in allowed if s in chosen]:
         if s == "labels":
             from pipeline.stages import labels as labels_stage

@@ -66,10 +66,12 @@ def _task_row(r: dict[str, Any], task_id: str) -> dict[str, Any]:
     return out
 
 
-def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = None) -> dict:
+def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = None,
+                   source: dict[str, str] | None = None) -> dict:
     """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts. Each row keeps its position in
     the file (`source_row`); order_seed stores the rows in that seed's random order (a profile call that stops
-    early has then measured a random sample)."""
+    early has then measured a random sample). source: name, url, license and attribution of the dataset, which
+    `opsynth publish` keeps in the card of the cleaned copy."""
     from filters.static_check import check_task_source
     from pipeline.reference import read_code_table
 
@@ -106,6 +108,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
     rejected = sum(not v["keep"] for v in verdicts)
     counts = {"rows": len(rows), "rejected": rejected, "kept": len(rows) - rejected,
               "repeated_ids": sum(c - 1 for c in seen.values())}
-    rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed})
+    rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed,
+                                     **{k: v for k, v in (source or {}).items() if v}})
     rd.record_stage("import", time.time() - t0, **counts)
     return counts

@@ -29,6 +29,7 @@ ROWS = [
     _row("torch.nonzero(x)", ["torch.nonzero"], n="1024, 1024, 1024"),
     {"code": "import os\n" + HEAD + "x" + TAIL.format(n="4"), "ops": "['torch.relu']"},  # refused at import
 ]
+ROWS.append(dict(ROWS[0]))  # a byte-identical duplicate
 
 
 def _cfg(check: bool) -> Config:
@@ -53,7 +54,7 @@ def test_findings_are_kept_apart_and_only_reported_by_default(audited):
     found = {r["task_id"]: r for r in rd.read_rows("labels")}
     got = [found[by_row[i]["task_id"]] for i in range(len(ROWS))]
     assert [g["finding"] for g in got] == ["labels true", "wrong label", "missing label", "cannot judge",
-                                           "labels true", "not traced", "not traced"]
+                                           "labels true", "not traced", "not traced", "labels true"]
     assert got[1]["wrong_labels"] == ["nn.Tanh"] and got[2]["missing_labels"] == ["aten.sigmoid"]
     assert got[3]["unknown_labels"] == ["nn.BrandNewOp"] and got[3]["unjudged_ops"] == ["aten.cumsum"]
     assert got[0]["trace_device"] == "meta" and got[4]["trace_device"] == "cpu"
@@ -73,3 +74,16 @@ def test_label_checking_drops_only_wrong_and_missing_labels(audited):
     assert sorted(dropped) == [1, 2]
     assert dropped[1].startswith("wrong label (labelled but never ran: nn.Tanh")
     assert dropped[2] == "missing label (ran without a label: aten.sigmoid)"
+
+
+def test_the_verdict_table_has_one_row_per_source_row_with_each_finding(audited, tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipeline.audit_export import write
+
+    rows = pq.read_table(write(audited, tmp_path / "v.parquet")).to_pylist()
+    assert [r["source_row"] for r in rows] == list(range(len(ROWS)))
+    assert [r["byte_duplicate_of"] for r in rows] == [None] * 7 + [0]
+    assert rows[1]["wrong_labels"] == ["nn.Tanh"] and rows[3]["unknown_labels"] == ["nn.BrandNewOp"]
+    assert rows[6]["import_reason"].startswith("forbidden import 'os'") and rows[6]["rejected_by"] == "import"
+    assert rows[0]["profiled"] is False and rows[0]["kept"] is True
