@@ -69,6 +69,15 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
                               (lambda: nn.MultiheadAttention(8, 2, dropout=0.1), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
                               (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4),
                                lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2))],
+    # batched and vector matmuls run bmm, mv, dot; a 2d padding module given two pads pads in 1d
+    "torch.matmul": [(lambda: torch.matmul, lambda: (torch.rand(2, 3, 4), torch.rand(2, 4, 5))),
+                     (lambda: torch.matmul, lambda: (torch.rand(2, 3, 4), torch.rand(4, 5))),
+                     (lambda: torch.matmul, lambda: (torch.rand(3, 4), torch.rand(4))),
+                     (lambda: torch.matmul, lambda: (torch.rand(4), torch.rand(4)))],
+    **{f"nn.{kind}Pad{d}d": [(lambda kind=kind, d=d, pad=pad: getattr(nn, f"{kind}Pad{d}d")(pad),
+                              lambda n=n: (torch.rand(*([2, 3] + [6] * n)),))
+                             for n, pad in ((1, (1, 1)), (2, (1, 1, 1, 1))) if n < d]
+       for kind in ("Reflection", "Replication") for d in (2, 3)},
     "torch.max": [(lambda: torch.max, lambda: (torch.rand(8), torch.rand(8)))],
     "torch.min": [(lambda: torch.min, lambda: (torch.rand(8), torch.rand(8)))],
     "torch.einsum": [(lambda eq=eq: lambda x, y: torch.einsum(eq, x, y), lambda: (torch.rand(4, 4), torch.rand(4, 4)))
