@@ -70,17 +70,20 @@ def reason(row: dict[str, Any]) -> str:
     return f"{row['finding']} ({'; '.join(parts)})"
 
 
-def run(rd: RunDir, cfg: Config, mem_limit_bytes: int = MEM_LIMIT_BYTES) -> dict[str, Any]:
-    """Trace and judge every imported row of `rd`; returns counts per finding and trace device."""
+def run(rd: RunDir, cfg: Config, mem_limit_bytes: int = MEM_LIMIT_BYTES, retrace: bool = False) -> dict[str, Any]:
+    """Trace and judge every imported row of `rd`; returns counts per finding and trace device. A rerun judges the
+    traces it has again (new pins) and traces only rows it never tried, unless `retrace`."""
     t0 = time.time()
     tasks = rd.require_table("tasks", "audit FILE --out").to_pylist()
     refused = {v["task_id"]: v["reason"] for v in rd.read_rows("verdicts")
                if v["stage"] == "import" and not v["keep"]}
-    todo = [i for i, t in enumerate(tasks) if t["task_id"] not in refused and not t.get("aten_ops")]
-    # a rerun judges the traces it already has (new pins, new aliases) without tracing again
-    before = {r["task_id"]: r["trace_device"] for r in rd.read_rows("labels", ["task_id", "trace_device"])}
-    traces: dict[int, dict[str, Any]] = {i: {"ok": True, "ops": t["aten_ops"], "device": before.get(t["task_id"]) or "meta"}
-                                        for i, t in enumerate(tasks) if t.get("aten_ops")}
+    before = {r["task_id"]: r for r in rd.read_rows("labels", ["task_id", "trace_device", "trace_error"])}
+    todo = [i for i, t in enumerate(tasks) if t["task_id"] not in refused and not t.get("aten_ops")
+            and (retrace or t["task_id"] not in before)]
+    traces: dict[int, dict[str, Any]] = {
+        i: {"ok": True, "ops": t["aten_ops"], "device": before.get(t["task_id"], {}).get("trace_device") or "meta"}
+        if t.get("aten_ops") else {"ok": False, "error": before[t["task_id"]]["trace_error"]}
+        for i, t in enumerate(tasks) if t.get("aten_ops") or t["task_id"] in before}
     got = trace_rows([tasks[i]["code"] for i in todo], cfg.run.workers, min(TRACE_TIMEOUT_S, cfg.profile.timeout_s),
                      mem_limit_bytes)
     traces.update(zip(todo, got, strict=True))
