@@ -67,6 +67,8 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
                               (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, need_weights=False),
                                lambda: (torch.rand(5, 2, 8),)),
                               (lambda: nn.MultiheadAttention(8, 2, dropout=0.1), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
+                              (lambda: lambda q, m: nn.MultiheadAttention(8, 2)(q, q, q, key_padding_mask=m),
+                               lambda: (torch.rand(5, 2, 8), torch.rand(2, 5) > 0.5)),
                               (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4),
                                lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2))],
     # batched and vector matmuls run bmm, mv, dot; a 2d padding module given two pads pads in 1d
@@ -78,6 +80,10 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
                               lambda n=n: (torch.rand(*([2, 3] + [6] * n)),))
                              for n, pad in ((1, (1, 1)), (2, (1, 1, 1, 1))) if n < d]
        for kind in ("Reflection", "Replication") for d in (2, 3)},
+    "nn.CrossEntropyLoss": [(lambda: nn.CrossEntropyLoss(), lambda: (torch.rand(2, 5, 4, 4), torch.randint(0, 5, (2, 4, 4)))),
+                            (lambda: nn.CrossEntropyLoss(), lambda: (torch.rand(4, 5), torch.rand(4, 5)))],
+    "F.cross_entropy": [(lambda: F.cross_entropy, lambda: (torch.rand(2, 5, 4, 4), torch.randint(0, 5, (2, 4, 4)))),
+                        (lambda: F.cross_entropy, lambda: (torch.rand(4, 5), torch.rand(4, 5)))],
     "torch.max": [(lambda: torch.max, lambda: (torch.rand(8), torch.rand(8)))],
     "torch.min": [(lambda: torch.min, lambda: (torch.rand(8), torch.rand(8)))],
     "torch.einsum": [(lambda eq=eq: lambda x, y: torch.einsum(eq, x, y), lambda: (torch.rand(4, 4), torch.rand(4, 4)))
