@@ -26,7 +26,7 @@ UNION ALL SELECT 'missing label', op, count(*) FROM (SELECT unnest(missing_label
 UNION ALL SELECT 'cannot judge', op, count(*) FROM (SELECT unnest(unknown_labels) AS op FROM 'verdicts.parquet') GROUP BY op
 ORDER BY kind DESC, rows DESC, op LIMIT 60;
 
--- Q5 KernelBench overlaps: exact traced operator signature of a problem, per level; and all detectors
+-- Q5 KernelBench overlaps: exact traced operator signature of a problem, per level, then every detector
 SELECT kb_op_signature_level AS level, count(*) AS rows FROM 'verdicts.parquet'
 WHERE kb_op_signature_match GROUP BY level ORDER BY level;
 SELECT detector, count(*) AS rows FROM (SELECT unnest(detectors_fired) AS detector FROM 'verdicts.parquet')
@@ -42,7 +42,7 @@ SELECT count(*) AS rows,
        count(*) FILTER (WHERE import_reason = '' AND NOT coalesce(contaminated, false) AND dedupe_reason = ''
                         AND label_finding NOT IN ('wrong label', 'missing label')) AS also_labels_true
 FROM 'verdicts.parquet';
-SELECT regexp_replace(dedupe_reason, ' \(.*$', '') AS reason, count(*) AS rows
+SELECT regexp_replace(dedupe_reason, ' of [0-9a-f-]+.*$', '') AS reason, count(*) AS rows
 FROM 'verdicts.parquet' WHERE dedupe_reason <> '' GROUP BY reason ORDER BY rows DESC;
 
 -- Q7 GPU part (null until `opsynth profile` has run): rows measured, filter reasons, rows kept
