@@ -1,33 +1,231 @@
-"""Static check of a task's source before anything executes it: KernelBench shape and allowed imports only.
+"""Static check of a task's source before anything executes it: KernelBench shape, and nothing that reaches the host.
 
-Generated code (above all LLM-written) is untrusted. This check runs on the AST alone, never imports or
-executes the code, and returns None (keep) or a one-line reason (drop). It is a first gate, not a
-sandbox: tasks still run only in worker subprocesses with a timeout and a memory limit.
+Generated and foreign code (LLM output, audited datasets) is untrusted. This check runs on the AST alone, never
+imports or executes the code, and returns None (keep) or a one-line reason (drop). It refuses danger, not style:
+harmless standard modules (typing, dataclasses, math, functools, collections, ...) and a variable called `input`
+pass; modules that reach files, processes, the network or native code (os, sys, subprocess, socket, ctypes,
+importlib, ...), the builtins that run or open things (open, eval, exec, compile, __import__, an `input()` call),
+and the attribute routes to them (dunder chains, getattr with a computed or private name, torch.load, _C) are
+refused with the reason. A module that is neither (a third-party package such as transformers) gets a reason of
+its own: the row needs that package. It is a first gate, not a sandbox: tasks still run only in worker
+subprocesses with a timeout and a memory limit.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import re
 
-ALLOWED_IMPORTS = frozenset({"torch", "torch.nn", "torch.nn.functional", "math"})
+# modules a task may import: torch's numeric namespaces, numpy and side-effect-free standard modules (numpy's
+# file routes are refused as attributes)
+ALLOWED_IMPORTS = frozenset({
+    "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.fft", "torch.linalg", "torch.special",
+    "torch.nn.utils", "torch.nn.utils.rnn", "torch.nn.utils.parametrize", "torch.nn.parameter", "torch.nn.modules",
+    "math", "cmath", "typing", "typing_extensions", "dataclasses", "functools", "collections", "collections.abc",
+    "itertools", "numbers", "enum", "abc", "operator", "copy", "warnings", "string", "__future__", "numpy",
+})
 # Trusted reference code (KernelBench levels 1-3) also uses these; never allowed for generated tasks.
-REFERENCE_IMPORTS = ALLOWED_IMPORTS | {"itertools", "collections", "collections.abc", "numpy", "einops"}
-
-FORBIDDEN_NAMES = frozenset({
-    "open", "exec", "eval", "compile", "__import__", "input", "globals", "locals", "vars",
-    "breakpoint", "exit", "quit", "memoryview", "setattr", "delattr", "__builtins__",
+REFERENCE_IMPORTS = ALLOWED_IMPORTS | {"einops"}
+# modules whose import alone hands the code the host: files, processes, sockets, native code, the import system
+HOST_MODULES = frozenset({
+    "os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "shutil", "pathlib", "io", "pickle",
+    "marshal", "shelve", "multiprocessing", "threading", "_thread", "signal", "pty", "asyncio", "urllib", "http",
+    "ftplib", "smtplib", "telnetlib", "ssl", "select", "selectors", "fcntl", "posix", "nt", "tempfile", "glob",
+    "code", "codeop", "runpy", "inspect", "gc", "resource", "mmap", "cffi", "sqlite3", "zipimport", "pkgutil",
+    "site", "sysconfig", "webbrowser", "requests", "dill", "cloudpickle", "platform", "uuid", "zipfile", "tarfile",
 })
-# torch entry points that touch files, the network, processes or native code
-FORBIDDEN_ATTRS = frozenset({
-    "load", "save", "hub", "from_file", "cpp_extension", "_C", "ops", "classes", "jit", "library",
-    "system", "popen", "spawn", "fork", "remove", "unlink", "rmtree", "environ", "subprocess", "socket",
-    "set_per_process_memory_fraction", "_dynamo", "compile",
+# torch namespaces that load files or native code, compile, spawn or talk to other processes
+HOST_TORCH = frozenset({
+    "torch.utils.cpp_extension", "torch.hub", "torch._C", "torch.library", "torch._dynamo",
+    "torch.distributed", "torch.multiprocessing", "torch.package", "torch.serialization", "torch.ops",
+    "torch.utils.data", "torch.compiler", "torch._inductor", "torch.cuda.memory",
 })
+# builtins that open, run or reflect: refused wherever they are named (no task needs a variable called `eval`)
+HOST_BUILTINS = frozenset({
+    "open", "exec", "eval", "compile", "__import__", "globals", "locals", "vars", "breakpoint", "exit", "quit",
+    "setattr", "delattr", "__builtins__", "__loader__", "__spec__", "memoryview", "help",
+})
+# builtins that are harmless names but dangerous calls: refused only where the name means the builtin
+SHADOWABLE = frozenset({"input"})
+# attributes that reach files, processes, native code or allocator state on any object
+HOST_ATTRS = frozenset({
+    "load", "save", "hub", "from_file", "cpp_extension", "_C", "load_library", "library", "system", "popen",
+    "spawn", "fork", "forkpty", "execv", "execve", "execl", "environ", "subprocess", "socket", "rmtree", "unlink",
+    "set_per_process_memory_fraction", "_dynamo", "ctypeslib", "fromfile", "tofile", "memmap", "open_memmap", "f2py",
+    "loadtxt", "savetxt", "genfromtxt", "savez", "savez_compressed", "DataSource",
+    "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "co_code", "func_globals",
+})
+# attributes refused only on a module (torch.ops, torch.compile): on `self` they are ordinary names
+MODULE_ATTRS = frozenset({"ops", "classes", "compile", "remove", "utils", "distributed", "package"})
+# reflection builtins: allowed only as a direct call with a constant, public attribute name
+REFLECTORS = frozenset({"getattr", "hasattr"})
+_FORMAT_DUNDER = re.compile(r"\{[^{}]*(\.|\[)_")
+SAFE_DUNDERS = frozenset({"__init__", "__call__", "__name__"})
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 
 
+def _module_reason(name: str, allowed: frozenset[str]) -> str | None:
+    """Why importing `name` is refused, or None."""
+    top = name.split(".")[0]
+    if top in HOST_MODULES or any(name == m or name.startswith(m + ".") for m in HOST_TORCH):
+        return f"forbidden import {name!r}: it can touch the host"
+    if name in allowed or (top != "torch" and top in allowed):
+        return None
+    if top == "torch" or top in {"typing", "collections", "math"}:
+        return f"forbidden import {name!r}: not on the allow list of task imports"
+    try:
+        installed = importlib.util.find_spec(top) is not None  # top-level only: finding a submodule imports its parent
+    except (ImportError, ValueError):
+        installed = False
+    return f"needs package {top!r} ({'installed but ' if installed else 'not installed; '}not on the allow list of task imports)"
+
+
+def _attr_reason(attr: str, on_module: bool) -> str | None:
+    if attr in HOST_ATTRS or (on_module and attr in MODULE_ATTRS):
+        return f"forbidden attribute .{attr}"
+    if attr.startswith("__") and attr.endswith("__") and attr not in SAFE_DUNDERS:
+        return f"forbidden dunder attribute .{attr}"
+    return None
+
+
+def _bound_names(fn: ast.AST) -> set[str]:
+    """Names a function (or lambda, or comprehension) binds locally: its parameters and every assignment target in
+    its own body (nested functions and classes keep theirs). Python makes these local for the whole body."""
+    names: set[str] = set()
+    args = getattr(fn, "args", None)
+    if isinstance(args, ast.arguments):
+        for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]:
+            if a is not None:
+                names.add(a.arg)
+    if isinstance(fn, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+        for g in fn.generators:
+            names |= {n.id for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        return names
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store | ast.Del):
+            names.add(n.id)
+        elif isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(n.name)
+            continue  # a nested scope's locals are its own
+        elif isinstance(n, ast.Lambda | ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            continue
+        elif isinstance(n, ast.alias):
+            names.add((n.asname or n.name).split(".")[0])
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            names.add(n.name)
+        stack.extend(ast.iter_child_nodes(n))
+    return names
+
+
+def _module_bindings(tree: ast.Module) -> set[str]:
+    """Names the module binds unconditionally at top level (a plain statement of the module body)."""
+    out: set[str] = set()
+    for st in tree.body:
+        if isinstance(st, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(st.name)
+        elif isinstance(st, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(st, ast.Import | ast.ImportFrom):
+            out |= {(a.asname or a.name).split(".")[0] for a in st.names}
+    return out
+
+
+class _Checker(ast.NodeVisitor):
+    """Walks the tree with a stack of function scopes, so a parameter called `input` is told from the builtin."""
+
+    def __init__(self, tree: ast.Module, allowed: frozenset[str]) -> None:
+        self.allowed = allowed
+        self.module_names = _module_bindings(tree)
+        self.modules: set[str] = set()  # names bound to an imported module (torch, F, np)
+        self.scopes: list[set[str]] = []
+        self.reason: str | None = None
+
+    def _refuse(self, why: str, node: ast.AST) -> None:
+        if self.reason is None:
+            self.reason = f"{why} (line {getattr(node, 'lineno', '?')})"
+
+    def _scoped(self, node: ast.AST) -> None:
+        self.scopes.append(_bound_names(node))
+        self.generic_visit(node)
+        self.scopes.pop()
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _scoped
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
+
+    def _is_builtin(self, name: str) -> bool:
+        return not any(name in s for s in self.scopes) and name not in self.module_names
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for a in node.names:
+            why = _module_reason(a.name, self.allowed)
+            if why:
+                return self._refuse(why, node)
+            self.modules.add(a.asname or a.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            return self._refuse("forbidden relative import", node)
+        mod = node.module or ""
+        for a in node.names:
+            full = f"{mod}.{a.name}"
+            # `from torch import hub` imports a module, `from torch import load` a function: judge the full name too
+            if full.split(".")[0] in HOST_MODULES or any(full == m or full.startswith(m + ".") for m in HOST_TORCH):
+                why = f"forbidden import {full!r}: it can touch the host"
+            else:
+                why = _module_reason(mod, self.allowed) or (None if a.name == "*" else _attr_reason(a.name, True))
+            if why:
+                return self._refuse(why, node)
+            if full in self.allowed:
+                self.modules.add(a.asname or a.name)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in HOST_BUILTINS:
+            self._refuse(f"forbidden name {node.id!r}", node)
+        elif node.id in REFLECTORS and self._is_builtin(node.id):  # a call reaches visit_Call, a bare name here
+            self._refuse(f"forbidden use of {node.id!r} other than a direct call", node)
+        elif node.id in SHADOWABLE and isinstance(node.ctx, ast.Load) and self._is_builtin(node.id):
+            self._refuse(f"forbidden builtin {node.id!r} (reads the terminal)", node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        root = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        why = _attr_reason(node.attr, isinstance(root, ast.Name) and root.id in self.modules)
+        if why:
+            self._refuse(why, node)
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in REFLECTORS and self._is_builtin(f.id):
+            if len(node.args) < 2:
+                return self._refuse(f"forbidden {f.id} without an attribute name", node)
+            name = node.args[1]
+            if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
+                self._refuse(f"forbidden {f.id} with a computed attribute name", node)
+            elif name.value.startswith("_") and name.value not in SAFE_DUNDERS:
+                self._refuse(f"forbidden {f.id} of private attribute {name.value!r}", node)
+            else:
+                why = _attr_reason(name.value, on_module=True)
+                if why:
+                    self._refuse(why, node)
+            for child in [*node.args, *node.keywords]:  # not node.func: the bare name is allowed here only
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        # str.format reaches attributes too: "{0.__init__.__globals__}".format(obj)
+        if isinstance(node.value, str) and _FORMAT_DUNDER.search(node.value):
+            self._refuse("forbidden dunder attribute inside a format string", node)
+
+
 def check_task_source(code: str, allowed_imports: frozenset[str] = ALLOWED_IMPORTS) -> str | None:
-    """None if `code` is a KernelBench-format module using only allowed names, else the reason."""
+    """None if `code` is a KernelBench-format module that cannot reach the host, else the reason."""
     if not isinstance(code, str) or not code.strip():
         return "not KernelBench format: empty source"
     try:
@@ -38,21 +236,6 @@ def check_task_source(code: str, allowed_imports: frozenset[str] = ALLOWED_IMPOR
     missing = [name for name in REQUIRED if name not in top]
     if missing:
         return f"not KernelBench format: missing top-level {', '.join(missing)}"
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name not in allowed_imports:
-                    return f"forbidden import {alias.name!r} (line {node.lineno}); allowed: {sorted(allowed_imports)}"
-        elif isinstance(node, ast.ImportFrom):
-            mod = node.module or ""
-            full = {f"{mod}.{a.name}" for a in node.names}
-            if node.level or (mod not in allowed_imports and not full <= allowed_imports):
-                return f"forbidden import from {mod!r} (line {node.lineno}); allowed: {sorted(allowed_imports)}"
-        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
-            return f"forbidden name {node.id!r} (line {node.lineno})"
-        elif isinstance(node, ast.Attribute):
-            if node.attr in FORBIDDEN_ATTRS:
-                return f"forbidden attribute .{node.attr} (line {node.lineno})"
-            if node.attr.startswith("__") and node.attr != "__init__":
-                return f"forbidden dunder attribute .{node.attr} (line {node.lineno})"
-    return None
+    checker = _Checker(tree, allowed_imports)
+    checker.visit(tree)
+    return checker.reason

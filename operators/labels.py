@@ -13,6 +13,7 @@ behaviours. Layout-only ops (views, copies) never need a label.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -124,3 +125,125 @@ def require_pinned(names: list[str]) -> None:
     if missing:
         raise OpsynthError(f"catalog operator(s) {missing[:5]} have no pinned ATen labels; "
                            "run: python -m operators.pin_labels (it also checks they run on meta)")
+
+
+# ---- label findings on foreign data -----------------------------------------------------------------------------
+FOREIGN_PIN_FILE = Path(__file__).with_name("foreign_pins.json")
+# arithmetic code does between operators (x + y, x * s): never evidence of an unlabelled operator
+ARITHMETIC_GLUE = frozenset({"aten.add", "aten.sub", "aten.mul", "aten.div", "aten.rsub", "aten.neg", "aten.true_divide"})
+# comparisons code makes between operators (x > 0 before a torch.all, a mask for torch.where): glue as well
+COMPARISONS = frozenset({"aten.gt", "aten.lt", "aten.ge", "aten.le", "aten.eq", "aten.ne"})
+# device kernels of one behaviour: a GPU (cuDNN) or the CPU (oneDNN) picks its own batch-norm and RNN kernels
+DEVICE_EQUIVALENT = {
+    **{a: "aten.native_batch_norm" for a in (
+        "aten.cudnn_batch_norm", "aten.miopen_batch_norm", "aten._native_batch_norm_legit",
+        "aten._native_batch_norm_legit_no_training", "aten._batch_norm_with_update", "aten._batch_norm_no_update")},
+    **{a: "aten.rnn kernel" for a in ("aten._cudnn_rnn", "aten.miopen_rnn", "aten.mkldnn_rnn_layer")},
+}
+RNN_LABELS = ("nn.LSTM", "nn.GRU", "nn.RNN")
+# labels that name a container or a layout step: they run no kernel of their own, so they need no evidence
+NO_KERNEL_LABELS = frozenset({
+    "nn.Sequential", "nn.ModuleList", "nn.ModuleDict", "nn.ParameterList", "nn.ParameterDict", "nn.Parameter",
+    "nn.Identity", "nn.Container", "nn.functional", "torch.squeeze", "torch.unsqueeze", "torch.clone",
+    "torch.detach", "torch.t", "torch.unbind", "torch.split_with_sizes", "torch.view_as_real", "torch.scalar_tensor",
+    "torch.is_complex", "torch.meshgrid", "torch.reshape", "torch.flatten", "torch.transpose", "torch.permute",
+})
+# other spellings of catalog operators that foreign datasets use
+LABEL_ALIASES = {
+    "add": "torch.add", "+": "torch.add", "mul": "torch.mul", "*": "torch.mul", "sub": "torch.sub", "-": "torch.sub",
+    "div": "torch.div", "/": "torch.div", "F.upsample": "F.interpolate", "F.upsample_bilinear": "F.interpolate",
+    "F.upsample_nearest": "F.interpolate", "nn.LazyConv1d": "nn.Conv1d", "nn.LazyConv2d": "nn.Conv2d",
+    "nn.LazyConv3d": "nn.Conv3d", "nn.LazyConvTranspose1d": "nn.ConvTranspose1d",
+    "nn.LazyConvTranspose2d": "nn.ConvTranspose2d", "nn.LazyConvTranspose3d": "nn.ConvTranspose3d",
+    "nn.LazyBatchNorm1d": "nn.BatchNorm1d", "nn.LazyBatchNorm2d": "nn.BatchNorm2d", "nn.LazyBatchNorm3d": "nn.BatchNorm3d",
+    "nn.LazyInstanceNorm2d": "nn.InstanceNorm2d", "nn.LazyLinear": "nn.Linear", "nn.NLLLoss2d": "nn.NLLLoss",
+    "torch.native_batch_norm": "F.batch_norm", "F.max_pool2d_with_indices": "F.max_pool2d",
+    "F.max_pool1d_with_indices": "F.max_pool1d", "F.adaptive_max_pool1d_with_indices": "F.adaptive_max_pool1d",
+    "torch.binary_cross_entropy_with_logits": "F.binary_cross_entropy_with_logits", "torch.constant_pad_nd": "F.pad",
+}
+FINDING_KINDS = ("wrong label", "missing label", "cannot judge", "labels true")
+
+
+@dataclass(frozen=True)
+class LabelFindings:
+    """What a trace says about a row's labels, each kind apart. Only `wrong` and `missing` are label errors:
+    `unknown` names operators we hold no pins for, `unjudged` ops ran that such an operator may explain."""
+
+    wrong: tuple[str, ...] = ()      # labelled operators whose ATen ops never ran
+    missing: tuple[str, ...] = ()    # ATen ops that ran and no label explains (glue and arithmetic excluded)
+    unknown: tuple[str, ...] = ()    # labelled operators we cannot judge (not pinned)
+    unjudged: tuple[str, ...] = ()   # unexplained ATen ops while an unknown label could explain them
+
+    @property
+    def kind(self) -> str:
+        """The row's finding: wrong label, missing label (when no wrong one), cannot judge, or labels true."""
+        if self.wrong:
+            return "wrong label"
+        if self.missing:
+            return "missing label"
+        return "cannot judge" if self.unknown else "labels true"
+
+    def reason(self) -> str:
+        """One line naming the label errors (empty when there are none)."""
+        parts = [f"labelled but never ran: {', '.join(self.wrong)}"] if self.wrong else []
+        if self.missing:
+            parts.append(f"ran without a label: {', '.join(self.missing)}")
+        return "; ".join(parts)
+
+
+@lru_cache(maxsize=1)
+def foreign_pins() -> dict[str, tuple[frozenset[str], ...]]:
+    """Operators foreign datasets name beyond the catalog (foreign_pins.json, `python -m operators.pin_foreign`)."""
+    if not FOREIGN_PIN_FILE.is_file():
+        return {}
+    data = json.loads(FOREIGN_PIN_FILE.read_text())
+    table = {k: tuple(frozenset(s) for s in v) for k, v in data["ops"].items()}
+    for name in RNN_LABELS:  # a GPU runs one cuDNN kernel for the whole recurrence
+        table[name] = (*table.get(name, ()), frozenset({"aten.rnn kernel"}))
+    return table
+
+
+def _foreign_canonical(ops) -> set[str]:
+    """Canonical names with device kernels merged and in-place forms read as their op (mish_ is mish)."""
+    out = set()
+    for a in canonical(ops):
+        a = DEVICE_EQUIVALENT.get(a, a)
+        out.add(a[:-1] if a.endswith("_") and not a.endswith("__") else a)
+    return out
+
+
+def _foreign_shows(sig: frozenset[str], traced: set[str], glue: set[str]) -> bool:
+    """`_shows` over canonical names, with glue and arithmetic not required (a running-stats update, add_, does
+    not run in eval mode), nor the comparisons the sampler's renderer adds to make boolean inputs (torch.all is
+    pinned with the `x > 0` before it), which foreign code need not have."""
+    want = (sig - glue - COMPARISONS) or sig
+    hit = len(want & traced)
+    return hit == len(want) or (len(want) >= 3 and 3 * hit >= 2 * len(want))
+
+
+def label_findings(ops: list[str], aten_ops: list[str], device: str = "cpu") -> LabelFindings:
+    """Judge a foreign row's `ops` labels against the ATen ops its forward ran on `device` (meta and cpu traces
+    use the CPU pins, cuda traces also the GPU pins). Labels are catalog names, their foreign spellings
+    (LABEL_ALIASES), containers (NO_KERNEL_LABELS) or foreign operators pinned in foreign_pins.json; any other
+    name is unknown, and while one is unknown no unexplained op is called a missing label."""
+    table = dict(pins(device))
+    for name, sigs in foreign_pins().items():
+        table[name] = (*table.get(name, ()), *sigs)
+    traced = _foreign_canonical(aten_ops)
+    glue = _foreign_canonical(GLUE | ARITHMETIC_GLUE | COMPARISONS)
+    wrong, unknown, explained = [], [], set(glue)
+    for label in dict.fromkeys(ops):
+        if label in NO_KERNEL_LABELS:
+            continue
+        sigs = tuple(frozenset(_foreign_canonical(s)) for s in table.get(LABEL_ALIASES.get(label, label), ()))
+        if not sigs:
+            unknown.append(label)
+            continue
+        explained.update(*sigs)
+        # the kernel named like the operator (torch.eq -> aten.eq) is evidence enough: the pins also hold the
+        # sampler's companions (torch.eq is pinned with the round that makes equal values likely)
+        named = f"aten.{label.rsplit('.', 1)[-1].lower()}"
+        if named not in traced and not any(_foreign_shows(s, traced, glue) for s in sigs):
+            wrong.append(label)
+    rest = sorted(traced - explained)
+    return LabelFindings(tuple(wrong), () if unknown else tuple(rest), tuple(unknown), tuple(rest) if unknown else ())

@@ -307,7 +307,8 @@ def backend_settings() -> dict[str, Any]:
 
 
 def _serve() -> None:
-    """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out.
+    """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out. A request
+    may name several devices (meta first, then cpu): the first that traces wins, and the result says which.
 
     The protocol moves to private copies of fds 0 and 1; the task's own stdout goes to stderr and its stdin
     is empty, so a `print` in `forward` (or in `__init__`, or at import) cannot reach the parent's reader.
@@ -322,10 +323,16 @@ def _serve() -> None:
     sys.stdout = sys.stderr
     for line in requests:
         req = json.loads(line)
-        try:
-            out = {"ok": True, **trace_program(req["code"], req.get("device", "meta"), stand_ins=True)}
-        except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
-            out = {"ok": False, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]}
+        errors: list[str] = []
+        out: dict[str, Any] = {}
+        for device in req.get("devices") or [req.get("device", "meta")]:
+            try:
+                out = {"ok": True, **trace_program(req["code"], device, stand_ins=True), "device": device}
+                break
+            except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
+                errors.append(f"{device}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+        if not out:
+            out = {"ok": False, "error": "; ".join(errors)[:600]}
         try:
             text = json.dumps(out)
         except (TypeError, ValueError) as e:
@@ -334,8 +341,24 @@ def _serve() -> None:
         replies.flush()
 
 
-def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "meta") -> list[dict[str, Any]]:
-    """Trace each source in a subprocess; returns {'ok', 'ops'} or {'ok': False, 'error'} per item."""
+def _memory_cap(limit_bytes: int | None):
+    """preexec_fn that caps the tracer's address space: a foreign task's real tensors fail with an allocation error
+    instead of taking the machine."""
+    if not limit_bytes:
+        return None
+
+    def cap() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+    return cap
+
+
+def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "meta",
+                   devices: list[str] | None = None, mem_limit_bytes: int | None = None) -> list[dict[str, Any]]:
+    """Trace each source in a subprocess; returns {'ok', 'ops', 'device'} or {'ok': False, 'error'} per item.
+    devices: try these in order instead of `device` (e.g. meta, then cpu for data-dependent code);
+    mem_limit_bytes: address-space cap of the subprocess."""
     import selectors
 
     results: list[dict[str, Any]] = []
@@ -343,10 +366,11 @@ def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "met
     for code in codes:
         if proc is None or proc.poll() is not None:
             proc = subprocess.Popen([sys.executable, "-m", "operators.trace"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                    preexec_fn=_memory_cap(mem_limit_bytes))
         assert proc.stdin and proc.stdout
         try:
-            proc.stdin.write(json.dumps({"code": code, "device": device}) + "\n")
+            proc.stdin.write(json.dumps({"code": code, "device": device, "devices": devices}) + "\n")
             proc.stdin.flush()
         except BrokenPipeError:
             results.append({"ok": False, "error": "tracer process died"})

@@ -241,6 +241,21 @@ def _columns() -> list[str]:
     return out
 
 
+def _source(manifest: dict[str, Any]) -> list[str]:
+    """For an audited dataset: the source it was cleaned from, its attribution and license, kept with every copy."""
+    src = manifest.get("audit_source")
+    if not src:
+        return []
+    name = src.get("name") or "the audited dataset"
+    link = f"[{name}]({src['url']})" if src.get("url") else name
+    return ["## Source and attribution", "",
+            f"**These rows are a cleaned subset of {link}** ({src.get('rows', '?'):,} rows audited by `opsynth audit`), "
+            f"used under its license, {(src.get('license') or 'see the source').upper()}. "
+            + (f"Attribution: {src['attribution']}. " if src.get("attribution") else "")
+            + "The `code`, `ops` and `data_source` values are the source's, unchanged; opsynth added the metadata "
+            "columns and removed the rows its stages dropped (reasons in `rejections/`).", ""]
+
+
 def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
     """The full README.md text."""
     import yaml
@@ -272,6 +287,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
              "of the run below.**"] if manifest.get("sample_of") else []),
         *_incomplete(manifest),
         "",
+        *_source(manifest),
         "## At a glance",
         "",
         *_glance(rows),

@@ -329,10 +329,16 @@ def publish(
 
 
 @app.command()
-def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None) -> None:
+def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None,
+           verdicts: Annotated[Path | None, typer.Option(help="also write the per-row verdict table (parquet) here")] = None,
+           ) -> None:
     """Write DIR/report.duckdb and print the canned reports (or an ad-hoc --sql query)."""
     rd = RunDir(dir)
     rd.load_config()
+    if verdicts is not None:
+        from pipeline.audit_export import write
+
+        typer.echo(f"verdict table: {write(rd, verdicts)}")
     typer.echo(_report(rd, sql))
 
 
@@ -374,7 +380,14 @@ def catalog(
 def audit(
     file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, or a folder of .py files")],
     out: Annotated[Path, typer.Option(help="run directory to create")],
-    stages: Annotated[str, typer.Option(help="comma-separated: decontaminate,dedupe,profile,filter")] = "decontaminate,dedupe",
+    stages: Annotated[str, typer.Option(help="comma-separated: labels,decontaminate,dedupe,profile,filter")] = "labels,decontaminate,dedupe",
+    check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,
+    order_seed: Annotated[int | None, typer.Option(help="store the rows in this seed's random order, so a time-boxed "
+                                                   "`opsynth profile` measures a random sample")] = None,
+    source_name: Annotated[str | None, typer.Option(help="the dataset's name, for the published card")] = None,
+    source_url: Annotated[str | None, typer.Option(help="where the dataset lives (e.g. its Hub page)")] = None,
+    source_license: Annotated[str | None, typer.Option(help="the dataset's license, kept in the card")] = None,
+    attribution: Annotated[str | None, typer.Option(help="who made the dataset (authors, paper), kept in the card")] = None,
     preset: Annotated[str | None, typer.Option(help="preset for thresholds (default: demo)")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
     reference: RefOpt = None,
@@ -389,23 +402,30 @@ def audit(
     from pipeline.stages import audit as audit_stage
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    allowed = ("profile", "filter", "decontaminate", "dedupe")
+    allowed = ("labels", "decontaminate", "profile", "filter", "dedupe")
     bad = [s for s in chosen if s not in allowed]
     if bad:
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
-    cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}")
+    # foreign labels are reported by kind; they reject only when the user asks for label checking
+    cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
+                              filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
     audit_stage.check_source(file)
     if "decontaminate" in chosen:
         _check_references(reference or cfg.decontaminate.reference)
     rd = RunDir(out)
+    source = {"name": source_name, "url": source_url, "license": source_license, "attribution": attribution}
     with _new_run_dir(rd, cfg):
-        _stage("import", audit_stage.import_dataset, file, rd, cfg)
+        _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source)
     for s in [s for s in allowed if s in chosen]:
-        if s == "profile":
+        if s == "labels":
+            from pipeline.stages import labels as labels_stage
+
+            _stage("labels", labels_stage.run, rd, cfg)
+        elif s == "profile":
             from pipeline.stages import profile as profile_stage
 
-            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus))
+            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True)
         elif s == "filter":
             from pipeline.stages import filter as filter_stage
 

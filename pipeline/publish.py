@@ -262,6 +262,8 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "rows": len(rows),
         "sample_of": g["accepted_total"] if g["accepted_total"] != len(rows) else None,
         "stage_records": run_manifest.get("stages", {}),
+        # an audited dataset: where its rows came from, under which license (the card keeps the attribution)
+        "audit_source": {k: v for k, v in (run_manifest.get("audit_source") or {}).items() if k != "path"} or None,
     }
 
 

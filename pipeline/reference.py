@@ -29,6 +29,9 @@ BUILTIN = REFERENCE_DIR / "kernelbench_main.index.parquet"
 # meta-device RNNs unroll every time step through the dispatcher (LSTM problems take 20-40 s alone, twice that
 # on a busy 2-core host); an index is built once, so give them room
 TRACE_TIMEOUT_S = 600.0
+# a meta trace needs no tensor memory; code that makes real tensors anyway (a row of Ops-6K reached 8 GB) fails
+# with an allocation error instead of taking the machine
+TRACE_MEM_LIMIT_BYTES = 6 << 30
 
 INDEX_SCHEMA = pa.schema([
     ("source", pa.string()),          # reference version, e.g. kernelbench_main@423217d9fda9
@@ -148,7 +151,8 @@ def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIME
     workers = max(1, min(workers, len(codes)))
     parts = [list(range(w, len(codes), workers)) for w in range(workers)]
     with ThreadPoolExecutor(workers) as ex:
-        results = list(ex.map(lambda idx: trace_isolated([codes[i] for i in idx], timeout_s), parts))
+        results = list(ex.map(lambda idx: trace_isolated([codes[i] for i in idx], timeout_s,
+                                                           mem_limit_bytes=TRACE_MEM_LIMIT_BYTES), parts))
     out: list[dict] = [{}] * len(codes)
     for idx, res in zip(parts, results, strict=False):
         for i, r in zip(idx, res, strict=False):

@@ -3,7 +3,8 @@
 report.duckdb holds a table per run table (tasks, measurements, verdicts, contamination, dedupe), plus
 `rejections` (each dropped task's first rejecting stage and reason), `accepted` (the accepted task ids)
 and `run_info` (manifest entries), and views for the canned reports: funnel, rejection_reasons,
-contamination_by_detector, contamination_by_nearest, op_coverage, task_summary, near_clusters. The file is
+contamination_by_detector, contamination_by_nearest, op_coverage, task_summary, near_clusters, and for audits
+label_findings (rows per finding kind) and label_errors (operators per kind: wrong, missing, cannot judge). The file is
 self-contained: it can be copied away from the run directory and opened with any DuckDB client.
 """
 
@@ -41,9 +42,20 @@ VIEWS = {
         SELECT t.task_id, t.name, t.num_ops, t.data_source, m.status, m.eager_ms, m.compile_ms,
                c.contaminated, c.kb_nearest, c.kb_ast_similarity, c.kb_op_signature_match, c.kb_minhash_jaccard,
                d.exact_cluster, d.structural_cluster, d.near_cluster, d.near_evidence,
+               l.finding AS label_finding, l.wrong_labels, l.missing_labels, l.unknown_labels,
                r.stage AS rejected_by, r.reason AS rejection_reason, a.task_id IS NOT NULL AS accepted
         FROM tasks t LEFT JOIN measurements m USING (task_id) LEFT JOIN contamination c USING (task_id)
+        LEFT JOIN labels l USING (task_id)
         LEFT JOIN dedupe d USING (task_id) LEFT JOIN rejections r USING (task_id) LEFT JOIN accepted a USING (task_id)""",
+    "label_findings": """
+        SELECT finding, count(*) AS tasks FROM labels GROUP BY finding ORDER BY tasks DESC, finding""",
+    "label_errors": """
+        SELECT 'wrong label' AS kind, op, count(*) AS tasks FROM (SELECT unnest(wrong_labels) AS op FROM labels)
+        GROUP BY op UNION ALL
+        SELECT 'missing label', op, count(*) FROM (SELECT unnest(missing_labels) AS op FROM labels) GROUP BY op
+        UNION ALL
+        SELECT 'cannot judge (unknown operator)', op, count(*) FROM (SELECT unnest(unknown_labels) AS op FROM labels)
+        GROUP BY op ORDER BY kind DESC, tasks DESC, op""",
     "near_clusters": """
         SELECT d.near_cluster AS representative, t.name, count(*) AS tasks,
                count(*) FILTER (WHERE d.near_evidence LIKE 'same graph%') AS same_graph,
@@ -68,6 +80,8 @@ def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
 
     if "import" in stages:
         steps.append(f"SELECT 1, 'passed import check', {kept_after('import')}")
+    if "labels" in stages:
+        steps.append(f"SELECT 1.5, 'kept after label checking', {kept_after('labels')}")
     if "decontaminate" in stages:
         steps.append(f"SELECT 2, 'kept after decontaminate', {kept_after('decontaminate')}")
     if has_measurements:  # among the tasks still in: the funnel narrows at every step
@@ -184,6 +198,8 @@ def canned(rd: RunDir) -> str:
             ("Contamination by nearest KernelBench problem", "SELECT * FROM contamination_by_nearest"),
             ("Operator coverage (catalog operators in tasks)", "SELECT * FROM op_coverage"),
             ("Near-duplicate clusters (representative kept, the rest dropped)", "SELECT * FROM near_clusters"),
+            ("Label findings (audits; only wrong/missing labels reject, with --check-labels)",
+             "SELECT * FROM label_findings"),
         ]
         return "\n\n".join(f"== {title} ==\n{_run(con, sql, 25)}" for title, sql in parts) + "\n"
     finally:

@@ -24,6 +24,7 @@ TASKS = pa.schema([
     ("composer", pa.string()),      # template | llm
     ("composer_note", pa.string()),
     ("seed", pa.int64()),
+    ("source_row", pa.int64()),     # audited datasets: the row's position in the imported file
 ])
 
 MEASUREMENTS = pa.schema([
@@ -103,6 +104,18 @@ DEDUPE = pa.schema([
     ("representative_reason", pa.string()),  # representatives: why this task was kept for its cluster
 ])
 
+# Label findings of an audited dataset (pipeline/stages/labels.py): each kind apart, from a trace on the CPU side
+LABELS = pa.schema([
+    ("task_id", pa.string()),
+    ("trace_device", pa.string()),  # meta | cpu (meta failed: data-dependent code) | "" (not traced)
+    ("trace_error", pa.string()),   # why no trace: refused by the import check, failed on meta and cpu, out of memory
+    ("finding", pa.string()),       # wrong label | missing label | cannot judge | labels true | not traced
+    ("wrong_labels", STR_LIST),     # labelled operators whose ATen ops never ran
+    ("missing_labels", STR_LIST),   # ATen ops that ran and no label explains (glue and arithmetic excluded)
+    ("unknown_labels", STR_LIST),   # labelled operators opsynth holds no pins for: cannot judge
+    ("unjudged_ops", STR_LIST),     # unexplained ATen ops an unknown label may explain
+])
+
 # The sampler's CPU pre-screen (operators/prescreen.py), one row per screened draw, written with the tasks shard
 # of the index it was drawn for; not published. With sample.prescreen = "resample" the flagged draws are not in
 # tasks/ (resampled: true); with "record" every task has its row, so the GPU's verdict can be compared.
@@ -126,7 +139,7 @@ PRESCREEN = pa.schema([
 ])
 
 BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS,
-            "contamination": CONTAMINATION, "dedupe": DEDUPE, "prescreen": PRESCREEN}
+            "contamination": CONTAMINATION, "dedupe": DEDUPE, "prescreen": PRESCREEN, "labels": LABELS}
 
 
 def conform(rows: list[dict], schema: pa.Schema) -> list[dict]:

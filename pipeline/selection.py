@@ -5,8 +5,8 @@ from __future__ import annotations
 from pipeline.store import RunDir
 
 # the order `opsynth run` applies them: decontamination needs only the code, so it comes before the GPU
-STAGE_ORDER = ("import", "decontaminate", "filter", "dedupe")
-CODE_STAGES = STAGE_ORDER[:2]  # decide from the code alone, before any task is profiled
+STAGE_ORDER = ("import", "labels", "decontaminate", "filter", "dedupe")
+CODE_STAGES = STAGE_ORDER[:3]  # decide from the code alone, before any task is profiled
 
 
 def verdicts_by_task(rd: RunDir) -> dict[str, dict[str, tuple[bool, str]]]:

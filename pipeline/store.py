@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 
 from pipeline.errors import OpsynthError
 
-TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen")
+TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
-VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3}
+VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3, "labels": 4}
 # the command that writes each table (verdicts: by shard), named in the fix for a shard that cannot be read
 WRITER = {"tasks": "sample", "measurements": "profile", "contamination": "decontaminate", "dedupe": "dedupe"}
 

@@ -76,8 +76,12 @@ def check_source(path: str) -> None:
         raise OpsynthError(f"{path} is not a parquet, jsonl or folder of .py files")
 
 
-def import_dataset(path: str, rd: RunDir, cfg: Config) -> dict:
-    """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts."""
+def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = None,
+                   source: dict[str, str] | None = None) -> dict:
+    """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts. Each row keeps its position in
+    the file (`source_row`); order_seed stores the rows in that seed's random order (a profile call that stops
+    early has then measured a random sample). source: name, url, license and attribution of the dataset, which
+    `opsynth publish` keeps in the card of the cleaned copy."""
     from filters.static_check import check_task_source
     from pipeline.reference import read_code_table
 
@@ -91,7 +95,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config) -> dict:
         raise OpsynthError(f"{path} has no `code` column (columns: {sorted(raw[0])}); "
                            "a KernelBench-format dataset keeps each task's module source in `code`")
     rows, verdicts, seen = [], [], {}
-    for r in raw:
+    for pos, r in enumerate(raw):
         code = r.get("code")
         code = code if isinstance(code, str) else ""
         given = r.get("task_id")
@@ -100,14 +104,19 @@ def import_dataset(path: str, rd: RunDir, cfg: Config) -> dict:
         k = seen.get(base, 0)
         seen[base] = k + 1
         task_id = base if k == 0 else f"{base}-{k}"
-        rows.append(_task_row(r, task_id))
+        rows.append({**_task_row(r, task_id), "source_row": pos})
         why = check_task_source(code)
         verdicts.append({"task_id": task_id, "keep": why is None, "reason": why or ""})
+    if order_seed is not None:
+        import random
+
+        random.Random(order_seed).shuffle(rows)
     rd.replace_table("tasks", rows, TASKS)
     rd.write_verdicts("import", verdicts)
     rejected = sum(not v["keep"] for v in verdicts)
     counts = {"rows": len(rows), "rejected": rejected, "kept": len(rows) - rejected,
               "repeated_ids": sum(c - 1 for c in seen.values())}
-    rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows)})
+    rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed,
+                                     **{k: v for k, v in (source or {}).items() if v}})
     rd.record_stage("import", time.time() - t0, **counts)
     return counts

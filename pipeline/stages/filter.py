@@ -28,9 +28,10 @@ def run(rd: RunDir, cfg: Config) -> dict[str, Any]:
     t0 = time.time()
     rd.require_table("measurements", "profile")
     ops = {r["task_id"]: r["ops"] for r in rd.read_rows("tasks", ["task_id", "ops"])}
+    foreign = "audit_source" in rd.manifest()  # an audited dataset's labels are judged by kind (filters/labels.py)
     rows = []
     for m in rd.read_rows("measurements"):
-        keep, reason = decide_measurement({**m, "ops": ops.get(m["task_id"])}, cfg)
+        keep, reason = decide_measurement({**m, "ops": ops.get(m["task_id"]), "foreign_labels": foreign}, cfg)
         rows.append({"task_id": m["task_id"], "keep": keep, "reason": reason})
     rd.write_verdicts("filter", rows)
     kept = sum(r["keep"] for r in rows)

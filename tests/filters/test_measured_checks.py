@@ -123,3 +123,14 @@ def test_filter_stage_reads_each_rows_device_from_the_measurements_table(tmp_pat
     finally:
         monkeypatch.undo()
         labels.reload_pins()
+
+
+def test_audited_rows_are_judged_by_kind_and_unknown_operators_pass():
+    row = {**GOOD, "device": "cuda", "foreign_labels": True}
+    assert decide_measurement({**row, "ops": ["nn.LSTM"], "aten_ops": ["aten._cudnn_rnn"]}, CFG) == (True, "")
+    assert decide_measurement({**row, "ops": ["nn.Unpinned"], "aten_ops": ["aten.abs"]}, CFG) == (True, "")
+    keep, reason = decide_measurement({**row, "ops": ["nn.Tanh"], "aten_ops": ["aten.abs"]}, CFG)
+    assert not keep and reason.startswith("wrong label (labelled but never ran: nn.Tanh")
+    # the sampler's own rows keep the strict check: an unpinned label is a mismatch there
+    keep, reason = decide_measurement({**row, "foreign_labels": False, "ops": ["nn.Unpinned"], "aten_ops": ["aten.abs"]}, CFG)
+    assert not keep and reason.startswith("label mismatch")
