@@ -325,12 +325,14 @@ def _serve() -> None:
         req = json.loads(line)
         errors: list[str] = []
         out: dict[str, Any] = {}
-        for device in req.get("devices") or [req.get("device", "meta")]:
+        devices = req.get("devices") or [req.get("device", "meta")]
+        for device in devices:
             try:
                 out = {"ok": True, **trace_program(req["code"], device, stand_ins=True), "device": device}
                 break
             except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
-                errors.append(f"{device}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+                where = f"{device}: " if len(devices) > 1 else ""  # which device failed, when several were tried
+                errors.append(f"{where}{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
         if not out:
             out = {"ok": False, "error": "; ".join(errors)[:600]}
         try:
