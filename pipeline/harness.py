@@ -37,14 +37,13 @@ import resource
 import signal
 import sys
 import time
-import weakref
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from operators.peak import LiveBytes
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
 from pipeline.gpu_share import GpuLock, MemoryBudget
@@ -97,43 +96,18 @@ def _classify(e: BaseException) -> tuple[str, bool]:
     return "error", False
 
 
-class _Recorder(TorchDispatchMode):
-    """ATen ops executed, in order, and the peak bytes of live tensors they created (CPU memory estimate)."""
+class _Recorder(LiveBytes):
+    """ATen ops executed, in order, beside LiveBytes' peak of the tensors they created (the CPU memory estimate)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[str] = []
-        self._refs: dict[int, list] = {}  # storage ptr -> [refcount, nbytes]
-        self.live = 0
-        self.peak = 0
-
-    def _drop(self, ptr: int) -> None:
-        entry = self._refs.get(ptr)
-        if entry is None:
-            return
-        entry[0] -= 1
-        if entry[0] == 0:
-            self.live -= entry[1]
-            del self._refs[ptr]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = aten_name(func)
         if name not in SKIP_OPS:
             self.ops.append(name)
-        out = func(*args, **(kwargs or {}))
-        for t in tensors(out):
-            try:
-                st = t.untyped_storage()
-                ptr, nbytes = st.data_ptr(), st.nbytes()
-            except (RuntimeError, NotImplementedError):
-                continue
-            entry = self._refs.setdefault(ptr, [0, nbytes])
-            if entry[0] == 0:
-                self.live += nbytes
-                self.peak = max(self.peak, self.live)
-            entry[0] += 1
-            weakref.finalize(t, self._drop, ptr)
-        return out
+        return super().__torch_dispatch__(func, types, args, kwargs)
 
 
 def _to(obj: Any, device: Any) -> Any:
