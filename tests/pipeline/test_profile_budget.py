@@ -10,34 +10,21 @@ from pipeline.schema import TASKS, conform
 from pipeline.stages import profile
 from pipeline.store import RunDir
 
-CODE = '''import torch
-import torch.nn as nn
 
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x) * {k}
-
-def get_inputs():
-    return [torch.rand(16, 16)]
-
-def get_init_inputs():
-    return []
-'''
-
-
-def _write_tasks(rd: RunDir, n: int, shard_size: int = 2) -> None:
-    tasks = [{"task_id": f"t{i}", "name": "Tanh", "code": CODE.format(k=i + 2)} for i in range(n)]
+def _write_tasks(rd: RunDir, tasks: list[dict], shard_size: int = 2) -> None:
+    n = len(tasks)
     for k in range(0, n, shard_size):
         rd.write_shard("tasks", k // shard_size, conform(tasks[k:k + shard_size], TASKS), TASKS)
 
 
-def _run_dir(path, n: int, shard_size: int = 2):
+def _run_dir(path, tasks: list[dict], shard_size: int = 2):
+    n = len(tasks)
     cfg = load_preset("demo")
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, n=n, shard_size=shard_size),
                               profile=dataclasses.replace(cfg.profile, compile=False, warm_worker=False))
     rd = RunDir(path)
     rd.init(cfg)
-    _write_tasks(rd, n, shard_size)
+    _write_tasks(rd, tasks, shard_size)
     return rd, cfg
 
 
@@ -57,8 +44,8 @@ def _shards(rd: RunDir) -> dict[int, list[str]]:
             for k in rd.done_shards("measurements")}
 
 
-def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(tmp_path):
-    rd, cfg = _run_dir(tmp_path / "r", n=5)
+def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(tmp_path, tanh_tasks):
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
     # reads: Budget start, the check before executor start, shard 0's start; shard 1's start sees the hour
     out = profile.run(rd, cfg, budget=profile.Budget(max_seconds=60, clock=StepClock(3)))
     assert out["stopped"] and out["measured_now"] == 2 and out["with_measurements"] == 2
@@ -70,8 +57,8 @@ def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(
     assert {m["status"] for m in rd.read_rows("measurements")} == {"ok"}
 
 
-def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path):
-    rd, cfg = _run_dir(tmp_path / "r", n=5)
+def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path, tanh_tasks):
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
     out = profile.run(rd, cfg, budget=profile.Budget(limit=3))  # 3 rounds up to shards 0 and 1
     assert out["stopped"] and out["measured_now"] == 4
     assert sorted(_shards(rd)) == [0, 1]
@@ -79,13 +66,13 @@ def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path)
     assert out["stopped"] and out["measured_now"] == 0 and sorted(_shards(rd)) == [0, 1]
 
 
-def test_a_shard_measured_before_the_run_grew_keeps_its_rows(tmp_path):
-    rd, cfg = _run_dir(tmp_path / "r", n=3)
+def test_a_shard_measured_before_the_run_grew_keeps_its_rows(tmp_path, tanh_tasks):
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(3))
     profile.run(rd, cfg)
     before = {m["task_id"]: m for m in rd.read_rows("measurements")}
     assert _shards(rd) == {0: ["t0", "t1"], 1: ["t2"]}
     assert rd.grow(4) == (3, 4)
-    _write_tasks(rd, 4)  # what the sample stage does: the same tasks plus t3, which joins shard 1
+    _write_tasks(rd, tanh_tasks(4))  # what the sample stage does: the same tasks plus t3, which joins shard 1
     grown = RunDir(rd.path)
     cfg = grown.load_config()
     assert cfg.run.n == 4 and rd.manifest()["growth"][0]["to"] == 4

@@ -8,28 +8,13 @@ from pipeline.schema import TASKS, conform
 from pipeline.stages import profile
 from pipeline.store import RunDir
 
-CODE = '''import torch
-import torch.nn as nn
 
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.tanh(x) * {k}
-
-def get_inputs():
-    return [torch.rand(16, 16)]
-
-def get_init_inputs():
-    return []
-'''
-
-
-def _run(tmp_path, skip_dropped: bool, filtered: bool = False) -> dict:
+def _run(tmp_path, tasks: list[dict], skip_dropped: bool, filtered: bool = False) -> dict:
     cfg = load_preset("demo")
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
                               profile=dataclasses.replace(cfg.profile, compile=False))
     rd = RunDir(tmp_path / f"run-{skip_dropped}")
     rd.init(cfg)
-    tasks = [{"task_id": f"t{i}", "name": "Tanh", "code": CODE.format(k=i + 2)} for i in range(2)]
     rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
     rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True, "reason": ""},
                                         {"task_id": "t1", "keep": False, "reason": "contaminated by ast"}])
@@ -40,8 +25,8 @@ def _run(tmp_path, skip_dropped: bool, filtered: bool = False) -> dict:
     return {"counts": counts, "rows": {m["task_id"]: m for m in rd.read_rows("measurements")}}
 
 
-def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_path):
-    got = _run(tmp_path, skip_dropped=True)
+def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_path, tanh_tasks):
+    got = _run(tmp_path, tanh_tasks(2), skip_dropped=True)
     assert got["counts"]["profiled"] == 1 and got["counts"]["skipped"] == 1
     assert got["rows"]["t0"]["status"] == "ok" and got["rows"]["t0"]["eager_ms"] > 0
     skipped = got["rows"]["t1"]
@@ -49,16 +34,16 @@ def test_dropped_tasks_are_skipped_with_their_reason_and_the_rest_profiled(tmp_p
     assert "decontaminate" in skipped["error"] and "contaminated by ast" in skipped["error"]
 
 
-def test_without_skipping_every_task_is_profiled(tmp_path, monkeypatch, capsys):
+def test_without_skipping_every_task_is_profiled(tmp_path, tanh_tasks, monkeypatch, capsys):
     monkeypatch.setenv("OPSYNTH_PROGRESS_S", "0.2")  # off a terminal (captured stderr): plain progress lines
-    got = _run(tmp_path, skip_dropped=False)
+    got = _run(tmp_path, tanh_tasks(2), skip_dropped=False)
     assert got["counts"]["skipped"] == 0
     assert {m["status"] for m in got["rows"].values()} == {"ok"}
     lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[profile]")]
     assert any(x.startswith("[profile] starting workers: 2 tasks, ") for x in lines), lines
 
 
-def test_a_lost_shard_is_measured_again_whatever_the_filter_said(tmp_path):
-    got = _run(tmp_path, skip_dropped=True, filtered=True)
+def test_a_lost_shard_is_measured_again_whatever_the_filter_said(tmp_path, tanh_tasks):
+    got = _run(tmp_path, tanh_tasks(2), skip_dropped=True, filtered=True)
     assert got["rows"]["t0"]["status"] == "ok" and got["rows"]["t0"]["eager_ms"] > 0
     assert got["rows"]["t1"]["status"] == "skipped" and "decontaminate" in got["rows"]["t1"]["error"]
