@@ -133,6 +133,15 @@ FOREIGN_PIN_FILE = Path(__file__).with_name("foreign_pins.json")
 ARITHMETIC_GLUE = frozenset({"aten.add", "aten.sub", "aten.mul", "aten.div", "aten.rsub", "aten.neg", "aten.true_divide"})
 # comparisons code makes between operators (x > 0 before a torch.all, a mask for torch.where): glue as well
 COMPARISONS = frozenset({"aten.gt", "aten.lt", "aten.ge", "aten.le", "aten.eq", "aten.ne"})
+# Python's mask operators between operators (~mask, a & b, a | b): glue like the comparisons that make the masks
+MASK_GLUE = frozenset({"aten.bitwise_not", "aten.bitwise_and", "aten.bitwise_or"})
+# tensors code makes to combine operators' results (torch.ones for a mask, full_like for a fill value): fills, like
+# the zeros and ones_like in GLUE
+FILLS = frozenset({"aten.ones", "aten.full", "aten.full_like", "aten.new_ones", "aten.new_full"})
+# Python subscripts with a tensor index (x[mask], x[idx] = v): syntax between operators, not an operator of their own
+SUBSCRIPTS = frozenset({"aten.index", "aten.index_put"})
+# a lazy module initializes its parameters in its first forward (kaiming_uniform_, uniform_): its label explains that
+LAZY_INIT = frozenset({"aten.uniform"})
 # device kernels of one behaviour: a GPU (cuDNN) or the CPU (oneDNN) picks its own batch-norm and RNN kernels
 DEVICE_EQUIVALENT = {
     **{a: "aten.native_batch_norm" for a in (
@@ -230,7 +239,7 @@ def label_findings(ops: list[str], aten_ops: list[str], device: str = "cpu") -> 
     for name, sigs in foreign_pins().items():
         table[name] = (*table.get(name, ()), *sigs)
     traced = _foreign_canonical(aten_ops)
-    glue = _foreign_canonical(GLUE | ARITHMETIC_GLUE | COMPARISONS)
+    glue = _foreign_canonical(GLUE | ARITHMETIC_GLUE | COMPARISONS | MASK_GLUE | FILLS | SUBSCRIPTS)
     wrong, unknown, explained = [], [], set(glue)
     for label in dict.fromkeys(ops):
         if label in NO_KERNEL_LABELS:
@@ -240,6 +249,8 @@ def label_findings(ops: list[str], aten_ops: list[str], device: str = "cpu") -> 
             unknown.append(label)
             continue
         explained.update(*sigs)
+        if label.startswith("nn.Lazy"):
+            explained.update(LAZY_INIT)
         # the kernel named like the operator (torch.eq -> aten.eq) is evidence enough: the pins also hold the
         # sampler's companions (torch.eq is pinned with the round that makes equal values likely)
         named = f"aten.{label.rsplit('.', 1)[-1].lower()}"

@@ -1,5 +1,6 @@
 """Pin the ATen ops of operators that foreign datasets name but the catalog does not sample (nn.LSTM, torch.isin...),
-and behaviours of catalog operators that only foreign code reaches (torch.max of two tensors, a masked attention).
+and behaviours of catalog operators that only foreign code reaches (torch.max of two tensors, a masked attention,
+a loss at its default mean reduction).
 
 `python -m operators.pin_foreign` runs each example below on meta and on the CPU under the recorder and writes
 `foreign_pins.json` (name -> the distinct ATen op sets seen). `operators.labels.label_findings` reads it beside the
@@ -19,6 +20,48 @@ OUT = Path(__file__).with_name("foreign_pins.json")
 nn, F = torch.nn, torch.nn.functional
 X4 = (2, 4, 6, 6)
 
+
+
+def _self_attention(module: nn.Module, **kw) -> Callable:
+    """module(q, q, q, **kw), with masks passed as inputs: the module is built in the factory and the masks by the
+    input factory, so both are made on the pinned device (a module built inside the call stays on the CPU, and its
+    meta run, the path audited rows are traced on, would fail and go unpinned)."""
+    def call(q, attn_mask=None, key_padding_mask=None):
+        masks = {k: v for k, v in (("attn_mask", attn_mask), ("key_padding_mask", key_padding_mask)) if v is not None}
+        return module(q, q, q, **kw, **masks)
+    return call
+
+
+def _signs(n: int) -> torch.Tensor:
+    return torch.where(torch.rand(n) > 0.5, 1.0, -1.0)
+
+
+# decomposed losses of the catalog: their inputs, and their functional forms
+LOSS_INPUTS: dict[str, Callable] = {
+    "L1Loss": lambda: (torch.rand(4, 8), torch.rand(4, 8)),
+    "PoissonNLLLoss": lambda: (torch.rand(4, 8), torch.rand(4, 8)),
+    "MultiLabelSoftMarginLoss": lambda: (torch.rand(4, 8), (torch.rand(4, 8) > 0.5).float()),
+    "HingeEmbeddingLoss": lambda: (torch.rand(4, 8), _signs(8).expand(4, 8)),
+    "MarginRankingLoss": lambda: (torch.rand(8), torch.rand(8), _signs(8)),
+    "CosineEmbeddingLoss": lambda: (torch.rand(4, 8), torch.rand(4, 8), _signs(4)),
+    "TripletMarginLoss": lambda: (torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)),
+    "TripletMarginWithDistanceLoss": lambda: (torch.rand(4, 8), torch.rand(4, 8), torch.rand(4, 8)),
+}
+LOSS_FUNCTIONS = {"L1Loss": "l1_loss", "PoissonNLLLoss": "poisson_nll_loss",
+                  "MultiLabelSoftMarginLoss": "multilabel_soft_margin_loss", "HingeEmbeddingLoss": "hinge_embedding_loss",
+                  "MarginRankingLoss": "margin_ranking_loss", "CosineEmbeddingLoss": "cosine_embedding_loss",
+                  "TripletMarginLoss": "triplet_margin_loss"}
+
+
+def _loss(name: str, reduction: str) -> Callable:
+    """The loss module or function `name` (nn.L1Loss, F.l1_loss) at `reduction`."""
+    kind, short = name.split(".")
+    if kind == "nn":
+        return getattr(nn, short)(reduction=reduction)
+    fn = getattr(F, short)
+    return lambda *args: fn(*args, reduction=reduction)
+
+
 # name -> [(module or callable factory, input factory)]: a few parameter variants where behaviour changes
 EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "nn.LSTM": [(lambda: nn.LSTM(8, 16, batch_first=True), lambda: (torch.rand(2, 5, 8),)),
@@ -29,6 +72,8 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "nn.SyncBatchNorm": [(lambda: nn.SyncBatchNorm(4), lambda: (torch.rand(*X4),)),
                          (lambda: nn.SyncBatchNorm(4).eval(), lambda: (torch.rand(*X4),))],
     "nn.AdaptiveLogSoftmaxWithLoss": [(lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]),
+                                       lambda: (torch.rand(4, 8), torch.tensor([0, 6, 12, 19]))),
+                                      (lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10], head_bias=True),
                                        lambda: (torch.rand(4, 8), torch.tensor([0, 6, 12, 19]))),
                                       (lambda: nn.AdaptiveLogSoftmaxWithLoss(8, 20, [5, 10]).log_prob,
                                        lambda: (torch.rand(4, 8),)),
@@ -57,18 +102,20 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "F.multi_head_attention_forward": [
         (lambda: nn.MultiheadAttention(8, 2), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
         (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4), lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2)),
-        (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, need_weights=False), lambda: (torch.rand(5, 2, 8),)),
+        (lambda: _self_attention(nn.MultiheadAttention(8, 2), need_weights=False), lambda: (torch.rand(5, 2, 8),)),
+        (lambda: _self_attention(nn.MultiheadAttention(8, 2, batch_first=True), need_weights=False),
+         lambda: (torch.rand(2, 5, 8),)),
         (lambda: nn.MultiheadAttention(8, 2, add_bias_kv=True, add_zero_attn=True), lambda: (*[torch.rand(5, 2, 8)] * 3,))],
     # behaviours of catalog operators that foreign code reaches with arguments the sampler does not draw
     "nn.MultiheadAttention": [(lambda: nn.MultiheadAttention(8, 2), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
-                              (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, attn_mask=torch.rand(5, 5)),
-                               lambda: (torch.rand(5, 2, 8),)),
+                              (lambda: _self_attention(nn.MultiheadAttention(8, 2)),
+                               lambda: (torch.rand(5, 2, 8), torch.rand(5, 5))),
                               (lambda: nn.MultiheadAttention(8, 2, batch_first=True), lambda: (*[torch.rand(2, 5, 8)] * 3,)),
-                              (lambda: lambda q: nn.MultiheadAttention(8, 2)(q, q, q, need_weights=False),
+                              (lambda: _self_attention(nn.MultiheadAttention(8, 2), need_weights=False),
                                lambda: (torch.rand(5, 2, 8),)),
                               (lambda: nn.MultiheadAttention(8, 2, dropout=0.1), lambda: (*[torch.rand(5, 2, 8)] * 3,)),
-                              (lambda: lambda q, m: nn.MultiheadAttention(8, 2)(q, q, q, key_padding_mask=m),
-                               lambda: (torch.rand(5, 2, 8), torch.rand(2, 5) > 0.5)),
+                              (lambda: _self_attention(nn.MultiheadAttention(8, 2)),
+                               lambda: (torch.rand(5, 2, 8), None, torch.rand(2, 5) > 0.5)),
                               (lambda: nn.MultiheadAttention(8, 2, kdim=4, vdim=4),
                                lambda: (torch.rand(5, 2, 8), *[torch.rand(5, 2, 4)] * 2))],
     # batched and vector matmuls run bmm, mv, dot; a 2d padding module given two pads pads in 1d
@@ -96,6 +143,22 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "nn.KLDivLoss": [(lambda: nn.KLDivLoss(), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
                      (lambda: nn.KLDivLoss(reduction="batchmean"), lambda: (torch.rand(4, 8), torch.rand(4, 8))),
                      (lambda: nn.KLDivLoss(reduction="sum"), lambda: (torch.rand(4, 8), torch.rand(4, 8)))],
+    # with running stats, instance norm also averages the batch's statistics into them (repeat, then mean)
+    **{f"nn.InstanceNorm{d}d": [(lambda d=d: getattr(nn, f"InstanceNorm{d}d")(3, track_running_stats=True),
+                                 lambda d=d: (torch.rand(*([2, 3] + [6] * d)),)),
+                                (lambda d=d: getattr(nn, f"InstanceNorm{d}d")(3, affine=True, track_running_stats=True),
+                                 lambda d=d: (torch.rand(*([2, 3] + [6] * d)),))]
+       for d in (1, 2, 3)},
+    "F.instance_norm": [(lambda: lambda x, m, v: F.instance_norm(x, m, v, use_input_stats=True),
+                         lambda: (torch.rand(2, 3, 6, 6), torch.zeros(3), torch.ones(3)))],
+    # the catalog pins losses at reduction="none"; foreign code keeps the default mean or asks for a sum, which a
+    # decomposed loss (L1, margin, hinge, triplet...) runs as one more kernel (fused ones reduce inside theirs)
+    **{name: [(lambda name=name, red=red: _loss(name, red), lambda name=name: LOSS_INPUTS[name.split(".")[-1]]())
+              for red in ("mean", "sum")]
+       for name in (f"nn.{k}" for k in LOSS_INPUTS)},
+    **{f"F.{fn}": [(lambda fn=fn, red=red: _loss(f"F.{fn}", red), lambda k=k: LOSS_INPUTS[k]())
+                   for red in ("mean", "sum")]
+       for k, fn in LOSS_FUNCTIONS.items()},
     "nn.GRUCell": [(lambda: nn.GRUCell(8, 16), lambda: (torch.rand(2, 8),))],
     "nn.LSTMCell": [(lambda: nn.LSTMCell(8, 16), lambda: (torch.rand(2, 8),))],
 }

@@ -47,3 +47,54 @@ def test_container_labels_need_no_kernel_but_explain_none():
 def test_a_composite_operator_needs_most_of_its_kernels():
     # a lone addmm is not a multi-head attention
     assert label_findings(["nn.MultiheadAttention"], ["aten.addmm"]).kind == "wrong label"
+
+
+def test_mask_operators_between_operators_are_glue():
+    # ~(x == y) as an attention mask: the comparison and its negation are glue, not an unlabelled operator
+    f = label_findings(["torch.eq", "F.scaled_dot_product_attention"],
+                       ["aten.eq", "aten.bitwise_not", "aten._safe_softmax", "aten.bmm", "aten.mul", "aten.where"])
+    assert f.kind == "labels true", f
+    # a named bitwise operator that is labelled still needs its kernel
+    assert label_findings(["torch.bitwise_xor"], ["aten.bitwise_not"]).wrong == ("torch.bitwise_xor",)
+
+
+def test_a_decomposed_loss_explains_its_reduction_a_fused_one_does_not():
+    # the catalog pins losses at reduction="none"; foreign code keeps the default mean (or asks for a sum)
+    assert label_findings(["nn.L1Loss"], ["aten.sub", "aten.abs", "aten.mean"]).kind == "labels true"
+    assert label_findings(["F.margin_ranking_loss"], ["aten.neg", "aten.mul", "aten.add", "aten.clamp_min_",
+                                                      "aten.sum"]).kind == "labels true"
+    # cross entropy reduces inside nll_loss: a mean beside it is the code's own
+    f = label_findings(["nn.CrossEntropyLoss"], ["aten._log_softmax", "aten.nll_loss_forward", "aten.mean"])
+    assert f.missing == ("aten.mean",)
+    # a reduction next to a non-loss operator is still a missing label
+    f = label_findings(["torch.abs"], ["aten.abs", "aten.mean"])
+    assert f.missing == ("aten.mean",)
+
+
+def test_a_lazy_module_explains_its_first_forward_initialization():
+    assert label_findings(["nn.LazyConvTranspose3d"], ["aten.convolution", "aten.uniform_"]).kind == "labels true"
+    assert label_findings(["nn.ConvTranspose3d"], ["aten.convolution", "aten.uniform_"]).missing == ("aten.uniform",)
+
+
+def test_foreign_pins_cover_arguments_the_sampler_does_not_draw():
+    # AdaptiveLogSoftmaxWithLoss with head_bias=True: its head is an addmm, not an mm
+    traced = ["aten.addmm", "aten.mm", "aten._log_softmax", "aten.gather", "aten.index_select", "aten.nonzero",
+              "aten.lt", "aten.ge", "aten.bitwise_and", "aten.index_copy_", "aten.index_fill_", "aten.neg", "aten.mean"]
+    assert label_findings(["nn.AdaptiveLogSoftmaxWithLoss"], traced).kind == "labels true"
+    # instance norm with running stats averages the batch's statistics into them
+    f = label_findings(["nn.InstanceNorm2d"], ["aten.repeat", "aten.native_batch_norm", "aten.mean", "aten.copy_"])
+    assert f.kind == "labels true", f
+    # F.multi_head_attention_forward(need_weights=False) traced on meta runs the math attention path
+    traced = ["aten.addmm", "aten.mm", "aten.bmm", "aten._safe_softmax", "aten.mul", "aten.view", "aten.transpose"]
+    assert label_findings(["F.multi_head_attention_forward"], traced).kind == "labels true"
+
+
+def test_fills_and_tensor_subscripts_between_operators_are_glue():
+    # x[:, :, torch.triu(torch.ones(h, w, dtype=bool))]: the fill and the subscript are not operators to label
+    f = label_findings(["nn.ConvTranspose2d", "torch.triu"], ["aten.convolution", "aten.add", "aten.ones", "aten.triu",
+                                                               "aten.index"])
+    assert f.kind == "labels true", f
+    # torch.where(torch.isnan(x), torch.full_like(x, 0), x): the fill is glue, torch.where is an operator
+    f = label_findings(["torch.isnan", "F.group_norm"], ["aten.isnan", "aten.full_like", "aten.where",
+                                                         "aten.native_group_norm"])
+    assert f.missing == ("aten.where",)
