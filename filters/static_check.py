@@ -56,6 +56,16 @@ HOST_ATTRS = frozenset({
     "loadtxt", "savetxt", "genfromtxt", "savez", "savez_compressed", "DataSource",
     "f_globals", "f_locals", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "co_code", "func_globals",
 })
+# allowed modules re-export host modules (torch.os, torch.importlib, torch.builtins, collections._sys, enum.bltns,
+# ndarray.ctypes): those names are refused as attributes on any object, whatever it was bound to. select and signal
+# are torch's own (Tensor.select, torch.signal.windows)
+HOST_MODULE_ATTRS = (HOST_MODULES - {"select", "signal"}) | {"_sys", "_os", "bltns", "_bltns", "_builtins", "_imp",
+                                                             "_importlib", "_ctypes", "_subprocess", "_socket"}
+# names that evaluate strings or call attributes by name, reachable from allowed modules (typing.get_type_hints
+# evaluates string annotations; operator.attrgetter/methodcaller are getattr by another name): refused as names,
+# attributes and imports, so `from typing import *` and `from operator import *` stay harmless
+REFLECTING_NAMES = frozenset({"get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref", "attrgetter",
+                              "methodcaller"})
 # attributes refused only on a module (torch.ops, torch.compile): on `self` they are ordinary names
 MODULE_ATTRS = frozenset({"ops", "classes", "compile", "remove", "utils", "distributed", "package"})
 # reflection builtins: allowed only as a direct call with a constant, public attribute name
@@ -65,8 +75,9 @@ SAFE_DUNDERS = frozenset({"__init__", "__call__", "__name__"})
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
 
 
-def _module_reason(name: str, allowed: frozenset[str]) -> str | None:
-    """Why importing `name` is refused, or None."""
+def _module_reason(name: str, allowed: frozenset[str], inside: str = "") -> str | None:
+    """Why importing `name` is refused, or None. inside: the function whose body imports it (a row importing a
+    package only in get_init_inputs is as unrunnable as one importing it at the top, but reads otherwise)."""
     top = name.split(".")[0]
     if top in HOST_MODULES or any(name == m or name.startswith(m + ".") for m in HOST_TORCH):
         return f"forbidden import {name!r}: it can touch the host"
@@ -78,12 +89,16 @@ def _module_reason(name: str, allowed: frozenset[str]) -> str | None:
         installed = importlib.util.find_spec(top) is not None  # top-level only: finding a submodule imports its parent
     except (ImportError, ValueError):
         installed = False
-    return f"needs package {top!r} ({'installed but ' if installed else 'not installed; '}not on the allow list of task imports)"
+    where = f"; imported inside {inside}()" if inside else "; imported at module level"
+    return (f"needs package {top!r} ({'installed but ' if installed else 'not installed; '}not on the allow list of "
+            f"task imports{where})")
 
 
 def _attr_reason(attr: str, on_module: bool) -> str | None:
-    if attr in HOST_ATTRS or (on_module and attr in MODULE_ATTRS):
+    if attr in HOST_ATTRS or attr in REFLECTING_NAMES or (on_module and attr in MODULE_ATTRS):
         return f"forbidden attribute .{attr}"
+    if attr in HOST_MODULE_ATTRS:
+        return f"forbidden attribute .{attr}: it reaches a host module"
     if attr.startswith("__") and attr.endswith("__") and attr not in SAFE_DUNDERS:
         return f"forbidden dunder attribute .{attr}"
     return None
@@ -142,6 +157,7 @@ class _Checker(ast.NodeVisitor):
         self.module_names = _module_bindings(tree)
         self.modules: set[str] = set()  # names bound to an imported module (torch, F, np)
         self.scopes: list[set[str]] = []
+        self.functions: list[str] = []  # names of the enclosing function definitions
         self.reason: str | None = None
 
     def _refuse(self, why: str, node: ast.AST) -> None:
@@ -153,15 +169,47 @@ class _Checker(ast.NodeVisitor):
         self.generic_visit(node)
         self.scopes.pop()
 
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _scoped
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        a = node.args
+        for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]:
+            if arg is not None and arg.annotation is not None:
+                self._annotation(arg.annotation)
+        if node.returns is not None:
+            self._annotation(node.returns)
+        self.functions.append(node.name)
+        self._scoped(node)
+        self.functions.pop()
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def _annotation(self, node: ast.AST) -> None:
+        """A string annotation is code that typing.get_type_hints (and functools.singledispatch through it) evaluates:
+        check what it says like any other expression."""
+        for c in ast.walk(node):
+            if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                try:
+                    expr = ast.parse(c.value.strip(), mode="eval")
+                except SyntaxError:
+                    continue
+                for n in ast.walk(expr):
+                    ast.copy_location(n, c)
+                self.visit(expr)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
+    visit_Lambda = _scoped
     visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _scoped
+
+    def _inside(self) -> str:
+        return ".".join(self.functions)
 
     def _is_builtin(self, name: str) -> bool:
         return not any(name in s for s in self.scopes) and name not in self.module_names
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
-            why = _module_reason(a.name, self.allowed)
+            why = _module_reason(a.name, self.allowed, self._inside())
             if why:
                 return self._refuse(why, node)
             self.modules.add(a.asname or a.name.split(".")[0])
@@ -176,14 +224,15 @@ class _Checker(ast.NodeVisitor):
             if full.split(".")[0] in HOST_MODULES or any(full == m or full.startswith(m + ".") for m in HOST_TORCH):
                 why = f"forbidden import {full!r}: it can touch the host"
             else:
-                why = _module_reason(mod, self.allowed) or (None if a.name == "*" else _attr_reason(a.name, True))
+                why = (_module_reason(mod, self.allowed, self._inside())
+                       or (None if a.name == "*" else _attr_reason(a.name, True)))
             if why:
                 return self._refuse(why, node)
             if full in self.allowed:
                 self.modules.add(a.asname or a.name)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in HOST_BUILTINS:
+        if node.id in HOST_BUILTINS or node.id in REFLECTING_NAMES:
             self._refuse(f"forbidden name {node.id!r}", node)
         elif node.id in REFLECTORS and self._is_builtin(node.id):  # a call reaches visit_Call, a bare name here
             self._refuse(f"forbidden use of {node.id!r} other than a direct call", node)

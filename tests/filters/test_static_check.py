@@ -45,6 +45,11 @@ HARMLESS = [
     ("return [n]", "return [[n].remove(n) or n]"),
     ("return [n]", "return [hasattr(torch, 'bias') or n]"),
     ("return [n]", "return [torch.jit.script(nn.Linear(n, n)) and n]"),
+    # torch's own names that share a host module's name, and harmless string annotations
+    ("return [torch.rand(4, n)]", "return [torch.rand(4, n).select(0, 1), torch.select(torch.rand(2, 2), 0, 0)]"),
+    ("return [torch.rand(4, n)]", "return [torch.signal.windows.hann(n)]"),
+    ("def forward(self, x):", "def forward(self, x: \"torch.Tensor\") -> \"torch.Tensor\":"),
+    ("import math", "import math\nfrom typing import List\nfrom operator import mul"),
 ]
 
 
@@ -97,6 +102,26 @@ DANGEROUS = [
     (("return [n]", "return [[input for input in range(2)], input()]"), "forbidden builtin 'input'"),
     (("return [n]", "return [(lambda f: f.f_globals)(None)]"), "forbidden attribute .f_globals"),
     (("return [n]", "import numpy as np\n    return [np.fromfile('x')]"), "forbidden attribute .fromfile"),
+    # allowed modules re-export host modules: reached by attribute, by an alias, or by getattr with a constant
+    (("return [n]", "return [torch.os.listdir('/')]"), "forbidden attribute .os: it reaches a host module"),
+    (("return [n]", "return [torch.builtins.open('/etc/passwd')]"), "forbidden attribute .builtins"),
+    (("return [n]", "return [torch.importlib.import_module('o' + 's')]"), "forbidden attribute .importlib"),
+    (("return [n]", "return [getattr(torch, 'importlib')]"), "forbidden attribute .importlib"),
+    (("return [n]", "t = torch\n    return [t.sys.modules['os']]"), "forbidden attribute .sys"),
+    (("return [n]", "import collections\n    return [collections._sys.modules]"), "forbidden attribute ._sys"),
+    (("return [n]", "import enum\n    return [enum.bltns.eval('n')]"), "forbidden attribute .bltns"),
+    (("return [n]", "return [torch.ctypes.CDLL(None)['sys' + 'tem']]"), "forbidden attribute .ctypes"),
+    (("return [n]", "import numpy as np\n    return [np.zeros(1).ctypes.data]"), "forbidden attribute .ctypes"),
+    (("return [n]", "self_ = [torch]\n    return [self_[0].subprocess]"), "forbidden attribute .subprocess"),
+    # string evaluation and getattr by another name, from allowed modules (star imports included)
+    (("def forward(self, x):", "def forward(self, x: \"__import__('os')\"):"), "forbidden name '__import__'"),
+    (("n = 8", "v: 'List[open]' = 1\nn = 8"), "forbidden name 'open'"),
+    (("return [n]", "import typing\n    return [typing.get_type_hints(Model.forward)]"), "forbidden attribute .get_type_hints"),
+    (("return [n]", "return [get_type_hints(Model.forward)]"), "forbidden name 'get_type_hints'"),
+    (("return [n]", "import operator\n    return [operator.attrgetter('lo' + 'ad')(torch)]"), "forbidden attribute .attrgetter"),
+    (("import math", "from operator import methodcaller"), "forbidden attribute .methodcaller"),
+    (("return [n]", "return [type(n).__mro__[1].__subclasses__()]"), "forbidden dunder"),
+    (("return [n]", "return [__import__('importlib').import_module('os')]"), "forbidden name '__import__'"),
 ]
 
 
@@ -118,7 +143,14 @@ def test_a_parameter_called_input_does_not_shadow_the_builtin_elsewhere():
 def test_a_missing_third_party_package_has_its_own_reason():
     code = GOOD.replace("import math", "import math\nfrom transformers.activations import ACT2FN")
     reason = check_task_source(code)
-    assert reason.startswith("needs package 'transformers'")
+    assert reason.startswith("needs package 'transformers'") and "imported at module level" in reason
+
+
+def test_a_package_imported_inside_a_function_says_where():
+    # Ops-6K rows build a transformers config in get_init_inputs: the module imports, the task cannot run
+    code = GOOD.replace("return [n]", "import transformers\n    return [transformers.BertConfig()]")
+    reason = check_task_source(code)
+    assert reason.startswith("needs package 'transformers'") and "imported inside get_init_inputs()" in reason
 
 
 @pytest.mark.parametrize(
