@@ -130,7 +130,9 @@ def require_pinned(names: list[str]) -> None:
 # ---- label findings on foreign data -----------------------------------------------------------------------------
 FOREIGN_PIN_FILE = Path(__file__).with_name("foreign_pins.json")
 # arithmetic code does between operators (x + y, x * s): never evidence of an unlabelled operator
-ARITHMETIC_GLUE = frozenset({"aten.add", "aten.sub", "aten.mul", "aten.div", "aten.rsub", "aten.neg", "aten.true_divide"})
+# (Python's + - * / ** // % and unary minus)
+ARITHMETIC_GLUE = frozenset({"aten.add", "aten.sub", "aten.mul", "aten.div", "aten.rsub", "aten.neg", "aten.true_divide",
+                             "aten.pow", "aten.floor_divide", "aten.remainder"})
 # comparisons code makes between operators (x > 0 before a torch.all, a mask for torch.where): glue as well
 COMPARISONS = frozenset({"aten.gt", "aten.lt", "aten.ge", "aten.le", "aten.eq", "aten.ne"})
 # Python's mask operators between operators (~mask, a & b, a | b): glue like the comparisons that make the masks
@@ -240,6 +242,7 @@ def label_findings(ops: list[str], aten_ops: list[str], device: str = "cpu") -> 
         table[name] = (*table.get(name, ()), *sigs)
     traced = _foreign_canonical(aten_ops)
     glue = _foreign_canonical(GLUE | ARITHMETIC_GLUE | COMPARISONS | MASK_GLUE | FILLS | SUBSCRIPTS)
+    layout = _foreign_canonical(GLUE)
     wrong, unknown, explained = [], [], set(glue)
     for label in dict.fromkeys(ops):
         if label in NO_KERNEL_LABELS:
@@ -249,6 +252,8 @@ def label_findings(ops: list[str], aten_ops: list[str], device: str = "cpu") -> 
             unknown.append(label)
             continue
         explained.update(*sigs)
+        if all(not (s - layout) for s in sigs):
+            continue  # a layout label (nn.Flatten, reshape) runs a view or a copy, as the memory layout decides
         if label.startswith("nn.Lazy"):
             explained.update(LAZY_INIT)
         # the kernel named like the operator (torch.eq -> aten.eq) is evidence enough: the pins also hold the

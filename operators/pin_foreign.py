@@ -62,6 +62,18 @@ def _loss(name: str, reduction: str) -> Callable:
     return lambda *args: fn(*args, reduction=reduction)
 
 
+UPSAMPLE_MODES = {1: ("nearest", "nearest-exact", "linear", "area"),
+                  2: ("nearest", "nearest-exact", "bilinear", "bicubic", "area"),
+                  3: ("nearest", "nearest-exact", "trilinear", "area")}
+
+
+def _upsample(name: str, mode: str, align_corners: bool | None) -> Callable:
+    """F.interpolate or nn.Upsample at scale 2 in `mode`."""
+    if name == "nn.Upsample":
+        return nn.Upsample(scale_factor=2, mode=mode, align_corners=align_corners)
+    return lambda x: F.interpolate(x, scale_factor=2, mode=mode, align_corners=align_corners)
+
+
 # name -> [(module or callable factory, input factory)]: a few parameter variants where behaviour changes
 EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     "nn.LSTM": [(lambda: nn.LSTM(8, 16, batch_first=True), lambda: (torch.rand(2, 5, 8),)),
@@ -159,6 +171,11 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
     **{f"F.{fn}": [(lambda fn=fn, red=red: _loss(f"F.{fn}", red), lambda k=k: LOSS_INPUTS[k]())
                    for red in ("mean", "sum")]
        for k, fn in LOSS_FUNCTIONS.items()},
+    # every interpolation mode at every rank it takes (the catalog draws some of them)
+    **{name: [(lambda name=name, mode=mode, ac=ac: _upsample(name, mode, ac), lambda n=n: (torch.rand(*([2, 3] + [6] * n)),))
+              for n, modes in UPSAMPLE_MODES.items() for mode in modes for ac in (None, True)
+              if ac is None or mode in ("linear", "bilinear", "bicubic", "trilinear")]
+       for name in ("F.interpolate", "nn.Upsample")},
     "nn.GRUCell": [(lambda: nn.GRUCell(8, 16), lambda: (torch.rand(2, 8),))],
     "nn.LSTMCell": [(lambda: nn.LSTMCell(8, 16), lambda: (torch.rand(2, 8),))],
 }

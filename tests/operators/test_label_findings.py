@@ -98,3 +98,15 @@ def test_fills_and_tensor_subscripts_between_operators_are_glue():
     f = label_findings(["torch.isnan", "F.group_norm"], ["aten.isnan", "aten.full_like", "aten.where",
                                                          "aten.native_group_norm"])
     assert f.missing == ("aten.where",)
+
+
+def test_a_layout_label_needs_no_kernel_and_interpolation_modes_are_pinned():
+    # nn.Flatten after an LSTM copies (reshape of a non-contiguous output): no view ran, the label is still true
+    f = label_findings(["nn.Flatten", "torch.log_softmax"], ["aten.clone", "aten._unsafe_view", "aten._log_softmax"])
+    assert f.kind == "labels true", f
+    # an arithmetic label still needs its kernel (a "mul" label with no multiplication is wrong)
+    assert label_findings(["mul", "torch.selu"], ["aten.selu"]).wrong == ("mul",)
+    # F.interpolate in bicubic mode (the catalog draws nearest, linear modes)
+    assert label_findings(["F.interpolate"], ["aten.upsample_bicubic2d"]).kind == "labels true"
+    # x ** 2 is arithmetic between operators, as x * x is
+    assert label_findings(["torch.abs"], ["aten.abs", "aten.pow"]).kind == "labels true"
