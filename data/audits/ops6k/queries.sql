@@ -51,3 +51,14 @@ SELECT count(*) FILTER (WHERE profiled) AS profiled, count(*) FILTER (WHERE prof
 FROM 'verdicts.parquet';
 SELECT regexp_replace(filter_reason, ' \(.*$', '') AS reason, count(*) AS rows
 FROM 'verdicts.parquet' WHERE profiled AND filter_reason <> '' GROUP BY reason ORDER BY rows DESC;
+
+-- Q8 the transformers rows: 71 by data_source, 57 refused as needing the package (26 import it at module level, 31
+-- only inside get_init_inputs, to build a config), the other 14 carry the model's code inline and import nothing
+-- from it (13 traced, their class-name labels cannot be judged, 1 refused for importing torch._dynamo)
+SELECT data_source = 'transformers' AS transformers_source,
+       CASE WHEN import_reason LIKE 'needs package ''transformers''%'
+            THEN regexp_extract(import_reason, 'imported (at module level|inside [A-Za-z_.]+\(\))', 0)
+            ELSE coalesce(nullif(regexp_replace(import_reason, ' \(line.*$', ''), ''), 'passed the static check') END AS import,
+       label_finding, count(*) AS rows
+FROM 'verdicts.parquet' WHERE data_source = 'transformers' OR import_reason LIKE '%transformers%'
+GROUP BY ALL ORDER BY rows DESC;
