@@ -59,7 +59,8 @@ def verdict_rows(rd: RunDir) -> list[dict[str, Any]]:
             "kb_op_signature_level": _level(con.get("kb_op_signature_nearest")) if con.get("kb_op_signature_match") else None,
             "exact_cluster": dd.get("exact_cluster"), "near_cluster": dd.get("near_cluster"),
             "dedupe_reason": verdicts.get(tid, {}).get("dedupe", ""),
-            "profiled": measured, "status": m["status"] if measured else None,
+            # status `skipped`: a row of the measured sample (a seeded prefix) that an earlier stage had dropped
+            "profiled": measured, "status": m["status"] if m is not None else None,
             "gpu": m["gpu"] if measured else None, "eager_ms": m["eager_ms"] if measured else None,
             "compile_ms": m["compile_ms"] if measured else None,
             "filter_reason": verdicts.get(tid, {}).get("filter", "") if measured else None,

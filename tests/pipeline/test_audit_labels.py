@@ -87,3 +87,22 @@ def test_the_verdict_table_has_one_row_per_source_row_with_each_finding(audited,
     assert rows[1]["wrong_labels"] == ["nn.Tanh"] and rows[3]["unknown_labels"] == ["nn.BrandNewOp"]
     assert rows[6]["import_reason"].startswith("forbidden import 'os'") and rows[6]["rejected_by"] == "import"
     assert rows[0]["profiled"] is False and rows[0]["kept"] is True
+
+
+def test_a_skipped_row_of_the_measured_sample_keeps_its_status(audited, tmp_path):
+    # a time-boxed profile measures a seeded prefix; a row dropped before it gets a `skipped` measurement and must
+    # still count in the sample, or the sample's kept share is overstated
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from pipeline.audit_export import write
+    from pipeline.schema import MEASUREMENTS
+
+    rd = RunDir(shutil.copytree(audited.path, tmp_path / "run"))
+    refused = next(t["task_id"] for t in rd.read_rows("tasks") if t["source_row"] == 6)
+    rd.replace_table("measurements", [{"task_id": refused, "status": "skipped", "device": "cuda",
+                                       "error": "not profiled: dropped by import"}], MEASUREMENTS)
+    rows = pq.read_table(write(rd, tmp_path / "v.parquet")).to_pylist()
+    assert rows[6]["status"] == "skipped" and rows[6]["profiled"] is False and rows[6]["filter_reason"] is None
+    assert [r["status"] for r in rows[:6]] == [None] * 6
