@@ -65,6 +65,15 @@ MEASUREMENTS = pa.schema([
     ("aten_ops", STR_LIST),
     ("gpu_busy_s", pa.float64()),         # time this task held the device lock
     ("wall_s", pa.float64()),
+    # where a worker's wall time went (GPU runs; not published): the worker's own CPU seconds, waits for the
+    # device lock (of which waiting to time alone) and for the memory budget (of which growing back after
+    # compiling), and the time it held the GPU alone for timed runs
+    ("cpu_s", pa.float64()),
+    ("lock_wait_s", pa.float64()),
+    ("lock_wait_exclusive_s", pa.float64()),
+    ("budget_wait_s", pa.float64()),
+    ("regrow_wait_s", pa.float64()),
+    ("gpu_exclusive_s", pa.float64()),
 ])
 
 VERDICTS = pa.schema([
