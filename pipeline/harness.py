@@ -401,12 +401,14 @@ class Harness:
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with
         MEASURED_MARGIN for the compiled graph's own buffers and allocator slack; before the first forward, the
-        sampler's prediction with PREDICTED_MARGIN; the worker's whole cap when nothing predicts the peak
-        (imported tasks). A task that outgrows it is retried with the whole cap."""
+        sampler's prediction with PREDICTED_MARGIN; when nothing predicts the peak (imported tasks), the filter's
+        peak cap: a task that needs more is rejected for its peak anyway (the worker's whole cap, 3x the filter's,
+        let only about four such tasks run at once). A task that outgrows its share is retried with the whole cap."""
         if not self.task_cap:
             return 0
         if not peak:
-            return self.task_cap
+            cap = float(self.s.get("max_peak_memory_gb") or 0) * 2**30
+            return min(self.task_cap, int(cap + 2**29)) if cap else self.task_cap
         need = MEASURED_MARGIN * (peak + out_bytes) if measured else PREDICTED_MARGIN * peak
         return min(self.task_cap, int(need + 2**29))
 
