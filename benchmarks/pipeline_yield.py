@@ -3,13 +3,13 @@ published task, whether labels and dedupe drops were true, and whether a second 
 publishes the same set.
 
     python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv] [--gpus 1]
-        [--since-index N] [--profile-seconds S] [--out benchmarks/results/pipeline_yield.json]
+        [--since-index N] [--until-index M] [--profile-seconds S] [--out benchmarks/results/pipeline_yield.json]
 
 DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
 is a second run directory whose profile measured the same tasks again. `--smi` is the CSV of
 `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
 profile stage. `--since-index N` judges only the tasks sampled at index N and later (a run grown with
-`opsynth sample DIR --n`), and only those a stage has decided (a time-boxed profile leaves the rest for later);
+`opsynth sample DIR --n`; `--until-index M`: before index M, e.g. the tasks one profile call measured), and only those a stage has decided (a time-boxed profile leaves the rest for later);
 `--profile-seconds` gives the profile time of those tasks when the manifest's figure covers other calls too.
 With the worker diagnostics in the measurements (cpu_s, lock and budget waits), it also says where each
 worker's wall time went. Prints a table per measure and writes everything to JSON.
@@ -137,6 +137,7 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--label", default="")
     ap.add_argument("--since-index", type=int, default=0, help="judge only tasks sampled at this index or later")
+    ap.add_argument("--until-index", type=int, help="judge only tasks sampled before this index")
     ap.add_argument("--profile-seconds", type=float, help="profile seconds of the judged tasks (default: manifest)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/pipeline_yield.json"))
     a = ap.parse_args()
@@ -145,10 +146,10 @@ def main() -> None:
     cfg = load_file(a.run / "config.toml")
     manifest = json.loads((a.run / "manifest.json").read_text())
     all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
-    tasks = all_tasks[a.since_index:]
+    tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
     meas_rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
-    if a.since_index:  # a grown run: only the new tasks that a stage has decided so far
+    if a.since_index or a.until_index is not None:  # a grown run: only the new tasks that a stage has decided so far
         tasks = [t for t in tasks if t["task_id"] in meas_rows or t["task_id"] in rejections]
     ops_of = {t["task_id"]: list(t["ops"] or []) for t in all_tasks}
     name_of = {t["task_id"]: t["name"] for t in all_tasks}
@@ -176,7 +177,7 @@ def main() -> None:
         "gpu_s_per_published": round(gpu_s / len(published), 4) if published else None,
         "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
         "gpu_utilisation": smi_utilisation(a.smi),
-        "since_index": a.since_index,
+        "since_index": a.since_index, "until_index": a.until_index,
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
