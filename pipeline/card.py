@@ -106,6 +106,50 @@ def _funnel(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def _cost(manifest: dict[str, Any]) -> list[str]:
+    """What building the release cost: GPU time of every profile call (their sum over the GPUs each used) and
+    the CPU stages' wall time, per published task."""
+    records = manifest.get("stage_records") or {}
+    prof = records.get("profile")
+    if not prof:
+        return []
+    calls = prof.get("calls") or [prof]
+    gpu_s = sum((c.get("seconds") or 0) * (c.get("gpus") if c.get("gpus") is not None else 1) for c in calls
+                if c.get("device") == "cuda")
+    rows = manifest.get("sample_of") or manifest.get("rows") or 0
+    sampled = next((s["tasks"] for s in manifest.get("funnel", []) if s["step"] == "sampled"), None)
+    out = ["", "What it cost:", "", "| | |", "|---|---|"]
+    if gpu_s:
+        out.append(f"| profile (GPU) | {gpu_s / 3600:.2f} GPU-hours in {len(calls)} call(s) on "
+                   f"{', '.join(g for g in manifest.get('gpu') or [] if g not in ('cpu', 'cuda')) or 'the GPU'}"
+                   + (f"; {gpu_s / rows:.2f} GPU-s per published task" if rows else "") + " |")
+    for stage in ("sample", "decontaminate", "filter", "dedupe"):
+        r = records.get(stage)
+        if r:
+            total = r.get("seconds_all_calls", r.get("seconds"))
+            out.append(f"| {stage} (CPU) | {total / 60:.1f} min wall |")
+    if sampled and rows:
+        out.append(f"| sampled -> published | {sampled:,} -> {rows:,} ({rows / sampled:.1%}) |")
+    return out
+
+
+def _hub(manifest: dict[str, Any]) -> list[str]:
+    """How this folder goes to the Hub, with what the dry run lists (the card and manifest.json come on top)."""
+    files = manifest.get("files") or {}
+    out = ["## Putting it on the Hub", "",
+           "One command uploads the folder in one commit (token from `HF_TOKEN`); `--dry-run` lists what it would "
+           "upload and sends nothing:", "", "```bash",
+           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME --dry-run",
+           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME", "```"]
+    if files:
+        width = max(len(r) for r in files)
+        out += ["", "What the dry run lists besides `README.md` and `manifest.json` (a run directory kept in the "
+                "folder, such as `run/`, stays local):", "", "```"]
+        out += [f"  {rel:<{width}}  {info['bytes']:>12,} B" for rel, info in sorted(files.items())]
+        out.append("```")
+    return out
+
+
 def stages_done(manifest: dict[str, Any]) -> set[str]:
     """Stages done for every task (manifests before `stage_status` list the stages that left verdicts)."""
     status = manifest.get("stage_status")
@@ -321,6 +365,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "Funnel of this release:",
         "",
         *_funnel(manifest),
+        *_cost(manifest),
         "",
         f"Reproduce: `opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X` with the "
         "config and versions recorded in `manifest.json`.",
@@ -363,6 +408,8 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         f"{cfg['publish']['license'].upper()}. KernelBench (MIT) is used only as a decontamination reference; "
         "no KernelBench code is included.",
+        "",
+        *_hub(manifest),
         "",
     ]
     return f"---\n{header}---\n\n" + "\n".join(body)

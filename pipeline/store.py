@@ -220,8 +220,15 @@ class RunDir:
         _atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2, default=str).encode())
 
     def record_stage(self, stage: str, seconds: float, **counts: Any) -> None:
-        self.update_manifest(stages={stage: {"seconds": round(seconds, 3), **counts,
-                                             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}})
+        """This call of `stage` in the manifest: its figures, and in `calls` every call so far (a time-boxed
+        profile runs in several calls; what the run cost is their sum, `seconds_all_calls`)."""
+        entry = {"seconds": round(seconds, 3), **counts, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        before = (self.manifest().get("stages") or {}).get(stage)
+        calls = list(before.get("calls") or [{k: v for k, v in before.items() if k not in ("calls", "seconds_all_calls")}]
+                     ) if before else []
+        calls.append(dict(entry))
+        self.update_manifest(stages={stage: {**entry, "calls": calls,
+                                             "seconds_all_calls": round(sum(c.get("seconds") or 0 for c in calls), 3)}})
 
 
 def _comparable(d: dict[str, Any]) -> dict[str, Any]:

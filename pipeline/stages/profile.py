@@ -160,7 +160,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
-                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0])
+                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
+                    gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted)
     return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
             "minutes": round(budget.elapsed() / 60, 2)}
