@@ -21,10 +21,11 @@ from typing import Any
 
 from filters.base import reason_kind
 from filters.static_check import check_task_source
-from pipeline.config import Config, worker_settings
+from pipeline.config import Config
 from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
+from pipeline.worker_settings import WorkerSettings
 
 
 @dataclass
@@ -151,7 +152,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 bar.restart_clock()
                 bar.phase("starting workers")
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                                   worker_settings(cfg)) as ex:
+                                   WorkerSettings.from_config(cfg)) as ex:
                     for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
                         bar.phase("")
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
