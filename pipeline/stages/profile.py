@@ -86,7 +86,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     `opsynth run` puts it first) get a `skipped` row instead of GPU time. budget: stop starting shards once it
     is spent (the result then has stopped=True; a rerun continues)."""
     from pipeline.executors import make_executor
-    from pipeline.selection import CODE_STAGES, first_rejection
+    from pipeline.selection import first_rejection
+    from pipeline.stage_defs import CODE_STAGES
     from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
