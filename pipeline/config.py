@@ -128,7 +128,7 @@ class DedupeSection:
     minhash_threshold: float = 0.7
     structural: bool = True
     # near duplicates with the same operators but another graph need this de-templated code Jaccard
-    # (filters/dedupe.py says why 0.9)
+    # (detectors/dedupe.py says why 0.9)
     near_code_jaccard: float = 0.9
 
 

@@ -1,5 +1,5 @@
 """What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
-siblings pipeline.gpu_share (the GPU lock and memory budget), pipeline.tensor_checks and pipeline.worker_settings
+siblings pipeline.gpu_share (the GPU lock and memory budget), filters.tensor_checks and pipeline.worker_settings
 (what the parent tells it), the eager checks filters.checks owns, so a task they reject is not compiled, and
 operators.trace's ATen naming, so the ops it records are the vocabulary the labels are pinned in.
 
@@ -43,11 +43,7 @@ import torch
 
 from filters.base import decide
 from filters.checks import EAGER_CHECKS
-from operators.peak import LiveBytes
-from operators.trace import SKIP_OPS, aten_name
-from pipeline.compile_cache import InductorCache
-from pipeline.gpu_share import GpuLock, MemoryBudget
-from pipeline.tensor_checks import (
+from filters.tensor_checks import (
     agreement,
     draw_checks,
     flatten,
@@ -56,6 +52,10 @@ from pipeline.tensor_checks import (
     sample_stride,
     tensors,
 )
+from operators.peak import LiveBytes
+from operators.trace import SKIP_OPS, aten_name
+from pipeline.compile_cache import InductorCache
+from pipeline.gpu_share import GpuLock, MemoryBudget
 from pipeline.worker_settings import WorkerSettings
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from filters.base import reason_kind
+from filters.base import decide, reason_kind
+from filters.checks import CHECKS
 from filters.static_check import check_task_source
 from pipeline.config import Config
 from pipeline.progress import Progress
@@ -88,7 +89,6 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
     from pipeline.stage_defs import CODE_STAGES
-    from pipeline.stages.filter import decide_measurement
 
     t0 = time.time()
     tasks = rd.require_table("tasks", "sample").select(["task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes"]).to_pylist()
@@ -125,7 +125,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
 
     def note(m: dict[str, Any]) -> None:
         nonlocal accepted
-        keep, why = decide_measurement({**m, "ops": ops_of.get(m["task_id"])}, cfg)
+        keep, why = decide({**m, "ops": ops_of.get(m["task_id"])}, CHECKS, cfg.filter)  # the filter's verdict
         accepted += keep
         if not keep:
             reasons[reason_kind(why)] += 1

@@ -8,9 +8,9 @@ import torch
 
 from filters.base import decide
 from filters.checks import EAGER_CHECKS
+from filters.tensor_checks import degenerate, tolerance_ratio
 from pipeline.config import Config, FilterSection, RunSection
 from pipeline.harness import Harness, one_line
-from pipeline.tensor_checks import degenerate, tolerance_ratio
 from pipeline.worker_settings import WorkerSettings
 
 TEMPLATE = '''
@@ -201,7 +201,7 @@ def test_oom_line_keeps_the_request_and_the_cap():
 
 
 def test_max_diff_counts_equal_infinities_and_same_place_nans_as_equal():
-    from pipeline.tensor_checks import max_diff
+    from filters.tensor_checks import max_diff
 
     inf, nan = float("inf"), float("nan")
     a = torch.tensor([1.0, inf, -inf, nan])
