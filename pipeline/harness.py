@@ -403,8 +403,7 @@ class Harness:
         if not self.task_cap:
             return 0
         if not peak:
-            cap = float(self.s.get("max_peak_memory_gb") or 0) * 2**30
-            return min(self.task_cap, int(cap + 2**29)) if cap else self.task_cap
+            return min(self.task_cap, int(self.s.filter.max_peak_memory_gb * 2**30 + 2**29))
         need = MEASURED_MARGIN * (peak + out_bytes) if measured else PREDICTED_MARGIN * peak
         return min(self.task_cap, int(need + 2**29))
 
