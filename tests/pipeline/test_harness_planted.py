@@ -43,7 +43,8 @@ PLANTS = {
 
 def settings(**kw) -> WorkerSettings:
     cfg = Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9))
-    return WorkerSettings.from_config(cfg).with_profile(timeout_s=8.0, memory_limit_gb=3.0, compile=False, warmup=1, min_runs=3, max_runs=5, **kw)
+    return WorkerSettings.from_config(cfg).with_profile(timeout_s=8.0, memory_limit_gb=3.0, compile=False, warmup=1,
+                                                        min_runs=3, max_runs=5, **kw)
 
 
 def tasks():
