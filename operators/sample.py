@@ -24,7 +24,7 @@ from hashlib import blake2b
 
 import networkx as nx
 
-from filters.contamination import op_signature
+from detectors.contamination import op_signature
 from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
 from operators.cost import CostMode, aten_names, peak_bytes, predict_ms
 from operators.graph import (
@@ -432,7 +432,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
 
 def _reference_signatures(specs: tuple[str, ...]) -> frozenset[str]:
     """Op signatures of the reference problems in `specs` (read once per process)."""
-    from pipeline.reference import reference_op_signatures
+    from detectors.reference_index import reference_op_signatures
 
     return reference_op_signatures(specs)
 
@@ -499,7 +499,7 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
 
 def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collect: bool = True,
             screen=None) -> list[dict]:
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     rows = []
     for n, i in enumerate(indices, 1):

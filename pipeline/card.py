@@ -11,6 +11,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from pipeline.stage_defs import PIPELINE_STAGES
+
 REPO_PLACEHOLDER = "ORG/NAME"
 
 # name -> (data_files path, arrow schema getter name in pipeline.publish)
@@ -300,6 +302,14 @@ def _source(manifest: dict[str, Any]) -> list[str]:
             "columns and removed the rows its stages dropped (reasons in `rejections/`).", ""]
 
 
+def _numbered(built: dict[str, list[str]], order: tuple[str, ...]) -> list[str]:
+    """The steps of every stage in `order`, numbered; a declared stage the card does not describe fails at once."""
+    missing = [s for s in order if s not in built]
+    if missing:
+        raise KeyError(f"the card describes no step for stage(s) {missing}")
+    return [f"{i}. {text}" for i, text in enumerate((t for s in order for t in built[s]), 1)]
+
+
 def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
     """The full README.md text."""
     import yaml
@@ -313,9 +323,48 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             return ""
         return f" **({missing.get(stage, 'not run')} for this release)**"
 
+    refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
+    # what each stage did, keyed by stage: numbered in the declared order (pipeline/stage_defs.py)
+    built = {
+        "sample": [
+            "**sample**: operator graphs (chains and DAGs, "
+            f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
+            "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
+            f"**compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`"
+            f"{_composed(rows)}).",
+        ],
+        "decontaminate": [
+            f"**decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
+            f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
+            f"{cfg['decontaminate']['minhash_threshold']:g}); before profiling, so a dropped task costs no GPU "
+            "time." + skipped("decontaminate"),
+        ],
+        "profile": [
+            "**profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
+            "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
+            + skipped("profile"),
+        ],
+        "filter": [
+            f"**filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
+            "compile must run and agree, deterministic, input-sensitive"
+            # older manifests predate the check: their runs did not apply it
+            + (", not fakeable by one fixed output (input draws differ beyond the verifier's "
+               f"{cfg['filter']['compile_tolerance']:g} tolerance)"
+               if cfg["filter"].get("min_input_sensitivity_ratio", 0) > 0 else "")
+            + (", timings undisturbed by allocator retries" if cfg["filter"].get("require_undisturbed_timing") else "")
+            + ", not degenerate, `ops` labels match the trace." + skipped("filter"),
+        ],
+        "dedupe": [
+            "**dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
+            "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
+            "is near-identical once the shared template is removed (Jaccard >= "
+            f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
+            "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
+            + skipped("dedupe"),
+        ],
+    }
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
-    refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
     body = [
         f"# {name}",
         "",
@@ -338,29 +387,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         "## How it was built",
         "",
-        "1. **sample**: operator graphs (chains and DAGs, "
-        f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
-        "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
-        f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`{_composed(rows)}).",
-        "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
-        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
-        + skipped("profile"),
-        f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
-        "compile must run and agree, deterministic, input-sensitive"
-        # older manifests predate the check: their runs did not apply it
-        + (", not fakeable by one fixed output (input draws differ beyond the verifier's "
-           f"{cfg['filter']['compile_tolerance']:g} tolerance)"
-           if cfg["filter"].get("min_input_sensitivity_ratio", 0) > 0 else "")
-        + ", not degenerate, `ops` labels match the trace." + skipped("filter"),
-        f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
-        f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
-        f"{cfg['decontaminate']['minhash_threshold']:g})." + skipped("decontaminate"),
-        "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
-        "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
-        "is near-identical once the shared template is removed (Jaccard >= "
-        f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
-        "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
-        + skipped("dedupe"),
+        *_numbered(built, PIPELINE_STAGES),
         "",
         "Funnel of this release:",
         "",

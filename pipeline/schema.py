@@ -91,7 +91,7 @@ CONTAMINATION = pa.schema([
     ("kb_ast_nearest", pa.string()),
     ("kb_op_signature_match", pa.bool_()),   # the traced program equals a problem's at some normalization, in order
     ("kb_op_signature_nearest", pa.string()),
-    ("kb_op_normalization", pa.string()),    # exact | core | core + <op> | core - <op> (filters/contamination.py)
+    ("kb_op_normalization", pa.string()),    # exact | core | core + <op> | core - <op> (detectors/contamination.py)
     ("kb_op_multiset_match", pa.bool_()),    # same ops, any order (recorded, not a detector on its own)
     ("op_signature_source", pa.string()),    # aten_ops column | traced | text-only: why
     ("kb_minhash_jaccard", pa.float64()),

@@ -30,12 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OpsynthError
+from pipeline.stage_defs import VERDICT_SHARDS, WRITER
 
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
-VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3, "labels": 4}
-# the command that writes each table (verdicts: by shard), named in the fix for a shard that cannot be read
-WRITER = {"tasks": "sample", "measurements": "profile", "contamination": "decontaminate", "dedupe": "dedupe"}
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:

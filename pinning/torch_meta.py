@@ -1,5 +1,5 @@
 """The pinning tool for torch's own metadata: match every catalog entry to torch's OpInfo (op_db) and ModuleInfo
-(module_db) test entries and write operators/torch_meta.json (`python -m operators.pin_torch_meta`, about
+(module_db) test entries and write operators/torch_meta.json (`python -m pinning.torch_meta`, about
 15 s; rerun after editing the catalog or upgrading torch; tests/operators/test_torch_meta.py flags a
 stale pin). Only this module imports torch.testing._internal (it needs the `expecttest` package, in the dev
 extra); operators/torch_meta.py reads the result.
@@ -38,7 +38,7 @@ def _quiet() -> Iterator[None]:
 
 def load_dbs() -> tuple[list[Any], list[Any]]:
     """torch's op_db and module_db, imported quietly (several seconds)."""
-    from pipeline.errors import require
+    from opsynth.errors import require
 
     require("expecttest", "dev")  # torch.testing._internal imports it
     with _quiet():

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
+from detectors.contamination import minhash_jaccard, minhashes
+from detectors.dedupe import canonical_graph_key, dedupe, detemplated_tokens, jaccard, shingles
 from filters.base import reason_kind
-from filters.contamination import minhash_jaccard, minhashes
-from filters.dedupe import canonical_graph_key, dedupe, detemplated_tokens, jaccard, shingles
 
 BASE = '''import torch
 import torch.nn as nn

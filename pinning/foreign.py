@@ -1,7 +1,7 @@
 """Pin the ATen ops of operators that foreign datasets name but the catalog does not sample (nn.LSTM, torch.isin...),
 and behaviours of catalog operators that only foreign code reaches (torch.max of two tensors, a masked attention).
 
-`python -m operators.pin_foreign` runs each example below on meta and on the CPU under the recorder and writes
+`python -m pinning.foreign` runs each example below on meta and on the CPU under the recorder and writes
 `foreign_pins.json` (name -> the distinct ATen op sets seen). `operators.labels.label_findings` reads it beside the
 catalog's pins, so an audited row that labels one of these can be judged instead of reported as unknown. GPU-only
 kernels of these operators (cuDNN RNNs) are listed by hand in operators.labels.DEVICE_EQUIVALENT.
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
-OUT = Path(__file__).with_name("foreign_pins.json")
+from operators.labels import FOREIGN_PIN_FILE
+
+OUT = FOREIGN_PIN_FILE  # operators/foreign_pins.json, read by operators.labels
 nn, F = torch.nn, torch.nn.functional
 X4 = (2, 4, 6, 6)
 

@@ -1,6 +1,6 @@
 """Fit the GPU calibration (operators/calibration.json) from a profiled run directory.
 
-    python -m operators.calibrate --run DIR [--out operators/calibration.json]
+    python -m pinning.calibrate --run DIR [--out operators/calibration.json]
 
 Every task of the run is traced again on meta at its sizes: its kernels with their roofline times (CostMode, no
 calibration) and every ATen call with the bytes live after it (a LiveBytes recorder over the rendered code,
@@ -151,7 +151,7 @@ def trace_task(task: dict, cfg) -> tuple:
 
 def load_evidence(run_dir: str | Path) -> tuple[list[TaskEvidence], Any]:
     """Every task of a profiled run with its measurement and its meta trace; and the run's sample config."""
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
     from pipeline.store import RunDir
 
     rd = RunDir(run_dir)
@@ -342,7 +342,7 @@ def fit(run_dir: str | Path) -> dict:
     torches = sorted({m["torch_version"] for m in _rows(run_dir, "measurements", ["torch_version"])
                       if m["torch_version"]})
     return {
-        "regenerate": "python -m operators.calibrate --run DIR",
+        "regenerate": "python -m pinning.calibrate --run DIR",
         "run": {"tasks": len(tasks), "timed": len(_timed(tasks)), "gpu": gpus, "torch": torches,
                 "seed": _seed(run_dir), "typical_ratio": round(typical, 4)},
         "fitted_with": {"torch": torch.__version__.split("+")[0],

@@ -18,7 +18,7 @@ import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
-TINY = 6  # tiny draws per rank traced for real: the first of the 24 the CPU pin (pin_labels.pin_spec) runs on meta
+TINY = 6  # tiny draws per rank traced for real: the first of the 24 the CPU pin (pinning.labels.pin_spec) runs on meta
 BATCH1 = 4  # of those, also traced at a batch of one, per rank (other paths: MultiheadAttention's addmm)
 LARGE = 2  # draws per rank at the preset's sizes; the first per rank also at a batch of one
 LARGE_TRIES = 4  # draws tried per wanted large size (some are over the memory cap or refused on meta)

@@ -1,9 +1,9 @@
 """The pinning tool for true labels: run every sampleable catalog operator alone over many draws and write the
 ATen ops it executes.
 
-`python -m operators.pin_labels` (about a minute) traces on meta and for real on the CPU and writes
-operators/aten_pins.json. `python -m operators.pin_labels --device cuda` (on a GPU box; torch, networkx and
-pyarrow suffice) executes each operator's plan (operators.pin_plan: tiny sizes, the h200 preset's sizes, a
+`python -m pinning.labels` (about a minute) traces on meta and for real on the CPU and writes
+operators/aten_pins.json. `python -m pinning.labels --device cuda` (on a GPU box; torch, networkx and
+pyarrow suffice) executes each operator's plan (pinning.plan: tiny sizes, the h200 preset's sizes, a
 batch of one) on the GPU the way a profile worker does and writes operators/aten_pins_cuda.json: the GPU
 name, torch version, backend switches and, per operator, its GPU behaviours and the plan's fingerprint.
 `--ops A,B` pins only those operators into the existing file; `--stale` only those a CPU test would flag
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.labels import CUDA_PIN_FILE, PIN_FILE, canonical
-from operators.pin_plan import fingerprint, plan
+from pinning.plan import fingerprint, plan
 
 # after these the CUDA context is unusable: the remaining operators cannot be traced in this process
 _FATAL_CUDA = ("device-side assert", "illegal memory access", "misaligned address", "unspecified launch failure",
@@ -38,7 +38,7 @@ def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
     Raises OpsynthError naming the entry if it never runs on meta at any rank.
     """
     from operators.sample import single_op_graph
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     seen: set[frozenset[str]] = set()
     errors: list[str] = []
@@ -134,8 +134,8 @@ def pin_device_spec(spec, device: str, seed: int = 0, seconds: dict[str, float] 
 def _header(device: str, seed: int, plan_args: dict[str, int]) -> dict[str, Any]:
     import torch
 
-    from operators import pin_plan
     from operators.trace import backend_settings
+    from pinning import plan as pin_plan
 
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else ""
     return {"torch_version": torch.__version__, "device": device.split(":")[0], "gpu": gpu,
@@ -161,7 +161,7 @@ def pin_device(device: str, names: list[str] | None = None, out: Path | None = N
     import torch
 
     from operators.catalog import sampleable
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise OpsynthError("--device cuda needs a visible CUDA GPU; run this on the GPU box (or try --device cpu)")
@@ -214,7 +214,7 @@ def pin_device(device: str, names: list[str] | None = None, out: Path | None = N
 
 
 def _command(device: str, names: list[str] | None = None) -> list[str]:
-    cmd = ["python", "-m", "operators.pin_labels", "--device", device.split(":")[0]]
+    cmd = ["python", "-m", "pinning.labels", "--device", device.split(":")[0]]
     return cmd + (["--ops", ",".join(names)] if names else [])
 
 
@@ -261,7 +261,7 @@ def check_device_pin(path: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m operators.pin_labels", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m pinning.labels", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="", help="cuda: pin what each operator runs on this GPU "
                     f"({CUDA_PIN_FILE.name}); cpu: the same path on the CPU (a trial). Left out: the CPU pin")
     ap.add_argument("--ops", default="", help="comma-separated catalog names: pin only these (merged into the file)")
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         PIN_FILE.write_text(json.dumps({"torch_version": torch.__version__, "ops": ops}, indent=1, sort_keys=True) + "\n")
         print(f"pinned {len(ops)} operators to {PIN_FILE}")
         return
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     out = Path(a.out) if a.out else (CUDA_PIN_FILE if a.device.startswith("cuda") else None)
     names = [n.strip() for n in a.ops.split(",") if n.strip()] or None

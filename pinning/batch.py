@@ -1,6 +1,6 @@
 """The pinning tool for batch scaling: sample tasks, re-run every node of each at six other batch sizes on
 meta, and write the operators whose every eligible node scaled exactly to operators/batch_linear.json
-(`python -m operators.pin_batch`, a few minutes; rerun after editing the catalog or upgrading torch;
+(`python -m pinning.batch`, a few minutes; rerun after editing the catalog or upgrading torch;
 tests/operators/test_batch_scale.py re-checks each listed operator)."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def main() -> None:
     note = (f"Catalog operators whose meta result scales exactly with the batch (operators/batch_scale.py): every "
             f"eligible node of {args.h200_tasks:,} h200 and {args.demo_tasks:,} demo tasks (seed {args.seed}) "
             "re-run at batches 2, 3, b/2, b+1, 3b and 7919 matched the scaled run at the solved batch b, with no "
-            "exception. Written by python -m operators.pin_batch; re-checked per operator by "
+            "exception. Written by python -m pinning.batch; re-checked per operator by "
             "tests/operators/test_batch_scale.py.")
     Path(args.out).write_text(json.dumps({"note": note, "operators": ops}, indent=1) + "\n")
     print(f"{len(ops)} operators scale with the batch; not listed (a check failed): {sorted(bad)}")
