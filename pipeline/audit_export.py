@@ -38,7 +38,7 @@ def verdict_rows(rd: RunDir) -> list[dict[str, Any]]:
     gpu_done = "filter" in stages_run(rd)
     row_of = {t["task_id"]: t["source_row"] for t in tasks}
     out = []
-    for t in tasks:
+    for position, t in enumerate(tasks):
         tid = t["task_id"]
         lab, con, dd, m = (by["labels"].get(tid, {}), by["contamination"].get(tid, {}), by["dedupe"].get(tid, {}),
                            meas.get(tid))
@@ -46,7 +46,8 @@ def verdict_rows(rd: RunDir) -> list[dict[str, Any]]:
         measured = m is not None and m["status"] != "skipped"
         stage, reason = first.get(tid, ("", ""))
         out.append({
-            "source_row": t["source_row"], "task_id": tid, "data_source": t["data_source"], "ops": t["ops"],
+            # position in the run's (seeded) task order, which a time-boxed profile follows: the measured sample
+            "source_row": t["source_row"], "run_order": position, "task_id": tid, "data_source": t["data_source"], "ops": t["ops"],
             "import_reason": verdicts.get(tid, {}).get("import", ""),
             "byte_duplicate_of": row_of.get(base) if base else None,
             "label_finding": lab.get("finding"), "trace_device": lab.get("trace_device"),

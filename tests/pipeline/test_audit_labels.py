@@ -106,3 +106,5 @@ def test_a_skipped_row_of_the_measured_sample_keeps_its_status(audited, tmp_path
     rows = pq.read_table(write(rd, tmp_path / "v.parquet")).to_pylist()
     assert rows[6]["status"] == "skipped" and rows[6]["profiled"] is False and rows[6]["filter_reason"] is None
     assert [r["status"] for r in rows[:6]] == [None] * 6
+    order = [t["task_id"] for t in rd.read_rows("tasks")]
+    assert [r["run_order"] for r in rows] == [order.index(r["task_id"]) for r in rows]
