@@ -96,7 +96,8 @@ SELECT CASE WHEN filter_reason = '' THEN 'passed'
        round(100.0 * count(*) / sum(count(*)) OVER (), 1) AS pct_of_profiled
 FROM 'verdicts.parquet' WHERE profiled GROUP BY check_ ORDER BY rows DESC;
 SELECT regexp_replace(filter_reason, ' \(.*$', '') AS reason, count(*) AS rows,
-       round(quantile_cont(eager_ms, 0.5), 3) AS median_eager_ms, round(max(eager_ms), 3) AS max_eager_ms
+       round(min(eager_ms), 3) AS min_eager_ms, round(quantile_cont(eager_ms, 0.5), 3) AS median_eager_ms,
+       round(max(eager_ms), 3) AS max_eager_ms
 FROM 'verdicts.parquet' WHERE profiled AND (filter_reason LIKE 'too %' OR filter_reason LIKE 'error%')
 GROUP BY reason;
 
@@ -137,3 +138,8 @@ SELECT estimate, k AS kept_in_sample, n AS sample_rows, round(100 * p, 1) AS pct
        round(6000 * ((p + z * z / (2 * n)) - z * sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)) AS ci95_low,
        round(6000 * ((p + z * z / (2 * n)) + z * sqrt(p * (1 - p) / n + z * z / (4 * n * n))) / (1 + z * z / n)) AS ci95_high
 FROM w ORDER BY estimate;
+
+-- Q14 rows naming operators foreign to the sampler's catalog (pinned in operators/foreign_pins.json)
+SELECT op, count(*) AS rows FROM (SELECT DISTINCT source_row, unnest(ops) AS op FROM 'verdicts.parquet')
+WHERE op IN ('nn.LSTM', 'nn.AdaptiveLogSoftmaxWithLoss', 'torch.isin', 'torch.stft', 'nn.SyncBatchNorm',
+             'torch.view_as_complex') GROUP BY op ORDER BY rows DESC;
