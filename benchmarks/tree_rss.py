@@ -5,7 +5,7 @@ subprocesses alive at once needs the sum over the whole process tree too. This s
 /proc every `--interval` seconds, and records the peak of the tree's summed RSS, the peak of any one process
 (with its command line) and how many processes were alive at the tree's peak.
 
-    python benchmarks/tree_rss.py --name labels_rss -- opsynth audit rows.parquet --out /tmp/r --stages labels
+    python benchmarks/tree_rss.py --name labels_rss -- opsynth audit rows.parquet --out runs/r --stages labels
 
 prints a table and writes benchmarks/results/NAME.json. Linux only (reads /proc).
 """
