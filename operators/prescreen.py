@@ -13,8 +13,8 @@ then grows back to the largest sizes that fit (plan_sizes). Candidates are check
 task must still run there, and its predicted CPU time and peak memory must fit the budget); a task no
 candidate fits gets no verdict ("over budget"). What a scaled screen cannot see is put back: the exact zeros
 a real-size torch.rand input holds (planted, see RAND_ZERO_P), the larger extremes of a real output's many
-elements (the fakeable ratio is extrapolated; with few outputs there is no input-insensitive or degenerate
-verdict but nonfinite, see OUT_KEEP). With sample.prescreen_fp64, draw 0 also runs in float64 and a float32
+elements (the fakeable ratio is extrapolated; with few outputs there is no degenerate verdict but nonfinite,
+and input-insensitive only when every element of every draw is equal, see OUT_KEEP and EQUAL_KEEP). With sample.prescreen_fp64, draw 0 also runs in float64 and a float32
 output that disagrees with it at the verifier's tolerance is flagged "numerically fragile" (off by default:
 on 900 GPU-profiled h200 tasks it flagged none of the compile-vs-eager disagreements, see
 benchmarks/prescreen_bench.py --replay). Everything is seeded and single-threaded, and the caller's torch
@@ -56,6 +56,11 @@ FAN_KEEP = 2**20
 # degenerate one but nonfinite; the fakeable ratio measured on fewer elements than the real output has is
 # extrapolated (see _extrapolate), so it still decides.
 OUT_KEEP = 1024
+# ...except that every element equal in every draw is not luck once there are this many element-draw
+# comparisons (a fair sign would agree with probability 2**-EQUAL_KEEP): on 3,328 h200 tasks the GPU rejected 36
+# of 37 such scaled screens as input-insensitive (the other's screen had an empty output), see
+# benchmarks/prescreen_bench.py --replay
+EQUAL_KEEP = 8
 # torch.rand draws multiples of 2**-24 on the CPU and on CUDA, so an input of n values holds ~n / 2**24 exact
 # zeros: a real-size input of 1e9 values ~60 (log, rsqrt, logit and reciprocal make them inf), a scaled one
 # almost surely none. A scaled screen plants the real size's expected count (at most PLANT_MAX) at seeded
@@ -369,10 +374,11 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
             if ref0.numel() < min(real.out_numel, OUT_KEEP):
                 m["few_outputs"] = {"input_min_pairwise_diff": m["input_min_pairwise_diff"],
                                     "degenerate": m["degenerate"]}
-                m["input_min_pairwise_diff"] = math.inf
                 m["degenerate"] = m["degenerate"] if m["degenerate"] == "nonfinite" else ""
-                if r == 0:  # equal draws at a few outputs: the same luck as input-insensitive
-                    m["input_sensitivity_ratio"] = math.inf
+                if m["input_min_pairwise_diff"] != 0 or ref0.numel() * (draws - 1) < EQUAL_KEEP:
+                    m["input_min_pairwise_diff"] = math.inf
+                    if r == 0:  # equal draws at one or two outputs: the same luck as input-insensitive
+                        m["input_sensitivity_ratio"] = math.inf
             res.reason = decide(m, OUTPUT_CHECKS, cfg.filter)[1]
             if fp64 and not res.reason:
                 m["fp64_ratio"] = _fp64_ratio(model, draw(0), ref0, tol)

@@ -135,6 +135,25 @@ def _cost(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def _recheck(manifest: dict[str, Any]) -> list[str]:
+    """The independent re-check (pipeline/recheck.py): a fresh run re-profiled a random sample of published rows."""
+    rc = manifest.get("recheck")
+    if not rc:
+        return []
+    from pipeline.recheck import agreement_line
+
+    src = rc.get("audit_source") or {}
+    out = ["", "## Independent re-check", "",
+           f"A fresh run re-profiled {rc['rows']:,} published rows drawn at random (seed {src.get('order_seed', 0)}) "
+           f"on {rc.get('gpu') or rc.get('device')} (torch {rc.get('torch_version')}) with "
+           "`opsynth audit data/train-*.parquet --sample N --stages profile,filter --device cuda` and "
+           "`opsynth recheck`:", "",
+           f"- still accepted by the filter: {rc['accepted']:,} of {rc['rows']:,} ({rc['accepted_share']:.1%})",
+           f"- {agreement_line(rc)}"]
+    out += [f"- dropped {n}: {reason}" for reason, n in (rc.get("dropped") or {}).items()]
+    return out
+
+
 def _hub(manifest: dict[str, Any]) -> list[str]:
     """How this folder goes to the Hub, with what the dry run lists (the card and manifest.json come on top)."""
     files = manifest.get("files") or {}
@@ -393,6 +412,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         *_funnel(manifest),
         *_cost(manifest),
+        *_recheck(manifest),
         "",
         f"Reproduce: `opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X` with the "
         "config and versions recorded in `manifest.json`.",

@@ -343,6 +343,31 @@ def publish(
 
 
 @app.command()
+def recheck(
+    dir: DirArg,
+    audit_dir: Annotated[Path, typer.Argument(help="the run `opsynth audit PUBLISHED.parquet --sample N --stages "
+                                                   "profile,filter --device cuda --out AUDIT_DIR` made")],
+    published: Annotated[Path | None, typer.Option(help="the folder DIR was published to (default: DIR's parent, "
+                                                        "where a release keeps its run/)")] = None,
+) -> None:
+    """Set a fresh re-profile of published rows beside what DIR published: accepted share and eager-time agreement,
+    kept in DIR/recheck.json for the card of DIR's next publish."""
+    from pipeline import recheck as rc
+
+    rd = RunDir(dir)
+    rd.load_config()
+    audit = RunDir(audit_dir)
+    audit.load_config()
+    summary = rc.summarize(rc.published_eager(published or Path(dir).resolve().parent), audit)
+    path = rc.write(rd, summary)
+    typer.echo(f"re-check of {summary['rows']} published rows on {summary['gpu'] or summary['device']}: "
+               f"{summary['accepted']} accepted ({summary['accepted_share']:.1%}); {rc.agreement_line(summary)} "
+               f"-> {path}")
+    for reason, n in summary["dropped"].items():
+        typer.echo(f"  dropped {n}: {reason}")
+
+
+@app.command()
 def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None,
            verdicts: Annotated[Path | None, typer.Option(help="also write the per-row verdict table (parquet) here")] = None,
            ) -> None:
@@ -398,6 +423,8 @@ def audit(
     check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,
     order_seed: Annotated[int | None, typer.Option(help="store the rows in this seed's random order, so a time-boxed "
                                                    "`opsynth profile` measures a random sample")] = None,
+    sample: Annotated[int | None, typer.Option(help="import only N random rows (seeded by --order-seed, else 0), "
+                                               "e.g. to re-check a published dataset")] = None,
     source_name: Annotated[str | None, typer.Option(help="the dataset's name, for the published card")] = None,
     source_url: Annotated[str | None, typer.Option(help="where the dataset lives (e.g. its Hub page)")] = None,
     source_license: Annotated[str | None, typer.Option(help="the dataset's license, kept in the card")] = None,
@@ -429,7 +456,7 @@ def audit(
     rd = RunDir(out)
     source = {"name": source_name, "url": source_url, "license": source_license, "attribution": attribution}
     with _new_run_dir(rd, cfg):
-        _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source)
+        _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source, sample)
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import labels as labels_stage
     from pipeline.stages import profile as profile_stage

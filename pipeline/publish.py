@@ -265,7 +265,18 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "stage_records": run_manifest.get("stages", {}),
         # an audited dataset: where its rows came from, under which license (the card keeps the attribution)
         "audit_source": {k: v for k, v in (run_manifest.get("audit_source") or {}).items() if k != "path"} or None,
+        # a re-profile of a random sample of what an earlier publish of this run put out (opsynth recheck)
+        "recheck": _recheck(rd),
     }
+
+
+def _recheck(rd: RunDir) -> dict[str, Any] | None:
+    from pipeline.recheck import read
+
+    found = read(rd)
+    if found and found.get("audit_source"):
+        found = {**found, "audit_source": {k: v for k, v in found["audit_source"].items() if k != "path"}}
+    return found
 
 
 def _run_inside(out: Path, run_dir: Path | None) -> str | None:

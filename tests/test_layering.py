@@ -30,7 +30,7 @@ TIERS: list[tuple[str, list[str]]] = [
     ("pipeline store", ["pipeline.store", "pipeline.selection", "pipeline.completeness", "pipeline.reference"]),
     ("pipeline worker", ["pipeline.harness", "pipeline.executors"]),
     ("pipeline outputs", ["pipeline.card", "pipeline.plots", "pipeline.hub", "pipeline.publish", "pipeline.report",
-                          "pipeline.audit_export"]),
+                          "pipeline.audit_export", "pipeline.recheck"]),
     ("pipeline stages", ["pipeline.stages.*"]),
     ("cli", ["pipeline.cli"]),
     # scripts that regenerate operators' pinned data: they may use anything, nothing imports them

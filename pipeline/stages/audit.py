@@ -77,10 +77,11 @@ def check_source(path: str) -> None:
 
 
 def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = None,
-                   source: dict[str, str] | None = None) -> dict:
+                   source: dict[str, str] | None = None, sample: int | None = None) -> dict:
     """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts. Each row keeps its position in
     the file (`source_row`); order_seed stores the rows in that seed's random order (a profile call that stops
-    early has then measured a random sample). source: name, url, license and attribution of the dataset, which
+    early has then measured a random sample); sample keeps only the first `sample` rows of that order (seed 0 when
+none is given), e.g. a re-check of a published dataset on a few hundred random rows. source: name, url, license and attribution of the dataset, which
     `opsynth publish` keeps in the card of the cleaned copy."""
     from filters.static_check import check_task_source
     from pipeline.reference import read_code_table
@@ -107,16 +108,24 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
         rows.append({**_task_row(r, task_id), "source_row": pos})
         why = check_task_source(code)
         verdicts.append({"task_id": task_id, "keep": why is None, "reason": why or ""})
+    if sample is not None and sample < 1:
+        raise OpsynthError(f"--sample must be >= 1 (got {sample}); it is the number of random rows to import")
+    if sample is not None and order_seed is None:
+        order_seed = 0
     if order_seed is not None:
         import random
 
-        random.Random(order_seed).shuffle(rows)
+        order = list(range(len(rows)))
+        random.Random(order_seed).shuffle(order)
+        keep = order[:sample] if sample is not None else order
+        rows, verdicts = [rows[i] for i in keep], [verdicts[i] for i in keep]
     rd.replace_table("tasks", rows, TASKS)
     rd.write_verdicts("import", verdicts)
     rejected = sum(not v["keep"] for v in verdicts)
     counts = {"rows": len(rows), "rejected": rejected, "kept": len(rows) - rejected,
               "repeated_ids": sum(c - 1 for c in seen.values())}
     rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed,
+                                     "sample": sample,
                                      **{k: v for k, v in (source or {}).items() if v}})
     rd.record_stage("import", time.time() - t0, **counts)
     return counts

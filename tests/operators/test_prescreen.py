@@ -189,3 +189,17 @@ def test_float64_check_flags_a_comparison_of_a_normalised_value_only_when_on():
 def test_nonfinite_outputs_are_flagged_as_the_filter_does():
     r = prescreen(task("torch.log(x)"), CFG)  # randn: log of negatives is NaN
     assert r.status == "ok" and r.reason == "degenerate output (nonfinite)"
+
+
+def test_few_outputs_equal_in_every_draw_are_input_insensitive():
+    from operators.prescreen import EQUAL_KEEP, OUT_KEEP
+
+    # a sum of 3 * 2**14 values of [0, 1) is never <= 0: the clamp makes every row 2.0 whatever the input; the
+    # budget leaves a dozen of the 65,536 rows, all equal in all three draws, which is no longer luck
+    expr = "torch.clamp_max(torch.where(x.sum(dim=(1, 2)) > 0, x.sum(dim=(1, 2)), -x.sum(dim=(1, 2))), 2.0)"
+    t = task(expr, batch=2**16, length=2**14)
+    t["code"] = t["code"].replace("torch.randn(", "torch.rand(")
+    r = prescreen(t, CFG)
+    n = r.measurements["output_numel"]
+    assert r.scaled and n < OUT_KEEP and n * (CFG.profile.input_draws - 1) >= EQUAL_KEEP
+    assert r.reason.startswith("input-insensitive")
