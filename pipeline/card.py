@@ -150,6 +150,8 @@ def _recheck(manifest: dict[str, Any]) -> list[str]:
            "`opsynth recheck`:", "",
            f"- still accepted by the filter: {rc['accepted']:,} of {rc['rows']:,} ({rc['accepted_share']:.1%})",
            f"- {agreement_line(rc)}"]
+    if rc.get("profile_seconds"):
+        out.append(f"- the re-profile took {rc['profile_seconds']:.0f} s of GPU time (not counted above)")
     out += [f"- dropped {n}: {reason}" for reason, n in (rc.get("dropped") or {}).items()]
     return out
 

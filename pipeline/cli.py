@@ -472,6 +472,13 @@ def audit(
         raise AssertionError(f"audit steps {sorted(steps)} do not match the declared stages {list(AUDIT_STAGES)}")
     order = tuple(s for s in AUDIT_STAGES if s in chosen)
     _run_steps({s: steps[s] for s in order}, order)
+    import importlib.util
+
+    if importlib.util.find_spec("duckdb") is None:
+        # a GPU box with only torch: the stages' work is on disk, the report is for the box with the extras
+        typer.echo(f"report skipped: duckdb is not installed here; run `opsynth report {out}` where it is "
+                   "(pip install 'opsynth[report]')")
+        return
     typer.echo(_report(rd, None))
 
 

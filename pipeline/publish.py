@@ -273,10 +273,7 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
 def _recheck(rd: RunDir) -> dict[str, Any] | None:
     from pipeline.recheck import read
 
-    found = read(rd)
-    if found and found.get("audit_source"):
-        found = {**found, "audit_source": {k: v for k, v in found["audit_source"].items() if k != "path"}}
-    return found
+    return read(rd)
 
 
 def _run_inside(out: Path, run_dir: Path | None) -> str | None:

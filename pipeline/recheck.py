@@ -60,8 +60,11 @@ def summarize(published: dict[str, float], audit: RunDir) -> dict[str, Any]:
         "eager_deviation_median": statistics.median(dev) if dev else None,
         "eager_deviation_p90": _quantile(dev, 0.9),
         "compared": len(ratios), "device": one.get("device"), "gpu": one.get("gpu"),
+        "profile_seconds": ((audit.manifest().get("stages") or {}).get("profile") or {}).get("seconds"),
         "torch_version": one.get("torch_version"),
-        "audit_source": (audit.manifest().get("audit_source") or {}),
+        # where the sample came from, by file name only: the path is the machine's
+        "audit_source": {**{k: v for k, v in (audit.manifest().get("audit_source") or {}).items() if k != "path"},
+                         "file": Path((audit.manifest().get("audit_source") or {}).get("path") or "").name},
     }
 
 

@@ -156,3 +156,9 @@ def test_the_worker_skips_compiling_only_on_checks_the_eager_runs_decide():
 
     assert set(EAGER_CHECKS) < set(CHECKS)
     assert eager_in_window not in EAGER_CHECKS and timing_undisturbed not in EAGER_CHECKS  # timing comes last
+
+
+def test_reasons_that_differ_only_in_an_object_address_are_one_kind():
+    a = "compile failed: BackendCompilerFailed: backend='<__main__._LockedBackend object at 0x7fdf5e1a0b60>' raised:"
+    b = a.replace("0x7fdf5e1a0b60", "0x7f00aa12c0d0")
+    assert reason_kind(a) == reason_kind(b) and "0x7f" not in reason_kind(a)
