@@ -115,3 +115,20 @@ def test_cli_writes_recheck_json_and_the_card_shows_it(tmp_path):
     assert saved["accepted"] == 4 and saved["eager_deviation_median"] == pytest.approx(0.02)
     card = "\n".join(_recheck({"recheck": saved}))
     assert "still accepted by the filter: 4 of 5 (80.0%)" in card and "median ratio 1.020" in card
+
+
+def test_audit_on_a_box_without_duckdb_keeps_its_work_and_skips_the_report(tmp_path, monkeypatch):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    folder, _ = _published(tmp_path)
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` fails as on a torch-only GPU box
+    out = tmp_path / "audit"
+    res = CliRunner().invoke(app, ["audit", str(folder / "data" / "train-00000-of-00001.parquet"), "--sample", "3",
+                                   "--out", str(out), "--stages", "dedupe"])
+    assert res.exit_code == 0, res.output
+    assert "report skipped: duckdb is not installed" in res.output
+    assert len(RunDir(out).read_rows("tasks")) == 3 and RunDir(out).read_rows("dedupe")
