@@ -177,6 +177,15 @@ EXAMPLES: dict[str, list[tuple[Callable, Callable]]] = {
               for n, modes in UPSAMPLE_MODES.items() for mode in modes for ac in (None, True)
               if ac is None or mode in ("linear", "bilinear", "bicubic", "trilinear")]
        for name in ("F.interpolate", "nn.Upsample")},
+    # a 1-D index tensor with explicit offsets (bags of any length) runs only the bag kernel: no arange builds them
+    "nn.EmbeddingBag": [(lambda mode=mode: nn.EmbeddingBag(10, 4, mode=mode),
+                         lambda: (torch.randint(0, 10, (8,)), torch.tensor([0, 3, 5])))
+                        for mode in ("mean", "sum", "max")],
+    # (a weight that needs no grad, a plain tensor, runs the bag kernel's forward-only variant)
+    "F.embedding_bag": [(lambda mode=mode: lambda i, w, o: F.embedding_bag(i, w, o, mode=mode),
+                         lambda grad=grad: (torch.randint(0, 10, (8,)), torch.rand(10, 4).requires_grad_(grad),
+                                            torch.tensor([0, 3, 5])))
+                        for mode in ("mean", "sum", "max") for grad in (False, True)],
     "nn.GRUCell": [(lambda: nn.GRUCell(8, 16), lambda: (torch.rand(2, 8),))],
     "nn.LSTMCell": [(lambda: nn.LSTMCell(8, 16), lambda: (torch.rand(2, 8),))],
 }

@@ -110,3 +110,11 @@ def test_a_layout_label_needs_no_kernel_and_interpolation_modes_are_pinned():
     assert label_findings(["F.interpolate"], ["aten.upsample_bicubic2d"]).kind == "labels true"
     # x ** 2 is arithmetic between operators, as x * x is
     assert label_findings(["torch.abs"], ["aten.abs", "aten.pow"]).kind == "labels true"
+
+
+def test_an_embedding_bag_with_explicit_offsets_is_its_label():
+    # 1-D indices with offsets run the bag kernel alone (the catalog's 2-D form also builds offsets with arange)
+    assert label_findings(["nn.EmbeddingBag"], ["aten._embedding_bag"]).kind == "labels true"
+    assert label_findings(["F.embedding_bag"], ["aten._embedding_bag_forward_only"]).kind == "labels true"
+    assert label_findings(["F.embedding_bag"], ["aten._embedding_bag"]).kind == "labels true"
+    assert label_findings(["nn.EmbeddingBag"], ["aten.embedding"]).kind == "wrong label"
