@@ -33,7 +33,10 @@ import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SNAP = ROOT.parent / "shared" / "reference" / "kernelbench"
+# the reference copies live in a `shared/` folder beside the checkout (or beside its parent, for a worktree)
+SHARED = next((d / "shared" for d in (ROOT.parent, ROOT.parent.parent) if (d / "shared" / "reference").exists()),
+              ROOT.parent / "shared")
+SNAP = SHARED / "reference" / "kernelbench"
 DETECTORS = ("ast", "op_signature", "minhash")
 
 

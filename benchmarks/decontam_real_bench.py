@@ -8,8 +8,9 @@ history versions (v0 sources of problems main kept under the same name). Each is
 main index (history versions also against `builtin`, main and v0: the product's default) the way `opsynth audit FILE --stages decontaminate` scores a row (static check, isolated trace,
 fingerprints, compare); recall per form, per detector, per op normalization.
 Negatives (benchmarks/negatives.py), per kind: `kb_style` compositions, `module_db` modules, `attention`
-variants, and `ops6k` rows no exact detector flags (a seeded sample of CUDA-Agent-Ops-6K; skipped with a
-note when the copy is absent). Prints tables and writes benchmarks/results/decontam_real_bench.json.
+variants, and `ops6k` rows that compute no KernelBench problem (a seeded sample of CUDA-Agent-Ops-6K without the
+rows whose exact op signature, live ops or numbered name are a problem's; skipped with a note when the copy is
+absent). Prints tables and writes benchmarks/results/decontam_real_bench.json.
 """
 
 from __future__ import annotations
@@ -93,6 +94,27 @@ def score(codes: list[str], ref, trace_timeout: float, skip_trace: set[int] | No
     return compare(fp, ref), src, fp
 
 
+def _write_details(path: Path, ref, keys: list[str], items: list[dict], scored: list[dict], src: list[str], pfp: dict,
+                   neg: list[dict], nscored: list[dict], nsrc: list[str], nfp: dict) -> None:
+    """One jsonl line per scored source: what fired, at which normalization, and how far its core ops are from the
+    problem it came from (positives) or the nearest problem (negatives)."""
+    from filters.contamination import op_overlap
+
+    pos = {k: i for i, k in enumerate(keys)}
+    with path.open("w") as f:
+        for role, rows, scores, srcs, fp in (("positive", items, scored, src, pfp), ("negative", neg, nscored, nsrc, nfp)):
+            for i, (it, s, o) in enumerate(zip(rows, scores, srcs, strict=True)):
+                target = it.get("key") or s["kb_nearest"]
+                r = pos.get(target, -1)
+                f.write(json.dumps({
+                    "role": role, "group": it.get("form") or it.get("kind"), "name": it.get("key") or it.get("name"),
+                    "note": it.get("note", ""), "op_source": o[:80], "fired": s["detectors_fired"],
+                    "nearest": s["kb_nearest"], "normalization": s["kb_op_normalization"],
+                    "ast": s["kb_ast_similarity"], "minhash": s["kb_minhash_jaccard"], "core": list(fp["core"][i][:300]), "core_len": len(fp["core"][i]),
+                    "shape": fp["shape"][i], "target": target, "target_core": list(ref.core[r][:300]) if r >= 0 else None,
+                    "overlap": round(op_overlap(fp["core"][i], ref.core[r]), 3) if r >= 0 else None}) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--index", default="builtin:main")
@@ -101,6 +123,8 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=0, help="problems per level (0: all), for a quick run")
     ap.add_argument("--trace-cache", default="", help="jsonl file that keeps trace results between runs (reused "
                     "only while operators/trace.py, the static check and the decontaminate stage are unchanged)")
+    ap.add_argument("--details", default="", help="jsonl file for one line per positive and negative (detectors, "
+                    "nearest problem, core ops and their overlap with it)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "decontam_real_bench.json"))
     args = ap.parse_args()
 
@@ -179,12 +203,19 @@ def main() -> None:
     neg_s = time.time() - t0
     named = name_matches([None] * len(neg), index.column("name").to_pylist(), keys)
     excluded: Counter = Counter()
+    excluded_rows: list[tuple[str, str]] = []
     keep_neg = []
     for n, s, o, nm, core, ops in zip(neg, nscored, nsrc, named, nfp["core"], nfp["ops"], strict=True):
         n["op_source"] = o
         # the exact detectors: the whole normalized ATen signature of a problem (whatever the shapes), its name
         if n["kind"] == "ops6k" and ((ops and signature_key(ops) in ref.by_sig) or nm):
             excluded["ops6k: flagged by an exact detector"] += 1
+            continue
+        # what its output depends on is a problem's whole computation (dead code such as an unused mask aside):
+        # the row computes that problem, as a row with its exact signature does
+        if n["kind"] == "ops6k" and s["kb_op_normalization"] == "core":
+            excluded["ops6k: its live ops are a problem's (op detector at core)"] += 1
+            excluded_rows.append((n["name"], s["kb_nearest"]))
             continue
         if n["kind"] == "kb_style":
             src_i = keys.index(n["source"])
@@ -200,9 +231,13 @@ def main() -> None:
                 continue
         keep_neg.append((n, s))
 
+    if args.details:
+        _write_details(Path(args.details), ref, keys, items, scored, src, pfp, neg, nscored, nsrc, nfp)
+
     # ---- tables
     result: dict = {"recall": {}, "false_positive": {}, "not_applicable": dict(not_applicable),
-                    "negatives_excluded": dict(excluded), "ops6k_note": ops6k_note}
+                    "negatives_excluded": dict(excluded), "ops6k_live_op_copies": excluded_rows,
+                    "ops6k_note": ops6k_note}
     rec_rows = []
     for form, sel in by_form.items():
         if not sel:

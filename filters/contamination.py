@@ -27,9 +27,10 @@ A fingerprint holds no source text, only what the detectors compare:
   and level 1's self-attention differ only here).
 
 Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
-one reduction away (a rewrite that adds or drops a final `mean`); `op_normalization` says which. AST and
-MinHash fire only when the computation overlaps as well (core multiset Jaccard >= 0.5 with the problem
-they point at, and the shape pattern for one- or two-op programs), so shared boilerplate is not shared
+one reduction away (a rewrite that adds a final `mean`/`sum` as a summary, or drops a final reduction; never a
+reduction next to a problem that is a lone reduction); `op_normalization` says which. AST and MinHash fire only
+when the computation overlaps as well (core multiset Jaccard >= 0.75 with the problem they point at, >= 0.5 for a
+near-verbatim text, and the shape pattern for one- or two-op programs), so shared boilerplate is not shared
 content; a side without a trace (level 4, a failed trace) is compared by text alone.
 - `text_sig`: for problems that cannot be traced offline because they load a Hugging Face model (KernelBench
   level 4), the model ids that reach a `transformers` entry point (`from_pretrained`, `AutoConfig`, ...) as
@@ -88,10 +89,18 @@ BATCH_NORM_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_n
 # one of these added or dropped at the end of a copy (a `.mean()` to make a loss) keeps it a copy
 REDUCTION_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min", "logsumexp", "var", "std", "norm",
                            "linalg_vector_norm", "prod"})
+# the reductions a rewrite adds at the end to report a scalar summary (a loss): `core + <op>` counts only for these
+# (a GroupNorm then a max over channels is a new task, not level 1's GroupNorm)
+SUMMARY_OPS = frozenset({"mean", "sum"})
 SHORT_PROGRAM = 2  # a core signature this short is a single call: it needs the input shape pattern as well
 SIZE_LOG2_SLACK = 8  # input sizes within 2^8 of a single-call problem's still count as its shape (resizes)
 STRICT_TEXT = 0.95  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
-OVERLAP_MIN = 0.5  # core-op multiset Jaccard a text match needs with the problem it points at
+# core-op multiset Jaccard a text match needs with the problem it points at: text alike but not verbatim (shared
+# KernelBench boilerplate) counts only when the computations are nearly the same (one op in four may differ: a
+# composition that swaps one activation of a 3-6 op problem stays below it); a near-verbatim text (>= STRICT_TEXT)
+# needs half, since a resize scales layer counts and with them the traced ops (DenseNet, deep MLPs)
+OVERLAP_MIN = 0.75
+OVERLAP_VERBATIM = 0.5
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
 
@@ -413,6 +422,10 @@ def without_one(ops: Sequence[str], which: frozenset[str] = REDUCTION_OPS) -> li
     return [(tuple(ops[:i]) + tuple(ops[i + 1:]), op) for i, op in enumerate(ops) if op in which]
 
 
+def _lone_reduction(core: Sequence[str]) -> bool:
+    return len(core) == 1 and core[0] in REDUCTION_OPS
+
+
 def op_overlap(a: Sequence[str], b: Sequence[str]) -> float:
     """Multiset Jaccard of two op sequences (1.0 for equal multisets, 0.0 for disjoint ones)."""
     from collections import Counter
@@ -649,19 +662,20 @@ class ReferenceMatrix:
 
     def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None, score: float = 0.0) -> bool:
         """May a text match with problem `r` (at `score`) count? True when either side has no trace (nothing
-        to check); else the core multisets must overlap (OVERLAP_MIN) and, for a single-call problem, the
-        shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
+        to check); else the core multisets must overlap (OVERLAP_MIN, OVERLAP_VERBATIM for a near-verbatim
+        text) and, for a single-call problem, the shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
         from collections import Counter
 
         ref_core = self.core[r]
         if not core or not ref_core:
             return True
         if core != ref_core:
-            if min(len(core), len(ref_core)) < OVERLAP_MIN * max(len(core), len(ref_core)):
+            need = OVERLAP_VERBATIM if score >= STRICT_TEXT else OVERLAP_MIN
+            if min(len(core), len(ref_core)) < need * max(len(core), len(ref_core)):
                 return False  # the multiset Jaccard cannot exceed the ratio of the lengths
             ca = counts() if callable(counts) else counts if counts is not None else Counter(core)
             inter = sum((ca & self.core_counts[r]).values())
-            if inter < OVERLAP_MIN * (len(core) + len(ref_core) - inter):
+            if inter < need * (len(core) + len(ref_core) - inter):
                 return False
         return score >= STRICT_TEXT or self.shape_agrees(r, core, shape)
 
@@ -695,12 +709,13 @@ class ReferenceMatrix:
         hits = [r for r in self.by_core.get(core, []) if core_ok(r, core, shape)]
         if hits:
             return hits, "core"
-        for less, op in without_one(core):
-            hits = [r for r in self.by_core.get(less, []) if core_ok(r, less, shape)]
+        for less, op in without_one(core, SUMMARY_OPS):
+            # one reduction more than a problem that is a lone reduction is another reduction problem
+            hits = [r for r in self.by_core.get(less, []) if core_ok(r, less, shape) and not _lone_reduction(less)]
             if hits:
                 return hits, f"core + {op}"
         found = [(r, op) for r, op in self.by_core_less.get(core, [])
-                 if core_ok(r, core, shape)]
+                 if core_ok(r, core, shape) and not _lone_reduction(core)]
         if found:
             return [r for r, _ in found], f"core - {found[0][1]}"
         return [], None
