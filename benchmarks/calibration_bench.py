@@ -6,7 +6,7 @@ and what the pinned calibration (operators/calibration.json) is predicted to cha
 Per ATen op and per catalog op over the run's tasks: measured/predicted eager time and peak memory, from
 single-op tasks (the clean signal) and from multi-op tasks by attribution (an op's implied time factor over the
 tasks where its kernels carry >= 30% of the roofline time, the rest at the run's typical ratio; its implied
-workspace as a multiple of its inputs, see operators/calibrate.py). Prints the worst offenders.
+workspace as a multiple of its inputs, see pinning/calibrate.py). Prints the worst offenders.
 
 With --resample, the run's config (same preset, n and seed) is sampled again by this tree and by the tree of
 `--baseline` (git archive; the commit before the calibration), alternating `--reps` times (tasks/s and per
@@ -43,7 +43,7 @@ def _q(v: list[float]) -> dict:
 
 def per_op(tasks, typical: float) -> dict:
     """Per ATen op and per catalog op: time and peak ratios, single-op and attributed."""
-    from operators.calibrate import implied_factor, implied_in_multiple, share
+    from pinning.calibrate import implied_factor, implied_in_multiple, share
 
     aten_t: dict[str, list[float]] = collections.defaultdict(list)
     aten_p: dict[str, list[float]] = collections.defaultdict(list)
@@ -98,8 +98,8 @@ def _print_table(title: str, rows: list[tuple[str, dict]]) -> None:
 def gpu_outcome(task: dict, measured: dict | None, time_factor: dict[str, float], typical: float, cfg, fcfg,
                 share_ran: float | None) -> dict:
     """The filter-relevant GPU outcome of a sampled task: measured if the run holds it, else predicted."""
-    from operators.calibrate import Call, TaskEvidence, model_peak, trace_task  # noqa: F401
     from operators.peak import workspaces
+    from pinning.calibrate import Call, TaskEvidence, model_peak, trace_task  # noqa: F401
 
     cap = fcfg.max_peak_memory_gb * 2**30
     sample_cap = cfg.max_peak_memory_gb * cfg.peak_headroom * 2**30
@@ -162,8 +162,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "calibration_bench.json"))
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
-    from operators.calibrate import load_evidence, typical_ratio
     from operators.calibration import calibration
+    from pinning.calibrate import load_evidence, typical_ratio
     from pipeline.store import RunDir
 
     run = Path(a.run)

@@ -61,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from benchmarks.disguise import KINDS, disguise
-    from filters.contamination import (
+    from detectors.contamination import (
         ast_fingerprint,
         ast_ratio,
         compare,

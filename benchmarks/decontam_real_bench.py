@@ -83,7 +83,7 @@ def _traces(codes: list[str], todo: list[int], trace_timeout: float, cache: Path
 def score(codes: list[str], ref, trace_timeout: float, skip_trace: set[int] | None = None,
           cache: Path | None = None) -> tuple[list[dict], list[str], dict]:
     """compare() rows, op sources and fingerprints of sources, traced as decontaminate traces them."""
-    from filters.contamination import compare, fingerprints
+    from detectors.contamination import compare, fingerprints
 
     todo = [i for i in range(len(codes)) if i not in (skip_trace or set())]
     ops, src = [None] * len(codes), ["text-only: long recurrent trace skipped"] * len(codes)
@@ -98,7 +98,7 @@ def _write_details(path: Path, ref, keys: list[str], items: list[dict], scored: 
                    neg: list[dict], nscored: list[dict], nsrc: list[str], nfp: dict) -> None:
     """One jsonl line per scored source: what fired, at which normalization, and how far its core ops are from the
     problem it came from (positives) or the nearest problem (negatives)."""
-    from filters.contamination import op_overlap
+    from detectors.contamination import op_overlap
 
     pos = {k: i for i, k in enumerate(keys)}
     with path.open("w") as f:
@@ -130,7 +130,7 @@ def main() -> None:
 
     from benchmarks.derivatives import FORMS, derive
     from benchmarks.negatives import attention_tasks, kb_style, module_db_tasks
-    from filters.contamination import compare, op_overlap, signature_key
+    from detectors.contamination import compare, op_overlap, signature_key
     from pipeline.reference import load_index, reference_matrix
     from pipeline.stages.decontaminate import name_matches
 

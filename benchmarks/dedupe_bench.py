@@ -7,7 +7,7 @@ indices 0..n-1, so the larger set contains the smaller; cached as parquet under 
 given with --run (the tasks its earlier stages kept, eager times from its measurements: what the dedupe stage
 reads). Sampled sets have no eager times: predicted runtimes pick the representatives.
 
-Rules: `new` is filters.dedupe.dedupe as the stage runs it. `old` is the former rule, kept only here for the
+Rules: `new` is detectors.dedupe.dedupe as the stage runs it. `old` is the former rule, kept only here for the
 comparison: exact and structural as now, then MinHash-LSH over the rendered code (identifiers kept) at
 dedupe.minhash_threshold, connected clusters by union-find, a task dropped when a kept earlier task is one of
 its pairs.
@@ -88,8 +88,8 @@ def old_rule(kw: dict, threshold: float) -> list[dict]:
     """Exact and structural as the stage does; near: MinHash-LSH pairs at `threshold`, union-find clusters."""
     from datasketch import MinHash, MinHashLSH
 
-    from filters.contamination import NUM_PERM, minhashes
-    from filters.dedupe import dedupe
+    from detectors.contamination import NUM_PERM, minhashes
+    from detectors.dedupe import dedupe
 
     rows = dedupe(kw["task_ids"], kw["codes"], kw["graph_hashes"])  # no graphs or ops: no new near drops
     by_id = {t: c for t, c in zip(kw["task_ids"], kw["codes"], strict=True)}
@@ -172,7 +172,7 @@ def calibration(kw: dict, threshold: float) -> dict[str, Any]:
     alone: the code rule never compares them, this shows how close they come)."""
     from scipy import sparse
 
-    from filters.dedupe import canonical_graph_key, detemplated_tokens, ops_multiset, shingles
+    from detectors.dedupe import canonical_graph_key, detemplated_tokens, ops_multiset, shingles
 
     n = len(kw["task_ids"])
     sh = [shingles(detemplated_tokens(c or "")) for c in kw["codes"]]
@@ -204,7 +204,7 @@ def calibration(kw: dict, threshold: float) -> dict[str, Any]:
 
 
 def bench_set(name: str, tasks: list[dict], spec: dict) -> dict[str, Any]:
-    from filters.dedupe import canonical_graph_key, dedupe
+    from detectors.dedupe import canonical_graph_key, dedupe
 
     kw = spec["kw"]
     ops = {t: o for t, o in zip(kw["task_ids"], kw["ops"], strict=True)}

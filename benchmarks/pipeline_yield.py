@@ -3,12 +3,16 @@ published task, whether labels and dedupe drops were true, and whether a second 
 publishes the same set.
 
     python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv] [--gpus 1]
-        [--out benchmarks/results/pipeline_yield.json]
+        [--since-index N] [--until-index M] [--profile-seconds S] [--out benchmarks/results/pipeline_yield.json]
 
 DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
 is a second run directory whose profile measured the same tasks again. `--smi` is the CSV of
 `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
-profile stage. Prints a table per measure and writes everything to JSON.
+profile stage. `--since-index N` judges only the tasks sampled at index N and later (a run grown with
+`opsynth sample DIR --n`; `--until-index M`: before index M, e.g. the tasks one profile call measured), and only those a stage has decided (a time-boxed profile leaves the rest for later);
+`--profile-seconds` gives the profile time of those tasks when the manifest's figure covers other calls too.
+With the worker diagnostics in the measurements (cpu_s, lock and budget waits), it also says where each
+worker's wall time went. Prints a table per measure and writes everything to JSON.
 """
 
 from __future__ import annotations
@@ -108,6 +112,23 @@ def repeat_diff(rd: RunDir, rd2: RunDir, published: set[str], window: tuple[floa
             "rows": diff}
 
 
+WAITS = ("wall_s", "cpu_s", "lock_wait_s", "lock_wait_exclusive_s", "budget_wait_s", "regrow_wait_s",
+         "gpu_exclusive_s", "gpu_busy_s")
+
+
+def time_breakdown(rows: list[dict], profile_s: float) -> dict | None:
+    """Mean seconds per task of each part of a worker's wall time, and how many cores the workers kept busy."""
+    rows = [r for r in rows if r.get("cpu_s") is not None]
+    if not rows:
+        return None
+    out = {k: round(statistics.fmean(r.get(k) or 0.0 for r in rows), 4) for k in WAITS}
+    out["tasks"] = len(rows)
+    if profile_s:
+        out["cpu_cores_busy"] = round(sum(r["cpu_s"] for r in rows) / profile_s, 2)
+        out["exclusive_share_of_profile"] = round(sum(r.get("gpu_exclusive_s") or 0 for r in rows) / profile_s, 4)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
@@ -115,28 +136,38 @@ def main() -> None:
     ap.add_argument("--smi", type=Path)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--label", default="")
+    ap.add_argument("--since-index", type=int, default=0, help="judge only tasks sampled at this index or later")
+    ap.add_argument("--until-index", type=int, help="judge only tasks sampled before this index")
+    ap.add_argument("--profile-seconds", type=float, help="profile seconds of the judged tasks (default: manifest)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/pipeline_yield.json"))
     a = ap.parse_args()
 
     rd = RunDir(a.run)
     cfg = load_file(a.run / "config.toml")
     manifest = json.loads((a.run / "manifest.json").read_text())
-    tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
-    ops_of = {t["task_id"]: list(t["ops"] or []) for t in tasks}
-    name_of = {t["task_id"]: t["name"] for t in tasks}
-    published = set(accepted_task_ids(rd))
-    n = len(tasks)
-    profile = manifest.get("stages", {}).get("profile", {})
-    gpu_s = float(profile.get("seconds", 0.0)) * a.gpus
+    all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
+    tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
+    meas_rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
+    if a.since_index or a.until_index is not None:  # a grown run: only the new tasks that a stage has decided so far
+        tasks = [t for t in tasks if t["task_id"] in meas_rows or t["task_id"] in rejections]
+    ops_of = {t["task_id"]: list(t["ops"] or []) for t in all_tasks}
+    name_of = {t["task_id"]: t["name"] for t in all_tasks}
+    judged = {t["task_id"] for t in tasks}
+    published = set(accepted_task_ids(rd)) & judged
+    rejections = {t: r for t, r in rejections.items() if t in judged}
+    n = len(tasks)
+    profile = dict(manifest.get("stages", {}).get("profile", {}))
+    if a.profile_seconds is not None:
+        profile["seconds"] = a.profile_seconds
+    gpu_s = float(profile.get("seconds", 0.0)) * a.gpus
     kinds = Counter((stage, reason_kind(reason)) for stage, reason in rejections.values())
     examples: dict[tuple[str, str], str] = {}
     for t, (stage, reason) in rejections.items():
         examples.setdefault((stage, reason_kind(reason)), f"{t} {name_of.get(t, '')}: {reason[:160]}")
     labels = [(t, r) for t, (s, r) in rejections.items() if r.startswith("label mismatch")]
-    pairs = dedupe_pairs(rd, ops_of)
-    machine = Counter((m["gpu"], m["torch_version"]) for m in rd.read_rows("measurements", ["gpu", "torch_version"])
-                      if m["gpu"]).most_common(1)
+    pairs = [p for p in dedupe_pairs(rd, ops_of) if p["dropped"] in judged]
+    machine = Counter((m["gpu"], m["torch_version"]) for t, m in meas_rows.items() if t in judged and m["gpu"]).most_common(1)
     result = {
         "label": a.label, "command": " ".join(sys.argv), "run": str(a.run),
         "gpu": machine[0][0][0] if machine else None, "torch": machine[0][0][1] if machine else None, "commit": manifest.get("versions", {}).get("git_commit")
@@ -146,6 +177,9 @@ def main() -> None:
         "gpu_s_per_published": round(gpu_s / len(published), 4) if published else None,
         "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
         "gpu_utilisation": smi_utilisation(a.smi),
+        "since_index": a.since_index, "until_index": a.until_index,
+        "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
+                                                 float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
                    for s in ("decontaminate", "filter", "dedupe")},
         "top_reasons": [{"stage": s, "reason": k, "tasks": c, "example": examples[(s, k)]}
@@ -165,6 +199,10 @@ def main() -> None:
     if result["gpu_utilisation"]:
         u = result["gpu_utilisation"]
         print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and last busy")
+    if result["worker_time_per_task_s"]:
+        b = result["worker_time_per_task_s"]
+        print("worker time per task (s): " + ", ".join(f"{k} {b[k]}" for k in WAITS)
+              + f"; CPU cores busy {b.get('cpu_cores_busy')}")
     print("funnel:", result["funnel"])
     print(f"\n{'stage':<14} {'tasks':>5}  reason  (example)")
     for r in result["top_reasons"]:

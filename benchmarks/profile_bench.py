@@ -15,6 +15,7 @@ the summary table is printed last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -32,10 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from filters.base import decide, reason_kind  # noqa: E402
+from filters.checks import CHECKS as FILTER_CHECKS  # noqa: E402
 from filters.labels import labels_match  # noqa: E402
-from pipeline.config import load_preset, worker_settings  # noqa: E402
+from pipeline.config import load_preset  # noqa: E402
 from pipeline.executors import make_executor  # noqa: E402
-from pipeline.stages.filter import CHECKS as FILTER_CHECKS  # noqa: E402
+from pipeline.worker_settings import WorkerSettings  # noqa: E402
 
 # the filter stage's checks, labels aside (label truth is the sampler's business; measurements carry no `ops`)
 CHECKS = tuple(c for c in FILTER_CHECKS if c is not labels_match)
@@ -61,10 +63,10 @@ PLANTS = {
 GOOD = PLANTED.replace("{body}", "return torch.tanh(x @ x) * 2")
 
 
-def settings_for(preset: str, seed: int) -> tuple[dict, object]:
+def settings_for(preset: str, seed: int) -> tuple[WorkerSettings, object]:
     """The workers' settings exactly as `opsynth profile` builds them for the preset, with this seed."""
     cfg = load_preset(preset)
-    return {**worker_settings(cfg), "seed": seed}, cfg.filter
+    return dataclasses.replace(WorkerSettings.from_config(cfg), seed=seed), cfg.filter
 
 
 def fresh_caches(tag: str) -> dict:
@@ -73,7 +75,7 @@ def fresh_caches(tag: str) -> dict:
     return {"TORCHINDUCTOR_CACHE_DIR": f"{d}/inductor", "TRITON_CACHE_DIR": f"{d}/triton"}
 
 
-def run_executor(tasks: list[dict], device: str, workers: int, gpus: list[int] | None, settings: dict,
+def run_executor(tasks: list[dict], device: str, workers: int, gpus: list[int] | None, settings: WorkerSettings,
                  env: dict) -> tuple[list[dict], dict]:
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
@@ -211,12 +213,12 @@ def phase_agree(ops_rows: list[dict], kb_rows: list[dict], n: int, solo_rows: li
     return fig
 
 
-def phase_solo(a, ids: list[str], tasks: list[dict], settings: dict) -> list[dict]:
+def phase_solo(a, ids: list[str], tasks: list[dict], settings: WorkerSettings) -> list[dict]:
     """The agreement tasks again through the same harness with one worker and no compile: no neighbours."""
     by_id = {t["task_id"]: t for t in tasks}
     gpus = first_gpu(a)
     rows, _ = run_executor([by_id[i] for i in ids if i in by_id], a.device, 1, gpus,
-                           {**settings, "compile": False}, {})
+                           settings.with_profile(compile=False), {})
     return rows
 
 
@@ -242,7 +244,8 @@ def phase_planted(a, settings) -> tuple[dict, list[dict]]:
               for name, (body, _) in PLANTS.items()]
     gpus = first_gpu(a)
     # compile off: the plants test isolation, and a cold first compile could outlast the short timeout
-    s = {**settings, "timeout_s": a.planted_timeout_s, "window_ms": [0.0, 1e9], "compile": False}
+    s = dataclasses.replace(settings.with_profile(timeout_s=a.planted_timeout_s, compile=False),
+                            filter=dataclasses.replace(settings.filter, min_eager_ms=0.0, max_eager_ms=1e9))
     rows, t = run_executor(tasks, a.device, 3, gpus, s, {})
     got = {r["task_id"]: r["status"] for r in rows}
     want = {f"good{k}": "ok" for k in range(4)} | {n: st for n, (_, st) in PLANTS.items()}
@@ -335,7 +338,7 @@ def main() -> None:
     phases = a.phases.split(",")
     settings, fsec = settings_for(a.preset, a.seed)
     if a.timeout_s:
-        settings["timeout_s"] = a.timeout_s
+        settings = settings.with_profile(timeout_s=a.timeout_s)
     head = {"command": " ".join(sys.argv), "machine": machine(a.device), "workers_per_gpu": a.workers,
             "preset": a.preset}
     table = []

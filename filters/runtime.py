@@ -1,4 +1,5 @@
-"""Runtime and resource checks on a task's measurements: it ran, in the window, under the memory cap."""
+"""Runtime and resource checks on a task's measurements: it ran, in the window, with undisturbed timings, under
+the memory cap."""
 
 from __future__ import annotations
 
@@ -19,6 +20,16 @@ def eager_in_window(m: dict[str, Any], f: Any) -> str | None:
         return f"too fast (eager {ms:.3g} ms < {f.min_eager_ms:g} ms)"
     if ms > f.max_eager_ms:
         return f"too slow (eager {ms:.3g} ms > {f.max_eager_ms:g} ms)"
+    return None
+
+
+def timing_undisturbed(m: dict[str, Any], f: Any) -> str | None:
+    """Allocator retries inside the timed runs (the allocator freeing its cache and calling cudaMalloc again,
+    under a cap too tight for the task) inflate the runtimes a kernel would be judged against."""
+    retries = m.get("timing_alloc_retries")
+    # measurements from before this column have none, and CPU runs record 0: both keep
+    if f.require_undisturbed_timing and retries:
+        return f"timing disturbed by allocator retries ({retries} in timed runs)"
     return None
 
 

@@ -5,7 +5,7 @@ shape variants. For the operators in BATCH_LINEAR, a node whose arguments all le
 it outermost in memory) gives at batch B exactly what it gave at batch b, with the output's dim 0 set to B
 and every record's FLOPs, activation and output bytes times B/b (parameters and buffers stay). The list
 holds the operators that did so, with no exception, over every node of thousands of sampled tasks re-run
-at six other batch sizes (batch_linear.json, written by `python -m operators.pin_batch`;
+at six other batch sizes (batch_linear.json, written by `python -m pinning.batch`;
 tests/operators/test_batch_scale.py re-checks each one against meta). Not on it:
 operators whose meta trace holds a tensor of fixed size that is not a parameter (Linear reads a transposed
 view of its weight, BatchNorm counts num_batches_tracked, SDPA's causal mask), or whose ATen calls depend
@@ -35,7 +35,7 @@ _MEMO: dict[tuple, tuple] = {}
 _LITERALS: dict[tuple, frozenset[int]] = {}
 _INT = re.compile(r"(?<![\w.])\d+(?![\w.])")
 
-PIN_FILE = Path(__file__).with_name("batch_linear.json")  # written by python -m operators.pin_batch
+PIN_FILE = Path(__file__).with_name("batch_linear.json")  # written by python -m pinning.batch
 BATCH_LINEAR: frozenset[str] = frozenset(json.loads(PIN_FILE.read_text())["operators"])
 
 

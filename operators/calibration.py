@@ -11,7 +11,7 @@ holds a copy of its inputs. The file lists only those, each with the tasks of th
 - `output_share`: the largest task output, as a share of the sampler's peak cap, that the profile worker ran
   (it holds a reference output beside a further forward).
 
-`python -m operators.calibrate --run DIR` regenerates it from a profiled run; tests check that every key is a
+`python -m pinning.calibrate --run DIR` regenerates it from a profiled run; tests check that every key is a
 pinned ATen op and that the base WORKSPACE entries it was fitted over have not changed since.
 """
 

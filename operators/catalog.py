@@ -4,7 +4,7 @@ An OpSpec (operators/spec.py) says how the operator becomes code: an optional co
 (`init`, for nn modules; the instance is stored as `self.<attr>`), a call template (`call`), extra learned
 tensors (`attrs`: nn.Parameter or index buffers), extra forward inputs (`operands`), a parameter sampler
 and the constraints the sampler must respect (input ranks, value domain, whether the output may feed
-more ops). Entries live in ops_nn.py, ops_pointwise.py and ops_tensor.py. `python -m operators.pin_labels`
+more ops). Entries live in ops_nn.py, ops_pointwise.py and ops_tensor.py. `python -m pinning.labels`
 runs every non-stochastic entry on the meta device (and on CPU at tiny sizes), fails naming an entry
 that cannot run, and pins the ATen ops each one executes (operators/aten_pins.json); the sampler
 refuses to start if an entry has no pins.

@@ -1,10 +1,10 @@
 """True labels: which ATen ops each catalog operator runs, pinned, and the check of `ops` against a trace.
 
 `aten_pins.json` maps every sampleable catalog operator to the ATen ops it was seen to execute on the
-meta device over many sampled parameters and ranks, and for real on the CPU (`python -m operators.pin_labels`
+meta device over many sampled parameters and ranks, and for real on the CPU (`python -m pinning.labels`
 regenerates it; a test checks it is current). `aten_pins_cuda.json` holds what each operator executes on a
 GPU (cuDNN batch norm, fused RMSNorm, other one_hot and attention paths), pinned on the GPU with
-`python -m operators.pin_labels --device cuda`. `check_labels(ops, aten_ops, device)` then says, for any module
+`python -m pinning.labels --device cuda`. `check_labels(ops, aten_ops, device)` then says, for any module
 (template or LLM written), whether each labelled operator left its evidence in the trace and whether every
 kernel in the trace is explained by some labelled operator; a trace from a GPU may show either pin's
 behaviours. Layout-only ops (views, copies) never need a label.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 PIN_FILE = Path(__file__).with_name("aten_pins.json")
 CUDA_PIN_FILE = Path(__file__).with_name("aten_pins_cuda.json")
-REPIN_CUDA = "python -m operators.pin_labels --device cuda"
+REPIN_CUDA = "python -m pinning.labels --device cuda"
 # layout-only ops: no kernel launch and no traffic (the cost model skips them)
 VIEW_OPS = frozenset({
     "aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.t", "aten.transpose",
@@ -119,12 +119,12 @@ def check_labels(ops: list[str], aten_ops: list[str], device: str = "cpu") -> li
 
 def require_pinned(names: list[str]) -> None:
     """Fail at load, naming the entries, if catalog operators were added without re-pinning their labels."""
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     missing = sorted(set(names) - set(pins()))
     if missing:
         raise OpsynthError(f"catalog operator(s) {missing[:5]} have no pinned ATen labels; "
-                           "run: python -m operators.pin_labels (it also checks they run on meta)")
+                           "run: python -m pinning.labels (it also checks they run on meta)")
 
 
 # ---- label findings on foreign data -----------------------------------------------------------------------------
@@ -193,7 +193,7 @@ class LabelFindings:
 
 @lru_cache(maxsize=1)
 def foreign_pins() -> dict[str, tuple[frozenset[str], ...]]:
-    """Operators foreign datasets name beyond the catalog (foreign_pins.json, `python -m operators.pin_foreign`)."""
+    """Operators foreign datasets name beyond the catalog (foreign_pins.json, `python -m pinning.foreign`)."""
     if not FOREIGN_PIN_FILE.is_file():
         return {}
     data = json.loads(FOREIGN_PIN_FILE.read_text())

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from filters.static_check import check_task_source
-from pipeline.errors import require
+from opsynth.errors import require
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A CPU pre-screen: run a sampled task on the CPU with the profile worker's own output checks and predict
 the filter's input-insensitive / degenerate / fakeable verdicts before any GPU time is spent on it.
 
-The checks are the worker's (pipeline.tensor_checks.draw_checks over `profile.input_draws` seeded draws, the
+The checks are the worker's (filters.tensor_checks.draw_checks over `profile.input_draws` seeded draws, the
 same seeds as the worker) and the verdict is the filter's (filters.degenerate.OUTPUT_CHECKS with the config's
 filter section), so a reason here reads exactly as the filter's. Determinism is left to the GPU (atomics and
 cuDNN algorithms, not the CPU, make a task non-deterministic).
@@ -35,9 +35,9 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from filters.tensor_checks import tensors
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
-from pipeline.tensor_checks import tensors
 
 # Recorded rows of the draws screened for one task index travel with the row the sampler returns under this
 # key (sample_tasks' rows pass through a process pool); the sample stage pops them into DIR/prescreen/.
@@ -323,7 +323,7 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
 def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False) -> Result:
     from filters.base import decide
     from filters.degenerate import OUTPUT_CHECKS
-    from pipeline.tensor_checks import draw_checks, flatten, sample_stride
+    from filters.tensor_checks import draw_checks, flatten, sample_stride
 
     draws, seed = int(cfg.profile.input_draws), int(cfg.run.seed)
     tol = float(cfg.filter.compile_tolerance)
@@ -405,10 +405,10 @@ def _plant_zeros(inputs: list[Any], counts: list[int], seed: int) -> list[Any]:
 
 
 def _fp64_ratio(model: Any, inputs: list[Any], ref0: Any, tol: float) -> float | None:
-    """The verifier's ratio (pipeline.tensor_checks.tolerance_ratio) of draw 0's float32 output against the same
+    """The verifier's ratio (filters.tensor_checks.tolerance_ratio) of draw 0's float32 output against the same
     model and inputs in float64: > 1 means a kernel that rounds differently (a compiler reordering a sum, a
     fused softmax) may flip a comparison or an integer part and fail allclose. None if float64 does not run."""
-    from pipeline.tensor_checks import flatten, tolerance_ratio
+    from filters.tensor_checks import flatten, tolerance_ratio
 
     try:
         out = flatten(copy.deepcopy(model).double()(

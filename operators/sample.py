@@ -24,7 +24,7 @@ from hashlib import blake2b
 
 import networkx as nx
 
-from filters.contamination import op_signature
+from detectors.contamination import op_signature
 from operators.catalog import CATEGORIES, REGISTRY, OpSpec, sampleable
 from operators.cost import CostMode, aten_names, peak_bytes, predict_ms
 from operators.graph import (
@@ -432,7 +432,7 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
 
 def _reference_signatures(specs: tuple[str, ...]) -> frozenset[str]:
     """Op signatures of the reference problems in `specs` (read once per process)."""
-    from pipeline.reference import reference_op_signatures
+    from detectors.reference_index import reference_op_signatures
 
     return reference_op_signatures(specs)
 
@@ -464,11 +464,24 @@ def _freeze_heap() -> None:
         gc.freeze()
 
 
+def seen_keys(cfg, row: dict) -> set[str]:
+    """What a later draw may not share with this task: its task_id (the same graph at the same sizes) and, with
+    cfg.avoid_near_duplicates, its operator graph up to sizes and literal values (dedupe's near-duplicate key)."""
+    keys = {row["task_id"]}
+    if getattr(cfg, "avoid_near_duplicates", False):
+        from filters.dedupe import canonical_graph_key
+
+        g = canonical_graph_key(row.get("graph"))
+        if g:
+            keys.add(f"graph:{g}")
+    return keys
+
+
 def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | None = None,
                  screen=None) -> list[dict]:
     """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
-    retry). A task whose task_id is already in `seen` (same canonical graph at the same shapes) is resampled;
-    each returned task_id is added to `seen`. Each row conforms to pipeline.schema.TASKS (all columns).
+    retry). A task with a key in `seen` (`seen_keys`: same canonical graph at the same shapes, and with
+    cfg.avoid_near_duplicates the same graph at any sizes) is resampled; each returned task's keys are added. Each row conforms to pipeline.schema.TASKS (all columns).
     `screen` (operators.prescreen.Screen): a draw it returns a reason for is resampled."""
     stats = stats if stats is not None else Stats()
     _freeze_heap()
@@ -486,7 +499,7 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
 
 def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collect: bool = True,
             screen=None) -> list[dict]:
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     rows = []
     for n, i in enumerate(indices, 1):
@@ -500,14 +513,15 @@ def _sample(cfg, seed: int, indices: range, seen: set[str], stats: Stats, collec
             except TaskRejected as e:
                 stats.reject(str(e))
                 continue
-            if row["task_id"] in seen:
+            keys = seen_keys(cfg, row)
+            if keys & seen:
                 stats.duplicates += 1
                 continue
             why = screen(row) if screen is not None else ""
             if why:
                 stats.reject(f"prescreen {why}")
                 continue
-            seen.add(row["task_id"])
+            seen.update(keys)
             rows.append(row)
             break
         else:
@@ -549,9 +563,9 @@ def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: i
                     stats: Stats | None = None, screen=None):
     """`sample_tasks` over a process pool, yielding (index, row) in index order: the same rows, the same `seen`.
 
-    Each worker samples a chunk with only that chunk's task_ids as `seen`, a subset of the ids a serial run
-    would have seen at each index: a row whose id is not among the ids before it is exactly the serial row
-    (every attempt the worker skipped, serial would skip too); a row whose id is, is redrawn here, serially,
+    Each worker samples a chunk with only that chunk's keys as `seen`, a subset of the keys a serial run
+    would have seen at each index: a row none of whose keys is among the keys before it is exactly the serial
+    row (every attempt the worker skipped, serial would skip too); any other row is redrawn here, serially,
     against the full set. With `processes` <= 1 it samples in this process."""
     if processes <= 1:
         for i in indices:
@@ -566,8 +580,9 @@ def sample_parallel(cfg, seed: int, indices: range, seen: set[str], processes: i
         for (a, _), rows in zip(bounds, pool.imap(_sample_chunk, [(cfg, seed, a, b, screen) for a, b in bounds]),
                                 strict=True):
             for i, row in enumerate(rows, a):
-                if row["task_id"] in seen:
+                keys = seen_keys(cfg, row)
+                if keys & seen:
                     row = sample_tasks(cfg, seed, range(i, i + 1), seen, stats, screen)[0]
                 else:
-                    seen.add(row["task_id"])
+                    seen.update(keys)
                 yield i, row

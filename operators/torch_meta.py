@@ -5,7 +5,7 @@ Per catalog entry (stochastic ones too) the pin holds the OpInfo entries of torc
 float32 runs on the CPU (`float32_cpu`, null when torch has neither), and the torch.Tag names of every
 ATen op the entry's pinned labels (aten_pins.json and the GPU's aten_pins_cuda.json) name (`aten_tags`; names torch cannot resolve are
 listed in `unresolved`). It also holds the op_db operators that take float32 on the CPU and draw no
-random numbers, the universe of `opsynth catalog --coverage`. `python -m operators.pin_torch_meta`
+random numbers, the universe of `opsynth catalog --coverage`. `python -m pinning.torch_meta`
 writes it (the only place that imports torch.testing._internal); runtime and tests read the JSON and ask
 torch for tags live through `live_tags`.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 META_FILE = Path(__file__).with_name("torch_meta.json")
-REPIN = "python -m operators.pin_torch_meta"
+REPIN = "python -m pinning.torch_meta"
 SEEDED = "nondeterministic_seeded"
 # fused attention kernels carry the seeded tag for their dropout_p argument alone: at dropout_p=0 they draw nothing
 DROPOUT_ARG = "dropout_p"
@@ -28,7 +28,7 @@ DROPOUT_ARG = "dropout_p"
 @lru_cache(maxsize=1)
 def meta() -> dict[str, Any]:
     """The pinned JSON: {"torch_version", "ops": {catalog name: entry}, "op_db_total", "op_db_universe", ...}."""
-    from pipeline.errors import OpsynthError
+    from opsynth.errors import OpsynthError
 
     if not META_FILE.exists():
         raise OpsynthError(f"{META_FILE} is missing; run: {REPIN}")

@@ -11,6 +11,8 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from pipeline.stage_defs import PIPELINE_STAGES
+
 REPO_PLACEHOLDER = "ORG/NAME"
 
 # name -> (data_files path, arrow schema getter name in pipeline.publish)
@@ -103,6 +105,50 @@ def _funnel(manifest: dict[str, Any]) -> list[str]:
         out += ["", "Rejections by first stage and reason (full list: `rejections/rejections.parquet`):", "",
                 "| stage | reason | tasks |", "|---|---|---:|"]
         out += [f"| {r['stage']} | {r['reason_kind']} | {r['count']:,} |" for r in manifest["rejections"][:20]]
+    return out
+
+
+def _cost(manifest: dict[str, Any]) -> list[str]:
+    """What building the release cost: GPU time of every profile call (their sum over the GPUs each used) and
+    the CPU stages' wall time, per published task."""
+    records = manifest.get("stage_records") or {}
+    prof = records.get("profile")
+    if not prof:
+        return []
+    calls = prof.get("calls") or [prof]
+    gpu_s = sum((c.get("seconds") or 0) * (c.get("gpus") if c.get("gpus") is not None else 1) for c in calls
+                if c.get("device") == "cuda")
+    rows = manifest.get("sample_of") or manifest.get("rows") or 0
+    sampled = next((s["tasks"] for s in manifest.get("funnel", []) if s["step"] == "sampled"), None)
+    out = ["", "What it cost:", "", "| | |", "|---|---|"]
+    if gpu_s:
+        out.append(f"| profile (GPU) | {gpu_s / 3600:.2f} GPU-hours in {len(calls)} call(s) on "
+                   f"{', '.join(g for g in manifest.get('gpu') or [] if g not in ('cpu', 'cuda')) or 'the GPU'}"
+                   + (f"; {gpu_s / rows:.2f} GPU-s per published task" if rows else "") + " |")
+    for stage in ("sample", "decontaminate", "filter", "dedupe"):
+        r = records.get(stage)
+        if r:
+            total = r.get("seconds_all_calls", r.get("seconds"))
+            out.append(f"| {stage} (CPU) | {total / 60:.1f} min wall |")
+    if sampled and rows:
+        out.append(f"| sampled -> published | {sampled:,} -> {rows:,} ({rows / sampled:.1%}) |")
+    return out
+
+
+def _hub(manifest: dict[str, Any]) -> list[str]:
+    """How this folder goes to the Hub, with what the dry run lists (the card and manifest.json come on top)."""
+    files = manifest.get("files") or {}
+    out = ["## Putting it on the Hub", "",
+           "One command uploads the folder in one commit (token from `HF_TOKEN`); `--dry-run` lists what it would "
+           "upload and sends nothing:", "", "```bash",
+           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME --dry-run",
+           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME", "```"]
+    if files:
+        width = max(len(r) for r in files)
+        out += ["", "What the dry run lists besides `README.md` and `manifest.json` (a run directory kept in the "
+                "folder, such as `run/`, stays local):", "", "```"]
+        out += [f"  {rel:<{width}}  {info['bytes']:>12,} B" for rel, info in sorted(files.items())]
+        out.append("```")
     return out
 
 
@@ -256,6 +302,14 @@ def _source(manifest: dict[str, Any]) -> list[str]:
             "columns and removed the rows its stages dropped (reasons in `rejections/`).", ""]
 
 
+def _numbered(built: dict[str, list[str]], order: tuple[str, ...]) -> list[str]:
+    """The steps of every stage in `order`, numbered; a declared stage the card does not describe fails at once."""
+    missing = [s for s in order if s not in built]
+    if missing:
+        raise KeyError(f"the card describes no step for stage(s) {missing}")
+    return [f"{i}. {text}" for i, text in enumerate((t for s in order for t in built[s]), 1)]
+
+
 def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
     """The full README.md text."""
     import yaml
@@ -269,9 +323,48 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             return ""
         return f" **({missing.get(stage, 'not run')} for this release)**"
 
+    refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
+    # what each stage did, keyed by stage: numbered in the declared order (pipeline/stage_defs.py)
+    built = {
+        "sample": [
+            "**sample**: operator graphs (chains and DAGs, "
+            f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
+            "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
+            f"**compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`"
+            f"{_composed(rows)}).",
+        ],
+        "decontaminate": [
+            f"**decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
+            f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
+            f"{cfg['decontaminate']['minhash_threshold']:g}); before profiling, so a dropped task costs no GPU "
+            "time." + skipped("decontaminate"),
+        ],
+        "profile": [
+            "**profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
+            "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
+            + skipped("profile"),
+        ],
+        "filter": [
+            f"**filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
+            "compile must run and agree, deterministic, input-sensitive"
+            # older manifests predate the check: their runs did not apply it
+            + (", not fakeable by one fixed output (input draws differ beyond the verifier's "
+               f"{cfg['filter']['compile_tolerance']:g} tolerance)"
+               if cfg["filter"].get("min_input_sensitivity_ratio", 0) > 0 else "")
+            + (", timings undisturbed by allocator retries" if cfg["filter"].get("require_undisturbed_timing") else "")
+            + ", not degenerate, `ops` labels match the trace." + skipped("filter"),
+        ],
+        "dedupe": [
+            "**dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
+            "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
+            "is near-identical once the shared template is removed (Jaccard >= "
+            f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
+            "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
+            + skipped("dedupe"),
+        ],
+    }
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
-    refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
     body = [
         f"# {name}",
         "",
@@ -294,33 +387,12 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         "## How it was built",
         "",
-        "1. **sample**: operator graphs (chains and DAGs, "
-        f"{cfg['sample']['min_ops']}-{cfg['sample']['max_ops']} operators) drawn from a catalog of PyTorch "
-        "operators, shapes propagated on the meta device, sizes chosen for a target runtime." + skipped("sample"),
-        f"2. **compose**: rendered as KernelBench-format modules (composer: `{cfg['sample']['composer']}`{_composed(rows)}).",
-        "3. **profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
-        "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
-        + skipped("profile"),
-        f"4. **filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "
-        "compile must run and agree, deterministic, input-sensitive"
-        # older manifests predate the check: their runs did not apply it
-        + (", not fakeable by one fixed output (input draws differ beyond the verifier's "
-           f"{cfg['filter']['compile_tolerance']:g} tolerance)"
-           if cfg["filter"].get("min_input_sensitivity_ratio", 0) > 0 else "")
-        + ", not degenerate, `ops` labels match the trace." + skipped("filter"),
-        f"5. **decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
-        f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
-        f"{cfg['decontaminate']['minhash_threshold']:g})." + skipped("decontaminate"),
-        "6. **dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
-        "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
-        "is near-identical once the shared template is removed (Jaccard >= "
-        f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
-        "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
-        + skipped("dedupe"),
+        *_numbered(built, PIPELINE_STAGES),
         "",
         "Funnel of this release:",
         "",
         *_funnel(manifest),
+        *_cost(manifest),
         "",
         f"Reproduce: `opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X` with the "
         "config and versions recorded in `manifest.json`.",
@@ -363,6 +435,8 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         f"{cfg['publish']['license'].upper()}. KernelBench (MIT) is used only as a decontamination reference; "
         "no KernelBench code is included.",
+        "",
+        *_hub(manifest),
         "",
     ]
     return f"---\n{header}---\n\n" + "\n".join(body)

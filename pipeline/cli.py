@@ -23,6 +23,7 @@ import typer
 
 from pipeline.config import Config, ConfigError, load_preset
 from pipeline.errors import OpsynthError
+from pipeline.stage_defs import AUDIT_STAGES, RUN_STAGES
 from pipeline.store import RunDir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -30,7 +31,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 reference_app = typer.Typer(no_args_is_help=True, help="Build and inspect decontamination references.")
 app.add_typer(reference_app, name="reference")
 
-RUN_STAGES = ("sample", "decontaminate", "profile", "filter", "dedupe", "publish", "report")
 DirArg = Annotated[Path, typer.Argument(help="run directory")]
 ExecutorOpt = Annotated[str, typer.Option(help="local (processes pinned to GPUs) or ray")]
 GpusOpt = Annotated[str | None, typer.Option(help="GPU indices for the local executor, e.g. 0,1 (default: all visible)")]
@@ -109,6 +109,13 @@ def _new_run_dir(rd: RunDir, cfg: Config) -> Iterator[None]:
 _CURRENT: dict = {}  # the stage in progress and its run directory, for the interrupted line
 
 
+def _run_steps(steps: dict, order: tuple[str, ...]) -> dict:
+    """Each step of `order` (pipeline/stage_defs.py), in that order; {stage: what it returned}."""
+    if set(steps) != set(order):  # a stage declared without a step here, or the reverse
+        raise AssertionError(f"steps {sorted(steps)} do not match the declared stages {list(order)}")
+    return {name: steps[name]() for name in order}
+
+
 def _stage(name: str, fn, *args, **kwargs):
     _CURRENT.update(stage=name, rd=next((a for a in args if isinstance(a, RunDir)), None))
     t0 = time.time()
@@ -155,14 +162,21 @@ def run(
     from pipeline.stages import profile as profile_stage
     from pipeline.stages import sample as sample_stage
 
-    with _new_run_dir(rd, cfg):
-        _stage("sample", sample_stage.run, rd, cfg, llm)
-    _decontaminate(rd, cfg, None)  # needs only the code: no GPU time for tasks it drops
-    _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address, skip_dropped=True)
-    _stage("filter", filter_stage.run, rd, cfg)
-    _dedupe(rd, cfg)
-    folder = _publish(rd, None)
-    summary = _report(rd, None)
+    def sample_step():
+        with _new_run_dir(rd, cfg):
+            return _stage("sample", sample_stage.run, rd, cfg, llm)
+
+    done = _run_steps({
+        "sample": sample_step,
+        "decontaminate": lambda: _decontaminate(rd, cfg, None),  # before the GPU: no GPU time for what it drops
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+                                  skip_dropped=True),
+        "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
+        "dedupe": lambda: _dedupe(rd, cfg),
+        "publish": lambda: _publish(rd, None),
+        "report": lambda: _report(rd, None),
+    }, RUN_STAGES)
+    folder, summary = done["publish"], done["report"]
     rd.update_manifest(total_seconds=round(time.time() - t0, 2))
     typer.echo(summary.split("\n\n")[0])  # the funnel; `opsynth report DIR` prints the rest
     typer.echo(f"published {folder} in {time.time() - t0:.0f}s")
@@ -402,10 +416,9 @@ def audit(
     from pipeline.stages import audit as audit_stage
 
     chosen = [s.strip() for s in stages.split(",") if s.strip()]
-    allowed = ("labels", "decontaminate", "profile", "filter", "dedupe")
-    bad = [s for s in chosen if s not in allowed]
+    bad = [s for s in chosen if s not in AUDIT_STAGES]
     if bad:
-        raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(allowed)}")
+        raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(AUDIT_STAGES)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
     # foreign labels are reported by kind; they reject only when the user asks for label checking
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
@@ -417,23 +430,21 @@ def audit(
     source = {"name": source_name, "url": source_url, "license": source_license, "attribution": attribution}
     with _new_run_dir(rd, cfg):
         _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source)
-    for s in [s for s in allowed if s in chosen]:
-        if s == "labels":
-            from pipeline.stages import labels as labels_stage
+    from pipeline.stages import filter as filter_stage
+    from pipeline.stages import labels as labels_stage
+    from pipeline.stages import profile as profile_stage
 
-            _stage("labels", labels_stage.run, rd, cfg)
-        elif s == "profile":
-            from pipeline.stages import profile as profile_stage
-
-            _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True)
-        elif s == "filter":
-            from pipeline.stages import filter as filter_stage
-
-            _stage("filter", filter_stage.run, rd, cfg)
-        elif s == "decontaminate":
-            _decontaminate(rd, cfg, reference)
-        elif s == "dedupe":
-            _dedupe(rd, cfg)
+    steps = {
+        "labels": lambda: _stage("labels", labels_stage.run, rd, cfg),
+        "decontaminate": lambda: _decontaminate(rd, cfg, reference),
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True),
+        "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
+        "dedupe": lambda: _dedupe(rd, cfg),
+    }
+    if set(steps) != set(AUDIT_STAGES):  # a stage declared for audits without a step here, or the reverse
+        raise AssertionError(f"audit steps {sorted(steps)} do not match the declared stages {list(AUDIT_STAGES)}")
+    order = tuple(s for s in AUDIT_STAGES if s in chosen)
+    _run_steps({s: steps[s] for s in order}, order)
     typer.echo(_report(rd, None))
 
 

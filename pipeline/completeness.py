@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from pipeline.store import VERDICT_SHARDS, RunDir
+from pipeline.stage_defs import PIPELINE_STAGES, VERDICT_SHARDS
+from pipeline.store import RunDir
 
-PIPELINE = ("sample", "decontaminate", "profile", "filter", "dedupe")
 DONE = "done"
 NOT_RUN = "not run"
 
@@ -31,7 +31,8 @@ def _coverage(have: set[str], need: list[str]) -> str:
 
 
 def stage_status(rd: RunDir, cfg) -> dict[str, str]:
-    """stage -> "done", "not run", "partial (k of n tasks)" or "stale (...)", for every stage of `opsynth run`."""
+    """stage -> "done", "not run", "partial (k of n tasks)" or "stale (...)", for every stage of `opsynth run`
+    whose work the run directory holds, in their order."""
     from pipeline.selection import accepted_task_ids, verdicts_by_task
 
     ids = [r["task_id"] for r in rd.read_rows("tasks", ["task_id"])]
@@ -67,7 +68,7 @@ def stage_status(rd: RunDir, cfg) -> dict[str, str]:
         newest_input = max(_verdict_time(rd, s) for s in ("filter", "decontaminate"))
         out["dedupe"] = DONE if deduped == before and _verdict_time(rd, "dedupe") >= newest_input else \
             "stale (earlier verdicts changed after it ran)"
-    return out
+    return {s: out[s] for s in PIPELINE_STAGES}  # a declared stage without a rule here fails at once
 
 
 def unfinished(status: dict[str, str]) -> list[str]:

@@ -43,6 +43,9 @@ class SampleSection:
     # reference indexes (`builtin`, `builtin:NAME`, an index parquet) whose problems' ATen op signatures a task
     # must not have: a draw that equals one is resampled, since decontaminate would drop it; [] turns it off
     avoid_reference: tuple[str, ...] = ("builtin",)
+    # resample a draw whose operator graph, up to sizes and literal values, the run already holds: dedupe would
+    # drop it as a near duplicate after the GPU measured it (5.4% of 2,428 h200 tasks, calls 20-21)
+    avoid_near_duplicates: bool = False
     # sizing: target eager runtime window (log-uniform) on the target device
     target_min_ms: float = 1.5
     target_max_ms: float = 50.0
@@ -105,6 +108,8 @@ class FilterSection:
     reject_degenerate: bool = True
     max_peak_memory_gb: float = 8.0
     require_label_match: bool = True
+    # drop a task whose timed runs saw allocator retries (timing_alloc_retries > 0): its runtimes are inflated
+    require_undisturbed_timing: bool = True
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class DedupeSection:
     minhash_threshold: float = 0.7
     structural: bool = True
     # near duplicates with the same operators but another graph need this de-templated code Jaccard
-    # (filters/dedupe.py says why 0.9)
+    # (detectors/dedupe.py says why 0.9)
     near_code_jaccard: float = 0.9
 
 
@@ -165,19 +170,6 @@ def _check(cond: bool, where: str, msg: str) -> None:
         raise ConfigError(f"config error in {where}: {msg}")
 
 
-def worker_settings(cfg: Config) -> dict[str, Any]:
-    """What a profile worker (pipeline/harness.py) is told: the profile section, the filter section (it skips
-    compiling a task the eager checks already reject, and measures input sensitivity at its compile_tolerance),
-    the window and memory cap for early rejects, the weights seed and the target device's roofline ceilings
-    (TFLOP/s fp32, TB/s)."""
-    import dataclasses
-
-    return {**dataclasses.asdict(cfg.profile), "filter": dataclasses.asdict(cfg.filter),
-            "window_ms": [cfg.filter.min_eager_ms, cfg.filter.max_eager_ms], "seed": cfg.run.seed,
-            "max_peak_memory_gb": cfg.filter.max_peak_memory_gb,
-            "peaks": [cfg.sample.tflops_fp32, cfg.sample.bandwidth_gbps / 1000.0]}
-
-
 def validate(cfg: Config, where: str) -> Config:
     """Reject impossible settings at load, naming the field and the fix."""
     s, r, f = cfg.sample, cfg.run, cfg.filter
@@ -202,12 +194,8 @@ def validate(cfg: Config, where: str) -> Config:
            f"sample.prescreen must be 'off', 'record' or 'resample' (got {s.prescreen!r})")
     _check(s.prescreen_ms > 0 and s.prescreen_mb > 0, where, "sample.prescreen_ms and prescreen_mb must be > 0")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
-    _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
-    _check(f.min_input_sensitivity_ratio >= 0, where,
-           f"filter.min_input_sensitivity_ratio must be >= 0 (got {f.min_input_sensitivity_ratio})")
-    _check(cfg.profile.timeout_s > 0, where, "profile.timeout_s must be > 0")
-    _check(cfg.profile.min_runs >= 3, where, "profile.min_runs must be >= 3 (a median needs a spread)")
-    _check(cfg.profile.input_draws >= 2, where, "profile.input_draws must be >= 2")
+    validate_filter(f, where)
+    validate_profile(cfg.profile, where)
     for key in ("ast_threshold", "minhash_threshold"):
         v = getattr(cfg.decontaminate, key)
         _check(0 < v <= 1, where, f"decontaminate.{key} must be in (0, 1] (got {v})")
@@ -227,6 +215,39 @@ def validate(cfg: Config, where: str) -> Config:
     return cfg
 
 
+def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
+    """The profile section's ranges: checked at config load and again where a worker rebuilds its settings."""
+    _check(p.timeout_s > 0, where, f"profile.timeout_s must be > 0 (got {p.timeout_s})")
+    _check(p.memory_limit_gb >= 0, where, f"profile.memory_limit_gb must be >= 0, 0 for no cap (got {p.memory_limit_gb})")
+    _check(bool(p.compile_backend), where, "profile.compile_backend must name a torch.compile backend (inductor)")
+    _check(p.warmup >= 0, where, f"profile.warmup must be >= 0 (got {p.warmup})")
+    _check(p.min_runs >= 3, where, f"profile.min_runs must be >= 3 (a median needs a spread; got {p.min_runs})")
+    _check(p.max_runs >= p.min_runs, where, f"profile.max_runs must be >= min_runs (got {p.max_runs} < {p.min_runs})")
+    _check(p.iqr_target > 0, where, f"profile.iqr_target must be > 0 (got {p.iqr_target})")
+    _check(p.input_draws >= 2, where, f"profile.input_draws must be >= 2 (got {p.input_draws})")
+    _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
+    _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
+    return p
+
+
+def validate_filter(f: FilterSection, where: str) -> FilterSection:
+    """The filter section's ranges: checked at config load and again where a worker rebuilds its settings."""
+    from filters.determinism import AGREEMENT_COLUMNS  # stdlib only: the worker may import it
+
+    _check(0 <= f.min_eager_ms < f.max_eager_ms, where, "filter.min_eager_ms must be >= 0 and < max_eager_ms")
+    # the worker records compile agreement at these tolerances only; any other value would be measured at one
+    # tolerance and judged at another
+    _check(f.compile_tolerance in AGREEMENT_COLUMNS, where,
+           f"filter.compile_tolerance must be one of {sorted(AGREEMENT_COLUMNS)}, the tolerances profile records "
+           f"compile agreement at (got {f.compile_tolerance:g})")
+    _check(f.determinism_tolerance >= 0, where, f"filter.determinism_tolerance must be >= 0 (got {f.determinism_tolerance})")
+    _check(f.min_input_sensitivity >= 0, where, f"filter.min_input_sensitivity must be >= 0 (got {f.min_input_sensitivity})")
+    _check(f.min_input_sensitivity_ratio >= 0, where,
+           f"filter.min_input_sensitivity_ratio must be >= 0 (got {f.min_input_sensitivity_ratio})")
+    _check(f.max_peak_memory_gb > 0, where, f"filter.max_peak_memory_gb must be > 0 (got {f.max_peak_memory_gb})")
+    return f
+
+
 def grown(cfg: Config, n: int, where: str) -> Config:
     """`cfg` with run.n raised to `n`: the one change an existing run directory accepts, since task i depends
     only on (seed, i) and the tasks before it, so the first run.n tasks stay what they were."""
@@ -235,7 +256,8 @@ def grown(cfg: Config, n: int, where: str) -> Config:
     return validate(cfg.with_overrides(n=n), where)
 
 
-def _build(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
+def build_section(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
+    """One section's dataclass from its TOML table: unknown keys and mistyped values are refused."""
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(data) - set(known))
     _check(not unknown, where, f"unknown key(s) {unknown} in [{section}]; known: {sorted(known)}")
@@ -270,7 +292,7 @@ def from_dict(data: dict[str, Any], where: str) -> Config:
     for name, f in sections.items():
         raw = data.get(name, {})
         _check(isinstance(raw, dict), where, f"[{name}] must be a table")
-        kwargs[name] = _build(f.default_factory, raw, where, name)  # type: ignore[arg-type]
+        kwargs[name] = build_section(f.default_factory, raw, where, name)  # type: ignore[arg-type]
     return validate(Config(**kwargs), where)
 
 

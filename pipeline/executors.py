@@ -20,6 +20,7 @@ Inline (`kind="inline"`): the harness in this process, no isolation; for debuggi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import selectors
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import Interrupted, OpsynthError
+from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
 HARNESS = "pipeline.harness"
@@ -192,19 +194,24 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int) -> dict[str, Any]:
+    """The first line a worker reads (pipeline.harness.read_worker_config is its other side)."""
+    return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads}
+
+
 class LocalExecutor(Executor):
     """Worker processes on this machine: `workers` per GPU on cuda, `workers` in all on cpu."""
 
     def __init__(self, device: str = "cpu", workers: int = 2, gpus: list[int] | list[str] | None = None,
-                 settings: dict | None = None) -> None:
+                 *, settings: WorkerSettings) -> None:
         if device not in ("cpu", "cuda"):
             raise OpsynthError(f"device must be 'cpu' or 'cuda' (got {device!r})")
         if workers < 1:
             raise OpsynthError(f"workers must be >= 1 (got {workers})")
         self.device, self.workers_per_group = device, workers
-        self.settings = dict(settings or {})
-        self.timeout_s = float(self.settings.get("timeout_s", 120.0))
-        if self.settings.get("compile", True) and (problem := compiler_problem(device)):
+        self.settings = dataclasses.replace(settings, workers_per_gpu=workers)
+        self.timeout_s = settings.profile.timeout_s
+        if settings.profile.compile and (problem := compiler_problem(device)):
             raise OpsynthError(problem)  # else every worker dies at its warm-up compile: "fail to start"
         if device == "cuda":
             groups = [str(g) for g in gpus] if gpus is not None else visible_gpus()
@@ -235,9 +242,7 @@ class LocalExecutor(Executor):
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        settings = {**self.settings, "workers_per_gpu": self.workers_per_group}
-        cfg = {"device": self.device, "settings": settings, "lock_path": str(self.tmp / f"gpu-{group}.lock"),
-               "threads": self.threads}
+        cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
         os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -389,10 +394,10 @@ class LocalExecutor(Executor):
 class InlineExecutor(Executor):
     """The harness in this process: no isolation, no timeout. For debugging a single task."""
 
-    def __init__(self, device: str = "cpu", settings: dict | None = None) -> None:
+    def __init__(self, device: str, settings: WorkerSettings) -> None:
         from pipeline import harness
 
-        self.h = harness.Harness(device, dict(settings or {}) | {"memory_limit_gb": 0})
+        self.h = harness.Harness(device, settings.with_profile(memory_limit_gb=0.0))
 
     def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
         for task in tasks:
@@ -404,7 +409,7 @@ class InlineExecutor(Executor):
 class _RayAgent:
     """Ray actor body: a local executor over the GPU Ray gave this actor (or the CPU)."""
 
-    def __init__(self, device: str, workers: int, settings: dict) -> None:
+    def __init__(self, device: str, workers: int, settings: WorkerSettings) -> None:
         self.ex = LocalExecutor(device=device, workers=workers, settings=settings)
 
     def run(self, tasks: list[dict]) -> list[dict]:
@@ -418,7 +423,7 @@ class RayExecutor(Executor):
     """One actor per GPU of a Ray cluster (`num_gpus=1`), each running `workers` harness processes."""
 
     def __init__(self, device: str = "cpu", workers: int = 2, gpus: list[int] | None = None,
-                 ray_address: str | None = None, settings: dict | None = None) -> None:
+                 ray_address: str | None = None, *, settings: WorkerSettings) -> None:
         from pipeline.errors import require
 
         ray = require("ray", "ray")
@@ -432,7 +437,7 @@ class RayExecutor(Executor):
             raise OpsynthError("executor 'ray' with device 'cuda' but the Ray cluster has no GPU; "
                                "start Ray nodes with GPUs or pass --device cpu")
         self._agent = ray.remote(num_gpus=1 if n_gpu else 0, num_cpus=0)(_RayAgent)
-        self._args = (device, workers, dict(settings or {}))
+        self._args = (device, workers, settings)
         self.actors = [self._agent.remote(*self._args) for _ in range(max(1, n))]
         self.chunk = workers
 
@@ -474,9 +479,11 @@ class RayExecutor(Executor):
 
 
 def make_executor(kind: str = "local", device: str = "cpu", workers: int = 2, gpus: list[int] | None = None,
-                  ray_address: str | None = None, settings: dict | None = None) -> Executor:
-    """An executor for the profile stage. settings: dataclasses.asdict(ProfileSection) plus
-    "window_ms": [min_eager_ms, max_eager_ms] (early reject) and "seed" (weights seed)."""
+                  ray_address: str | None = None, settings: WorkerSettings | None = None) -> Executor:
+    """An executor for the profile stage; its workers get `settings` (WorkerSettings.from_config(cfg)), with
+    workers_per_gpu set to the workers each GPU runs."""
+    if settings is None:
+        raise OpsynthError("an executor needs the workers' settings: WorkerSettings.from_config(cfg)")
     if kind == "local":
         return LocalExecutor(device=device, workers=workers, gpus=gpus, settings=settings)
     if kind == "ray":

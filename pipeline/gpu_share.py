@@ -27,6 +27,8 @@ class GpuLock:
         self.held_s = 0.0
         self.exclusive_s = 0.0
         self.wait_s = 0.0
+        self._want_exclusive = False
+        self.wait_exclusive_s = 0.0  # part of wait_s: waiting to time alone (neighbours' shared sections drain)
         self._since = 0.0
 
     @property
@@ -41,13 +43,17 @@ class GpuLock:
             self.notify("lock_wait")
             fcntl.flock(fd, op)
             self.notify("lock_held")
-            self.wait_s += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            self.wait_s += waited
+            if self._want_exclusive:
+                self.wait_exclusive_s += waited
 
     def acquire(self, exclusive: bool = False) -> None:
         mode = "exclusive" if exclusive else "shared"
         if self.mode == mode:
             return
         self.release()
+        self._want_exclusive = exclusive
         if self.fd is not None and self.turnstile is not None:
             self._flock(self.turnstile, fcntl.LOCK_EX)
             try:

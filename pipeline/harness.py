@@ -1,11 +1,11 @@
 """What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
-siblings pipeline.gpu_share (the GPU lock and memory budget) and pipeline.tensor_checks, the filter stage's
-eager checks (pipeline.stages.filter), so a task they reject is not compiled, and operators.trace's ATen
-naming, so the ops it records are the vocabulary the labels are pinned in.
+siblings pipeline.gpu_share (the GPU lock and memory budget), filters.tensor_checks and pipeline.worker_settings
+(what the parent tells it), the eager checks filters.checks owns, so a task they reject is not compiled, and
+operators.trace's ATen naming, so the ops it records are the vocabulary the labels are pinned in.
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
-"settings", "lock_path"}), then one task per line; it answers {"ready": ...} once torch and the device are
+"settings": WorkerSettings.to_json(), "lock_path", "threads"}), then one task per line; it answers {"ready": ...} once torch and the device are
 up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
 clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
 original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
@@ -30,7 +30,6 @@ import contextlib
 import faulthandler
 import gc
 import json
-import math
 import os
 import re
 import resource
@@ -38,16 +37,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 
-from operators.peak import LiveBytes
-from operators.trace import SKIP_OPS, aten_name
-from pipeline.compile_cache import InductorCache
-from pipeline.gpu_share import GpuLock, MemoryBudget
-from pipeline.tensor_checks import (
+from filters.base import decide
+from filters.checks import EAGER_CHECKS
+from filters.tensor_checks import (
     agreement,
     draw_checks,
     flatten,
@@ -56,15 +52,26 @@ from pipeline.tensor_checks import (
     sample_stride,
     tensors,
 )
+from operators.peak import LiveBytes
+from operators.trace import SKIP_OPS, aten_name
+from pipeline.compile_cache import InductorCache
+from pipeline.gpu_share import GpuLock, MemoryBudget
+from pipeline.worker_settings import WorkerSettings
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
 # what inductor may allocate on the device while it compiles (constants, RNG state), beside what is alive
 COMPILE_SLACK = 512 * 1024 * 1024
+# Reservations over a task's peak (plus 0.5 GiB each). Since the GPU calibration (operators/calibration.json),
+# measured over predicted peak is p99 1.07 on the H200 (call 19: 2 of 898 tasks above 1.1x + 0.5 GiB); the
+# earlier 1.5x (and 1.25x once measured) let about 14 of 16 workers hold ~6 GiB tasks at once: the rest waited
+# for memory. A task that outgrows its reservation is retried with the worker's whole cap, so a low margin
+# costs a rerun, never a wrong result.
+PREDICTED_MARGIN = 1.1
+MEASURED_MARGIN = 1.15
 # Messages of CUDA errors after which the context is unusable: the worker must exit after reporting.
 _FATAL_CUDA = ("CUDA error", "device-side assert", "illegal memory access", "misaligned address",
                "unspecified launch failure", "CUBLAS_STATUS_EXECUTION_FAILED", "cudaError", "CUDNN_STATUS_EXECUTION")
-DEFAULT_PEAKS = {"cuda": (60.0, 4.3)}  # (fp32 TFLOP/s without TF32, copy TB/s) of an H200; see docs/gpu-notes.md
 
 
 class TaskError(Exception):
@@ -166,18 +173,16 @@ def _cpu_s() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
-def _budget_bytes(settings: dict, total: int) -> int:
-    """Device memory the workers of one GPU may reserve for tasks: gpu_memory_budget_gb if set, else the
-    card less 5% and about 1 GiB per worker for its CUDA context, cuBLAS/cuDNN workspaces and L2 flush."""
-    if settings.get("gpu_memory_budget_gb"):
-        return int(float(settings["gpu_memory_budget_gb"]) * 2**30)
-    return int(0.95 * total - int(settings.get("workers_per_gpu") or 1) * 2**30)
+def _budget_bytes(settings: WorkerSettings, total: int) -> int:
+    """Device memory the workers of one GPU may reserve for tasks: the card less 5% and about 1 GiB per worker
+    for its CUDA context, cuBLAS/cuDNN workspaces and L2 flush."""
+    return int(0.95 * total - settings.workers_per_gpu * 2**30)
 
 
 class Harness:
     """One worker's state: torch, the device, the L2 flush buffer, the GPU lock; `profile` runs one task."""
 
-    def __init__(self, device: str, settings: dict, lock_path: str | None = None,
+    def __init__(self, device: str, settings: WorkerSettings, lock_path: str | None = None,
                  notify: Callable[[str], None] = lambda _: None) -> None:
         self.s = settings
         self.cuda = device.startswith("cuda")
@@ -185,14 +190,14 @@ class Harness:
         self.lock = GpuLock(lock_path, notify, sync=self._sync)
         self.notify = notify
         self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)
-        if settings.get("compile", True):
+        if settings.profile.compile:
             # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose
             # failure inductor takes silently (scalar code from then on)
             removed = self.cache.repair_shared()
             if removed:
                 print(f"deleted {len(removed)} broken binaries from the inductor cache: {removed[:3]}", file=sys.stderr)
         self.torch_version = torch.__version__
-        limit = float(settings.get("memory_limit_gb", 0) or 0)
+        limit = settings.profile.memory_limit_gb
         self.budget = MemoryBudget(None, 0, notify)
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
@@ -203,8 +208,7 @@ class Harness:
             self.gpu, self.total_memory = props.name, props.total_memory
             if limit > 0:
                 # the checks hold about three outputs of a task whose one forward peaks at the filter's cap
-                peak_cap = float(settings.get("max_peak_memory_gb") or 0)
-                limit = max(limit, 3 * peak_cap + 2)
+                limit = max(limit, 3 * settings.filter.max_peak_memory_gb + 2)
                 torch.cuda.set_per_process_memory_fraction(min(1.0, limit * 2**30 / props.total_memory), self.device)
             self.task_cap = int(min(limit * 2**30, props.total_memory)) if limit > 0 else int(props.total_memory)
             if lock_path:
@@ -217,7 +221,6 @@ class Harness:
             if limit > 0:
                 cap = int(limit * 2**30)
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-        self.peaks = settings.get("peaks") or DEFAULT_PEAKS.get("cuda" if self.cuda else "cpu")
 
     def tf32(self) -> bool:
         if not self.cuda:
@@ -231,13 +234,13 @@ class Harness:
     def _time(self, fn: Callable, args: tuple, done_runs: int) -> tuple[float, float, int]:
         """Median and IQR in ms over timed runs, each after an L2 flush on the GPU; runs until the IQR is
         under iqr_target of the median (at least min_runs, at most max_runs or max_timing_s)."""
-        s = self.s
-        for _ in range(max(0, int(s["warmup"]) - done_runs)):  # runs just before on the same inputs count
+        s = self.s.profile
+        for _ in range(max(0, s.warmup - done_runs)):  # runs just before on the same inputs count
             fn(*args)
         self._sync()
         times: list[float] = []
-        batch, max_runs = int(s["min_runs"]), int(s["max_runs"])
-        budget_end = time.perf_counter() + float(s.get("max_timing_s", 10.0))
+        batch, max_runs = s.min_runs, s.max_runs
+        budget_end = time.perf_counter() + s.max_timing_s
         while True:
             if self.cuda:
                 for _ in range(batch):  # synchronized per run as KernelBench does: launch gaps count
@@ -254,7 +257,7 @@ class Harness:
                     fn(*args)
                     times.append((time.perf_counter() - t0) * 1e3)
             med, iqr = quantiles(times)
-            if iqr <= float(s["iqr_target"]) * med or len(times) >= max_runs or time.perf_counter() > budget_end:
+            if iqr <= s.iqr_target * med or len(times) >= max_runs or time.perf_counter() > budget_end:
                 return med, iqr, len(times)
             batch = min(max(batch, len(times) // 2), max_runs - len(times))
 
@@ -291,7 +294,7 @@ class Harness:
             x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
             with self.lock.hold():
                 fn(x, y)
-            if self.s.get("compile", True):
+            if self.s.profile.compile:
                 def compile_once() -> None:
                     dynamo.reset()
                     inner = torch._TorchCompileInductorWrapper(None, None, None)
@@ -308,7 +311,8 @@ class Harness:
         """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
         t0, cpu0 = time.perf_counter(), _cpu_s()
-        self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.budget.wait_s = self.regrow_wait_s = 0.0
+        self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.lock.wait_exclusive_s = 0.0
+        self.budget.wait_s = self.regrow_wait_s = 0.0
         base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
@@ -325,6 +329,7 @@ class Harness:
         m["gpu_busy_s"] = self.lock.held_s
         m["gpu_exclusive_s"] = self.lock.exclusive_s
         m["lock_wait_s"], m["budget_wait_s"] = self.lock.wait_s, self.budget.wait_s
+        m["lock_wait_exclusive_s"] = self.lock.wait_exclusive_s
         m["regrow_wait_s"] = self.regrow_wait_s  # part of budget_wait_s: after compiling, before running
         m["cpu_s"] = _cpu_s() - cpu0
         return m
@@ -370,7 +375,7 @@ class Harness:
         set, the reference output): its share of the budget shrinks to that and grows back, queued like any
         reservation, before the compiled graph runs. Holding a whole forward's peak through compilation kept
         admitted tasks waiting for memory longer than they computed (budget wait 3.1 s per task, call 15)."""
-        if not (self.cuda and self.budget.fd is not None and self.s.get("shrink_while_compiling", True)) or self.retrying:
+        if not (self.cuda and self.budget.fd is not None and self.s.profile.shrink_while_compiling) or self.retrying:
             return None  # a retry keeps the worker's whole cap throughout
         full: list[int] = []
 
@@ -390,40 +395,40 @@ class Harness:
         return enter, leave
 
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
-        """Device memory a task may hold at once: one forward's peak beside the reference output, with a
-        quarter for the compiled graph's own buffers and allocator slack; before the first forward, the
-        sampler's prediction with its error margin (measured over predicted: p95 1.44-1.54x on the H200);
-        the worker's whole cap when nothing predicts the peak (imported tasks). A task that outgrows it
-        is retried with the whole cap."""
+        """Device memory a task may hold at once: one forward's peak beside the reference output, with
+        MEASURED_MARGIN for the compiled graph's own buffers and allocator slack; before the first forward, the
+        sampler's prediction with PREDICTED_MARGIN; when nothing predicts the peak (imported tasks), the filter's
+        peak cap: a task that needs more is rejected for its peak anyway (the worker's whole cap, 3x the filter's,
+        let only about four such tasks run at once). A task that outgrows its share is retried with the whole cap."""
         if not self.task_cap:
             return 0
         if not peak:
-            return self.task_cap
-        need = 1.25 * (peak + out_bytes) if measured else 1.5 * peak
+            return min(self.task_cap, int(self.s.filter.max_peak_memory_gb * 2**30 + 2**29))
+        need = MEASURED_MARGIN * (peak + out_bytes) if measured else PREDICTED_MARGIN * peak
         return min(self.task_cap, int(need + 2**29))
 
     def _device_ctx(self) -> Any:
         """Where weights and inputs are created: on the GPU directly (far faster than a CPU draw of GBs
-        and no host-memory spike across workers), unless settings say draw_on_device=False."""
-        if self.cuda and self.s.get("draw_on_device", True):
+        and no host-memory spike across workers)."""
+        if self.cuda:
             return torch.device(self.device)
         return contextlib.nullcontext()
 
     def _draw(self, ns: dict, k: int) -> tuple:
-        torch.manual_seed(int(self.s.get("seed", 42)) + 1 + k)
+        torch.manual_seed(self.s.seed + 1 + k)
         with self._device_ctx():
             return _to(tuple(ns["get_inputs"]()), self.device)
 
     def _profile(self, task: dict, m: dict) -> None:
-        s, dev = self.s, self.device
+        s, dev = self.s.profile, self.device
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
         exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
-        draws = int(s["input_draws"])
+        draws = s.input_draws
         with self.lock.hold():
             base = torch.cuda.memory_allocated(dev) if self.cuda else 0
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
-            torch.manual_seed(int(s.get("seed", 42)))
+            torch.manual_seed(self.s.seed)
             with self._device_ctx():
                 model = ns["Model"](*ns["get_init_inputs"]())
             model = model.to(dev)
@@ -456,13 +461,12 @@ class Harness:
             for k in range(1, draws):
                 self.lock.yield_()
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
-            tol = float((s.get("filter") or {}).get("compile_tolerance", 1e-2))  # no filter section: Ops-6K's
-            m.update(draw_checks(ref0, subs, tol))
+            m.update(draw_checks(ref0, subs, self.s.filter.compile_tolerance))
         m["gpu_busy_eager_s"] = self.lock.held_s
         compiled = None
-        if s.get("compile", True):
+        if s.compile:
             why = self._eager_rejection(m)
-            if why and s.get("skip_compile_when_rejected", True):
+            if why and s.skip_compile_when_rejected:
                 m["compile_error"] = f"skipped: {why}"  # compilation is the costliest step; the task is out anyway
             else:
                 compiled = self._compile(model, ns, ref0, subs, stride, m)
@@ -474,10 +478,10 @@ class Harness:
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput
         with self.lock.hold(exclusive=True):
-            med, iqr, n = self._time(model, x0, done_runs=int(s["warmup"]) - 1)
+            med, iqr, n = self._time(model, x0, done_runs=s.warmup - 1)
             m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
             if compiled is not None:
-                med, iqr, n = self._time(compiled, x0, done_runs=int(s["warmup"]) - 1)
+                med, iqr, n = self._time(compiled, x0, done_runs=s.warmup - 1)
                 m.update(compile_ms=med, compile_iqr_ms=iqr, compile_runs=n)
         # the allocator freeing its cache and calling cudaMalloc again inside timed runs (a cap too tight
         # for the task) inflates them: recorded so such timings can be told apart
@@ -488,20 +492,13 @@ class Harness:
         return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)) if self.cuda else 0
 
     def _eager_rejection(self, m: dict) -> str:
-        """The filter stage's verdict from the eager checks alone (with settings["filter"], the filter section),
-        or '' when they keep the task or no filter section was given. The runtime window is left to the
-        filter: eager timing comes last."""
-        if not self.s.get("filter"):
-            return ""
-        from filters.base import decide
-        from pipeline.stages.filter import EAGER_CHECKS
-
-        return decide(m, EAGER_CHECKS, SimpleNamespace(**self.s["filter"]))[1]
+        """The filter's verdict from the eager checks alone, at the config's filter thresholds, or '' when they
+        keep the task."""
+        return decide(m, EAGER_CHECKS, self.s.filter)[1]
 
     def _early_reject(self, quick: float, m: dict) -> None:
-        s = self.s
-        lo, hi = s.get("window_ms") or (0.0, math.inf)
-        factor = float(s.get("early_reject_factor", 10.0))
+        lo, hi = self.s.filter.min_eager_ms, self.s.filter.max_eager_ms
+        factor = self.s.profile.early_reject_factor
         if quick > hi * factor or quick < lo / factor:
             m["eager_ms"] = quick
             side = f"> {hi * factor:g}" if quick > hi * factor else f"< {lo / factor:g}"
@@ -509,8 +506,8 @@ class Harness:
                                             f"factor {factor:g})")
 
     def _reject_memory(self, m: dict) -> None:
-        cap = self.s.get("max_peak_memory_gb")
-        if cap and (m.get("peak_memory_bytes") or 0) > float(cap) * 2**30:
+        cap = self.s.filter.max_peak_memory_gb
+        if (m.get("peak_memory_bytes") or 0) > cap * 2**30:
             raise TaskError("early_reject", f"peak memory {m['peak_memory_bytes'] / 2**30:.2f} GiB > {cap:g} GiB")
 
     def _compile(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict) -> Any:
@@ -581,7 +578,7 @@ class Harness:
 
         dynamo.reset()
         dynamo.utils.counters.clear()
-        backend_name = self.s.get("compile_backend", "inductor")
+        backend_name = self.s.profile.compile_backend
         if backend_name == "inductor":
             inner = torch._TorchCompileInductorWrapper(None, None, None)
         else:
@@ -602,9 +599,17 @@ class Harness:
             m["achieved_tflops"] = flops / sec / 1e12
         if nbytes:
             m["achieved_tbps"] = nbytes / sec / 1e12
-        if self.peaks and (flops or nbytes):
-            floor_s = max((flops or 0) / (self.peaks[0] * 1e12), (nbytes or 0) / (self.peaks[1] * 1e12))
+        if flops or nbytes:
+            tflops, tbps = self.s.peaks
+            floor_s = max((flops or 0) / (tflops * 1e12), (nbytes or 0) / (tbps * 1e12))
             m["roofline_fraction"] = floor_s / sec
+
+
+def read_worker_config(line: str) -> tuple[str, WorkerSettings, str | None, int]:
+    """(device, settings, lock_path, threads) from the first line a worker reads (pipeline.executors.worker_config
+    writes it); settings that do not fit the contract raise ConfigError."""
+    cfg = json.loads(line)
+    return cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"), int(cfg.get("threads") or 0)
 
 
 def serve() -> None:
@@ -620,11 +625,11 @@ def serve() -> None:
         proto.write(json.dumps(msg, default=str) + "\n")
         proto.flush()
 
-    cfg = json.loads(sys.stdin.readline())
-    if cfg.get("threads"):
-        torch.set_num_threads(int(cfg["threads"]))
-    h = Harness(cfg["device"], cfg["settings"], cfg.get("lock_path"), notify=lambda ev: send({"event": ev}))
-    warm_s = h.warm() if cfg["settings"].get("warm_worker", True) else 0.0
+    device, settings, lock_path, threads = read_worker_config(sys.stdin.readline())
+    if threads:
+        torch.set_num_threads(threads)
+    h = Harness(device, settings, lock_path, notify=lambda ev: send({"event": ev}))
+    warm_s = h.warm() if settings.profile.warm_worker else 0.0
     gc.collect()
     gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
     send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s})

@@ -30,12 +30,20 @@ def validate_repo_id(repo_id: str) -> str:
 
 
 def files_to_upload(folder: Path) -> list[tuple[str, Path]]:
-    """(path in repo, local path) for every file of the folder, hidden files left out, sorted."""
+    """(path in repo, local path) for every file publish wrote (the manifest's `files`, its README.md and
+    manifest.json), sorted; a folder without that list: every file, hidden ones left out. Anything else there,
+    such as the run directory a release keeps beside what it publishes (run/), stays local."""
+    import json
+
     folder = Path(folder)
     if not (folder / "README.md").is_file() or not list((folder / "data").glob("*.parquet")):
         raise OpsynthError(f"{folder} is not a published dataset folder (no README.md or data/*.parquet); "
                            "run `opsynth publish RUN_DIR --to FOLDER` first")
     _check_manifest(folder)
+    manifest = folder / "manifest.json"
+    listed = json.loads(manifest.read_text()).get("files") if manifest.is_file() else None
+    if listed:
+        return sorted((rel, folder / rel) for rel in {*listed, "README.md", "manifest.json"})
     out = []
     for p in sorted(folder.rglob("*")):
         rel = p.relative_to(folder)

@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError
 from pipeline.schema import CONTAMINATION, PUBLISHED, PUBLISHED_CONTAMINATION, REJECTION_SUMMARY, REJECTIONS
-from pipeline.selection import CODE_STAGES, STAGE_ORDER, first_rejection, stages_run, verdicts_by_task
+from pipeline.selection import first_rejection, stages_run, verdicts_by_task
+from pipeline.stage_defs import CODE_STAGES, VERDICT_ORDER
 from pipeline.store import RunDir
 
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
@@ -209,14 +210,14 @@ def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
     rej = [{"task_id": t["task_id"], "name": t.get("name"), "stage": first[t["task_id"]][0],
             "reason_kind": reason_kind(first[t["task_id"]][1]), "reason": first[t["task_id"]][1]}
            for t in g["tasks"] if t["task_id"] in first]
-    rej.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), r["reason_kind"], r["task_id"]))
+    rej.sort(key=lambda r: (VERDICT_ORDER.index(r["stage"]), r["reason_kind"], r["task_id"]))
     rej_table = pa.Table.from_pylist(rej, schema=REJECTIONS)
     _write_parquet(rej_table, tmp / "rejections" / "rejections.parquet")
     counts: dict[tuple[str, str], int] = {}
     for r in rej:
         counts[(r["stage"], r["reason_kind"])] = counts.get((r["stage"], r["reason_kind"]), 0) + 1
     summary = [{"stage": s, "reason_kind": k, "count": c} for (s, k), c in counts.items()]
-    summary.sort(key=lambda r: (STAGE_ORDER.index(r["stage"]), -r["count"], r["reason_kind"]))
+    summary.sort(key=lambda r: (VERDICT_ORDER.index(r["stage"]), -r["count"], r["reason_kind"]))
     summary_table = pa.Table.from_pylist(summary, schema=REJECTION_SUMMARY)
     _write_parquet(summary_table, tmp / "rejections" / "summary.parquet")
 

@@ -11,7 +11,6 @@ decontamination run offline and reproducibly.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -22,10 +21,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.errors import OpsynthError
+from detectors.reference_index import BUILTIN, REFERENCE_DIR, is_index
+from opsynth.errors import OpsynthError
 
-REFERENCE_DIR = Path(__file__).resolve().parents[1] / "data" / "reference"
-BUILTIN = REFERENCE_DIR / "kernelbench_main.index.parquet"
 # meta-device RNNs unroll every time step through the dispatcher (LSTM problems take 20-40 s alone, twice that
 # on a busy 2-core host); an index is built once, so give them room
 TRACE_TIMEOUT_S = 600.0
@@ -163,7 +161,7 @@ def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIME
 # ---- building an index -------------------------------------------------------------------------
 def fingerprint_rows(rows: list[dict[str, Any]], source: str, trace: bool = True) -> pa.Table:
     """Index table for raw reference rows (code, level, problem_id, name); traces forward in a subprocess."""
-    from filters.contamination import FINGERPRINT_VERSION, fingerprints, normalize_ops
+    from detectors.contamination import FINGERPRINT_VERSION, fingerprints, normalize_ops
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
 
     codes = [r["code"] for r in rows]
@@ -214,10 +212,6 @@ def _conform(table: pa.Table) -> pa.Table:
     return table.select(INDEX_SCHEMA.names).cast(INDEX_SCHEMA).replace_schema_metadata(meta)
 
 
-def _is_index(path: Path) -> bool:
-    return path.suffix == ".parquet" and {"ast", "minhash", "ops"} <= set(pq.read_schema(path).names)
-
-
 _HUB_ID = re.compile(r"[\w.-]+/[\w.-]+")
 _SPEC_HELP = ("give `builtin`, a parquet/jsonl with a `code` column, a folder of .py files, an index built by "
               "`opsynth reference build`, or a Hub id")
@@ -260,7 +254,7 @@ def build_index(sources: list[str], out: Path) -> Path:
     """Fingerprint every problem of `sources` into one index parquet at `out` (for `opsynth reference build`)."""
     tables, descs = [], []
     for spec in sources:
-        if Path(spec).exists() and _is_index(Path(spec)):
+        if Path(spec).exists() and is_index(Path(spec)):
             tables.append(_conform(pq.read_table(spec)))
             descs.append(f"{spec} (prebuilt index)")
             continue
@@ -294,11 +288,11 @@ def load_index(spec: str, cache_dir: Path | None = None) -> pa.Table:
     path = Path(spec)
     if path.exists() and path.is_file() and path.suffix == ".parquet":
         try:
-            if _is_index(path):
+            if is_index(path):
                 return _conform(pq.read_table(path))
         except Exception as e:  # noqa: BLE001
             raise OpsynthError(f"cannot read reference {path} ({type(e).__name__}); give a readable parquet file") from None
-    from filters.contamination import FINGERPRINT_VERSION
+    from detectors.contamination import FINGERPRINT_VERSION
 
     rows, label, _ = _raw_rows(spec)
     if cache_dir is not None:
@@ -314,56 +308,16 @@ def load_index(spec: str, cache_dir: Path | None = None) -> pa.Table:
     return fingerprint_rows(rows, label)
 
 
-def _index_files(spec: str) -> list[Path]:
-    """The index parquet files a sampler-side reference spec names: `builtin` (every shipped index),
-    `builtin:NAME`, or an index built by `opsynth reference build`."""
-    if spec == "builtin" or spec.startswith("builtin:"):
-        want = spec.partition(":")[2]
-        files = sorted(REFERENCE_DIR.glob(f"kernelbench_{want or '*'}.index.parquet"))
-        if not files:
-            raise OpsynthError(f"sample.avoid_reference: no shipped reference index matches {spec!r} in "
-                               f"{REFERENCE_DIR}; rebuild it with `opsynth reference build SOURCE --out {BUILTIN}` "
-                               "or set sample.avoid_reference = []")
-        return files
-    path = Path(spec)
-    if not path.is_file():
-        raise OpsynthError(f"sample.avoid_reference: index file {spec!r} does not exist; build it with "
-                           f"`opsynth reference build SOURCE --out {spec}`, or use `builtin`")
-    if path.suffix != ".parquet" or not _is_index(path):
-        raise OpsynthError(f"sample.avoid_reference: {spec!r} is not a reference index (no ast/minhash/ops "
-                           "columns); build one with `opsynth reference build SOURCE --out INDEX.parquet`")
-    return [path]
-
-
-@functools.lru_cache(maxsize=8)
-def reference_op_signatures(specs: tuple[str, ...]) -> frozenset[str]:
-    """Op-signature keys (filters.contamination.signature_key) of every traced problem in the index files of
-    `specs`: what decontaminate's op-signature detector matches a task's normalized ATen ops against. Read
-    once per process (the ops column only, pyarrow alone: the sampler's processes need no scipy)."""
-    from filters.contamination import FINGERPRINT_VERSION, signature_key
-
-    out: set[str] = set()
-    for spec in specs:
-        for f in _index_files(spec):
-            cols = pq.read_table(f, columns=["ops", "fingerprint_version"]).to_pydict()
-            old = sorted({v for v in cols["fingerprint_version"] if v != FINGERPRINT_VERSION})
-            if old:
-                raise OpsynthError(f"reference index {f} has fingerprint version {old}, this opsynth computes "
-                                   f"{FINGERPRINT_VERSION}; rebuild it with `opsynth reference build SOURCE --out {f}`")
-            out.update(signature_key(o) for o in cols["ops"] if o)
-    return frozenset(out)
-
-
 def load_references(specs: list[str] | tuple[str, ...], cache_dir: Path | None = None) -> pa.Table:
     tables = [_conform(load_index(s, cache_dir)) for s in specs]
     return pa.concat_tables(tables)
 
 
 def reference_matrix(index: pa.Table):
-    """The index as a filters.contamination.ReferenceMatrix."""
+    """The index as a detectors.contamination.ReferenceMatrix."""
     import numpy as np
 
-    from filters.contamination import FINGERPRINT_VERSION, ReferenceMatrix, core_ops, shape_key
+    from detectors.contamination import FINGERPRINT_VERSION, ReferenceMatrix, core_ops, shape_key
 
     d = index.to_pydict()
     old = sorted({v for v in d["fingerprint_version"] if v != FINGERPRINT_VERSION})

@@ -19,13 +19,13 @@ import pyarrow as pa
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError, require
 from pipeline.schema import BY_TABLE
-from pipeline.selection import CODE_STAGES, STAGE_ORDER
+from pipeline.stage_defs import CODE_STAGES, VERDICT_ORDER
 from pipeline.store import TABLES, RunDir
 
 VIEWS = {
     "rejection_reasons": f"""
         SELECT stage, reason_short AS reason, count(*) AS tasks FROM rejections GROUP BY stage, reason_short
-        ORDER BY list_position({list(STAGE_ORDER)}, stage), tasks DESC, reason""",
+        ORDER BY list_position({list(VERDICT_ORDER)}, stage), tasks DESC, reason""",
     "contamination_by_detector": """
         SELECT detector, count(*) AS tasks FROM (SELECT unnest(detectors_fired) AS detector FROM contamination)
         GROUP BY detector ORDER BY tasks DESC""",
@@ -70,27 +70,27 @@ def _db_path(rd: RunDir) -> Path:
     return rd.path / "report.duckdb"
 
 
+_FUNNEL_STEP = {"import": "passed import check", "labels": "kept after label checking"}
+
+
 def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
     steps = ["SELECT 0 AS step, 'tasks (sampled or imported)' AS stage, (SELECT count(*) FROM tasks) AS tasks"]
     def dropped_by(names: tuple[str, ...]) -> str:
         return "(SELECT task_id FROM rejections WHERE stage IN ({}))".format(", ".join(f"'{p}'" for p in names))
 
     def kept_after(s: str) -> str:
-        return f"(SELECT count(*) FROM tasks WHERE task_id NOT IN {dropped_by(STAGE_ORDER[: STAGE_ORDER.index(s) + 1])})"
+        return f"(SELECT count(*) FROM tasks WHERE task_id NOT IN {dropped_by(VERDICT_ORDER[: VERDICT_ORDER.index(s) + 1])})"
 
-    if "import" in stages:
-        steps.append(f"SELECT 1, 'passed import check', {kept_after('import')}")
-    if "labels" in stages:
-        steps.append(f"SELECT 1.5, 'kept after label checking', {kept_after('labels')}")
-    if "decontaminate" in stages:
-        steps.append(f"SELECT 2, 'kept after decontaminate', {kept_after('decontaminate')}")
-    if has_measurements:  # among the tasks still in: the funnel narrows at every step
-        steps.append("SELECT 3, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM measurements "
-                     f"WHERE status = 'ok' AND task_id NOT IN {dropped_by(CODE_STAGES)})")
-    for i, s in enumerate(("filter", "dedupe")):
+    profiled = not has_measurements
+    for s in VERDICT_ORDER:  # profiling sits between the code-only stages and the rest
+        if not profiled and s not in CODE_STAGES:
+            # among the tasks still in: the funnel narrows at every step
+            steps.append(f"SELECT {len(steps)}, 'profiled (status ok)', (SELECT count(DISTINCT task_id) FROM "
+                         f"measurements WHERE status = 'ok' AND task_id NOT IN {dropped_by(CODE_STAGES)})")
+            profiled = True
         if s in stages:
-            steps.append(f"SELECT {4 + i}, 'kept after {s}', {kept_after(s)}")
-    steps.append("SELECT 9, 'accepted', (SELECT count(*) FROM accepted)")
+            steps.append(f"SELECT {len(steps)}, '{_FUNNEL_STEP.get(s, f'kept after {s}')}', {kept_after(s)}")
+    steps.append(f"SELECT {len(steps)}, 'accepted', (SELECT count(*) FROM accepted)")
     return " UNION ALL ".join(steps) + " ORDER BY step"
 
 

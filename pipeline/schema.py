@@ -65,6 +65,15 @@ MEASUREMENTS = pa.schema([
     ("aten_ops", STR_LIST),
     ("gpu_busy_s", pa.float64()),         # time this task held the device lock
     ("wall_s", pa.float64()),
+    # where a worker's wall time went (GPU runs; not published): the worker's own CPU seconds, waits for the
+    # device lock (of which waiting to time alone) and for the memory budget (of which growing back after
+    # compiling), and the time it held the GPU alone for timed runs
+    ("cpu_s", pa.float64()),
+    ("lock_wait_s", pa.float64()),
+    ("lock_wait_exclusive_s", pa.float64()),
+    ("budget_wait_s", pa.float64()),
+    ("regrow_wait_s", pa.float64()),
+    ("gpu_exclusive_s", pa.float64()),
 ])
 
 VERDICTS = pa.schema([
@@ -82,7 +91,7 @@ CONTAMINATION = pa.schema([
     ("kb_ast_nearest", pa.string()),
     ("kb_op_signature_match", pa.bool_()),   # the traced program equals a problem's at some normalization, in order
     ("kb_op_signature_nearest", pa.string()),
-    ("kb_op_normalization", pa.string()),    # exact | core | core + <op> | core - <op> (filters/contamination.py)
+    ("kb_op_normalization", pa.string()),    # exact | core | core + <op> | core - <op> (detectors/contamination.py)
     ("kb_op_multiset_match", pa.bool_()),    # same ops, any order (recorded, not a detector on its own)
     ("op_signature_source", pa.string()),    # aten_ops column | traced | text-only: why
     ("kb_minhash_jaccard", pa.float64()),

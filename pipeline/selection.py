@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
+from pipeline.stage_defs import VERDICT_ORDER
 from pipeline.store import RunDir
-
-# the order `opsynth run` applies them: decontamination needs only the code, so it comes before the GPU
-STAGE_ORDER = ("import", "labels", "decontaminate", "filter", "dedupe")
-CODE_STAGES = STAGE_ORDER[:3]  # decide from the code alone, before any task is profiled
 
 
 def verdicts_by_task(rd: RunDir) -> dict[str, dict[str, tuple[bool, str]]]:
@@ -19,20 +16,20 @@ def verdicts_by_task(rd: RunDir) -> dict[str, dict[str, tuple[bool, str]]]:
 
 def stages_run(rd: RunDir) -> list[str]:
     seen = {v["stage"] for v in rd.read_rows("verdicts", ["stage"])}
-    return [s for s in STAGE_ORDER if s in seen]
+    return [s for s in VERDICT_ORDER if s in seen]
 
 
 def accepted_task_ids(rd: RunDir, up_to: str | None = None) -> list[str]:
     """Tasks (in task table order) kept by every stage that ran, or by the stages before `up_to`."""
     stages = stages_run(rd)
     if up_to is not None:
-        stages = [s for s in STAGE_ORDER[: STAGE_ORDER.index(up_to)] if s in stages]
+        stages = [s for s in VERDICT_ORDER[: VERDICT_ORDER.index(up_to)] if s in stages]
     verdicts = verdicts_by_task(rd)
     ids = [r["task_id"] for r in rd.read_rows("tasks", ["task_id"])]
     return [t for t in ids if all(verdicts.get(t, {}).get(s, (False, ""))[0] for s in stages)]
 
 
-def first_rejection(rd: RunDir, stages: tuple[str, ...] = STAGE_ORDER) -> dict[str, tuple[str, str]]:
+def first_rejection(rd: RunDir, stages: tuple[str, ...] = VERDICT_ORDER) -> dict[str, tuple[str, str]]:
     """task_id -> (stage, reason) of the first of `stages` that dropped it."""
     out = {}
     for task_id, by_stage in verdicts_by_task(rd).items():

@@ -30,12 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OpsynthError
+from pipeline.stage_defs import VERDICT_SHARDS, WRITER
 
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
-VERDICT_SHARDS = {"import": 0, "filter": 1, "decontaminate": 2, "dedupe": 3, "labels": 4}
-# the command that writes each table (verdicts: by shard), named in the fix for a shard that cannot be read
-WRITER = {"tasks": "sample", "measurements": "profile", "contamination": "decontaminate", "dedupe": "dedupe"}
 
 
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -220,8 +218,15 @@ class RunDir:
         _atomic_write_bytes(self.manifest_path, json.dumps(m, indent=2, default=str).encode())
 
     def record_stage(self, stage: str, seconds: float, **counts: Any) -> None:
-        self.update_manifest(stages={stage: {"seconds": round(seconds, 3), **counts,
-                                             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}})
+        """This call of `stage` in the manifest: its figures, and in `calls` every call so far (a time-boxed
+        profile runs in several calls; what the run cost is their sum, `seconds_all_calls`)."""
+        entry = {"seconds": round(seconds, 3), **counts, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        before = (self.manifest().get("stages") or {}).get(stage)
+        calls = list(before.get("calls") or [{k: v for k, v in before.items() if k not in ("calls", "seconds_all_calls")}]
+                     ) if before else []
+        calls.append(dict(entry))
+        self.update_manifest(stages={stage: {**entry, "calls": calls,
+                                             "seconds_all_calls": round(sum(c.get("seconds") or 0 for c in calls), 3)}})
 
 
 def _comparable(d: dict[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def _reason(row: dict) -> str:
 
 def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     """Score the tasks of `rd` against `references` (default: the config's); returns counts."""
-    from filters.contamination import compare, fingerprints
+    from detectors.contamination import compare, fingerprints
     from pipeline.reference import load_references, reference_matrix
 
     t0 = time.time()

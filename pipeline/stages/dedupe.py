@@ -23,7 +23,7 @@ def runtime_window(cfg: Config) -> tuple[float, float]:
 
 
 def inputs(rd: RunDir, cfg: Config) -> dict[str, Any]:
-    """Keyword arguments of filters.dedupe.dedupe for the tasks kept so far (eager_ms from measurements with
+    """Keyword arguments of detectors.dedupe.dedupe for the tasks kept so far (eager_ms from measurements with
     status ok, when the run has them)."""
     keep_ids = set(accepted_task_ids(rd, up_to="dedupe"))
     cols = ["task_id", "code", "graph_hash", "graph", "ops", "predicted_ms"]
@@ -55,7 +55,7 @@ def counts_of(rows: list[dict]) -> dict[str, int]:
 def run(rd: RunDir, cfg: Config) -> dict:
     """Dedupe the tasks kept so far: exact, structural if configured, near (same operators doing the same
     thing, star clusters around the task whose runtime is nearest the window's log-middle)."""
-    from filters.dedupe import dedupe
+    from detectors.dedupe import dedupe
 
     t0 = time.time()
     rows = dedupe(**inputs(rd, cfg))

@@ -7,17 +7,9 @@ from collections import Counter
 from typing import Any
 
 from filters.base import decide, reason_kind
-from filters.degenerate import OUTPUT_CHECKS
-from filters.determinism import compiles_and_agrees, deterministic
-from filters.labels import labels_match
-from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok
+from filters.checks import CHECKS
 from pipeline.config import Config
 from pipeline.store import RunDir
-
-# what the eager runs alone decide; a profile worker applies them too, to skip compiling a task they reject
-EAGER_CHECKS = (deterministic, *OUTPUT_CHECKS)
-# order matters: the first failing check is the reason recorded, so the eager checks come before the compile's
-CHECKS = (ran_ok, eager_in_window, *EAGER_CHECKS, peak_memory_under_cap, compiles_and_agrees, labels_match)
 
 
 def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:

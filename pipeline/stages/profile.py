@@ -19,12 +19,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from filters.base import reason_kind
+from filters.base import decide, reason_kind
+from filters.checks import CHECKS
 from filters.static_check import check_task_source
-from pipeline.config import Config, worker_settings
+from pipeline.config import Config
 from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
+from pipeline.worker_settings import WorkerSettings
 
 
 @dataclass
@@ -85,8 +87,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     `opsynth run` puts it first) get a `skipped` row instead of GPU time. budget: stop starting shards once it
     is spent (the result then has stopped=True; a rerun continues)."""
     from pipeline.executors import make_executor
-    from pipeline.selection import CODE_STAGES, first_rejection
-    from pipeline.stages.filter import decide_measurement
+    from pipeline.selection import first_rejection
+    from pipeline.stage_defs import CODE_STAGES
 
     t0 = time.time()
     tasks = rd.require_table("tasks", "sample").select(["task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes"]).to_pylist()
@@ -123,7 +125,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
 
     def note(m: dict[str, Any]) -> None:
         nonlocal accepted
-        keep, why = decide_measurement({**m, "ops": ops_of.get(m["task_id"])}, cfg)
+        keep, why = decide({**m, "ops": ops_of.get(m["task_id"])}, CHECKS, cfg.filter)  # the filter's verdict
         accepted += keep
         if not keep:
             reasons[reason_kind(why)] += 1
@@ -151,7 +153,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 bar.restart_clock()
                 bar.phase("starting workers")
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                                   worker_settings(cfg)) as ex:
+                                   WorkerSettings.from_config(cfg)) as ex:
                     for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
                         bar.phase("")
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
@@ -160,7 +162,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
-                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0])
+                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
+                    gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted)
     return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
             "minutes": round(budget.elapsed() / 60, 2)}

@@ -38,12 +38,14 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
     """Sample `run.n` tasks into DIR/tasks/; `llm` (LLMSettings) switches on the LLM composer; `processes`
     overrides the pool size (1: in this process)."""
     from operators.prescreen import RECORDS_KEY, Screen
-    from operators.sample import sample_parallel
+    from operators.sample import sample_parallel, seen_keys
 
     t0 = time.time()
     n, size = cfg.run.n, cfg.run.shard_size
     todo = todo_shards(rd, n, size)
-    seen = {r["task_id"] for r in rd.read_rows("tasks", ["task_id"])} - shard_ids(rd, todo)
+    redo = shard_ids(rd, todo)
+    seen = {k for r in rd.read_rows("tasks", ["task_id", "graph"]) if r["task_id"] not in redo
+            for k in seen_keys(cfg.sample, r)}
     composer = cfg.sample.composer
     if composer == "llm" and llm is None:
         from pipeline.errors import OpsynthError

@@ -13,7 +13,7 @@ GOOD = {
     "compile_agrees_1e4": False, "compile_max_abs_err": 3e-4, "compile_max_rel_err": 2e-4,
     "deterministic": True, "determinism_max_diff": 0.0, "input_min_pairwise_diff": 0.3, "degenerate": "",
     "input_sensitivity_ratio": 30.0,
-    "peak_memory_bytes": 2**20, "ops": None, "aten_ops": [],
+    "peak_memory_bytes": 2**20, "ops": None, "aten_ops": [], "timing_alloc_retries": 0,
 }
 CFG = load_preset("h200")
 
@@ -31,6 +31,7 @@ CFG = load_preset("h200")
         ({"input_sensitivity_ratio": 0.31}, "fakeable by a fixed output"),
         ({"degenerate": "zero"}, "degenerate output (zero)"),
         ({"peak_memory_bytes": 9 * 2**30}, "too much memory"),
+        ({"timing_alloc_retries": 2}, "timing disturbed by allocator retries"),
     ],
 )
 def test_each_check_drops_with_its_reason(change, fragment):
@@ -134,3 +135,24 @@ def test_audited_rows_are_judged_by_kind_and_unknown_operators_pass():
     # the sampler's own rows keep the strict check: an unpinned label is a mismatch there
     keep, reason = decide_measurement({**row, "foreign_labels": False, "ops": ["nn.Unpinned"], "aten_ops": ["aten.abs"]}, CFG)
     assert not keep and reason.startswith("label mismatch")
+
+
+def test_allocator_retries_in_timed_runs_drop_unless_switched_off_and_old_rows_keep():
+    keep, reason = decide_measurement({**GOOD, "timing_alloc_retries": 3}, CFG)
+    assert not keep and reason == "timing disturbed by allocator retries (3 in timed runs)"
+    assert reason_kind(reason) == reason_kind(decide_measurement({**GOOD, "timing_alloc_retries": 41}, CFG)[1])
+    # measured before the column existed, or on the CPU (always 0)
+    assert decide_measurement({k: v for k, v in GOOD.items() if k != "timing_alloc_retries"}, CFG) == (True, "")
+    assert decide_measurement({**GOOD, "timing_alloc_retries": None}, CFG) == (True, "")
+    off = dataclasses.replace(CFG, filter=dataclasses.replace(CFG.filter, require_undisturbed_timing=False))
+    assert decide_measurement({**GOOD, "timing_alloc_retries": 3}, off) == (True, "")
+    # a task outside the window is reported as that: the window comes first
+    assert decide_measurement({**GOOD, "timing_alloc_retries": 3, "eager_ms": 0.2}, CFG)[1].startswith("too fast")
+
+
+def test_the_worker_skips_compiling_only_on_checks_the_eager_runs_decide():
+    from filters.checks import CHECKS, EAGER_CHECKS
+    from filters.runtime import eager_in_window, timing_undisturbed
+
+    assert set(EAGER_CHECKS) < set(CHECKS)
+    assert eager_in_window not in EAGER_CHECKS and timing_undisturbed not in EAGER_CHECKS  # timing comes last

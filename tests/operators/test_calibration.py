@@ -38,7 +38,7 @@ def test_every_calibrated_op_is_a_pinned_aten_op_with_evidence():
 
 def test_calibration_was_fitted_over_the_current_workspace_table():
     # the fitted multiples replace WORKSPACE entries and were fitted over its other entries: a changed table
-    # means `python -m operators.calibrate --run DIR` must run again on the GPU run
+    # means `python -m pinning.calibrate --run DIR` must run again on the GPU run
     fitted = {k: tuple(v) for k, v in cal.calibration()["fitted_with"]["workspace"].items()}
     assert fitted == WORKSPACE, "WORKSPACE changed since operators/calibration.json was fitted; regenerate it"
 

@@ -13,8 +13,8 @@ import pytest
 from operators import labels
 from operators.catalog import REGISTRY
 from operators.labels import PIN_FILE, check_labels, pins
-from operators.pin_labels import device_pin_problem, pin_device, stale_ops
-from operators.pin_plan import fingerprint, plan
+from pinning.labels import device_pin_problem, pin_device, stale_ops
+from pinning.plan import fingerprint, plan
 from pipeline.errors import OpsynthError
 
 SMALL = {"tiny": 1, "batch1": 1, "large": 0}  # a plan that runs in seconds on the CPU
@@ -116,16 +116,16 @@ def test_ops_merge_into_the_file_and_a_changed_plan_names_the_command(tmp_path):
     pin_device("cpu", ["torch.relu"], out, plan_args=SMALL, log=lambda *a, **k: None)
     data = pin_device("cpu", ["torch.tanh"], out, plan_args=SMALL, log=lambda *a, **k: None)
     assert set(data["ops"]) == {"torch.relu", "torch.tanh"}
-    with pytest.raises(OpsynthError, match="pin every operator again: python -m operators.pin_labels --device cpu"):
+    with pytest.raises(OpsynthError, match="pin every operator again: python -m pinning.labels --device cpu"):
         pin_device("cpu", ["torch.relu"], out, plan_args={**SMALL, "tiny": 2}, log=lambda *a, **k: None)
     # an entry pinned from another plan (the catalog's sampler or the code changed) is stale, by name
     data["ops"]["torch.relu"]["fingerprint"] = "0" * 16
     out.write_text(json.dumps(data))
     specs = [REGISTRY["torch.relu"], REGISTRY["torch.tanh"]]
     problem = device_pin_problem(out, specs)
-    assert problem.endswith("python -m operators.pin_labels --device cuda --ops torch.relu")
+    assert problem.endswith("python -m pinning.labels --device cuda --ops torch.relu")
     assert "1 operator(s)" in problem
-    assert device_pin_problem(tmp_path / "none.json", specs).endswith("python -m operators.pin_labels --device cuda")
+    assert device_pin_problem(tmp_path / "none.json", specs).endswith("python -m pinning.labels --device cuda")
     with pytest.raises(OpsynthError, match="--ops names no sampleable"):
         pin_device("cpu", ["nn.NoSuchThing"], out, plan_args=SMALL)
 
@@ -154,8 +154,8 @@ def test_plan_covers_tiny_batch_one_and_h200_sizes():
 
 def test_sized_graph_counts_casts_against_the_memory_cap():
     # the cost records count one_hot(x).float() as bool: without the tensors' own sizes it sized 17 GB outputs
-    from operators.pin_plan import _sample_cfg
     from operators.sample import sized_op_graph
+    from pinning.plan import _sample_cfg
 
     cfg = _sample_cfg()
     cap = cfg.max_peak_memory_gb * cfg.peak_headroom * 2**30
@@ -174,8 +174,8 @@ for m in ("polars", "duckdb", "datasketch", "datasets", "typer"):
     sys.modules[m] = None
 from pathlib import Path
 from operators.catalog import REGISTRY
-from operators.pin_labels import pin_device
-from operators.pin_plan import plan
+from pinning.labels import pin_device
+from pinning.plan import plan
 assert any(s.kind == "large" for s in plan(REGISTRY["torch.relu"]))
 pin_device("cpu", ["torch.relu"], Path({str(tmp_path / 'p.json')!r}), plan_args={SMALL!r})
 """
@@ -205,10 +205,10 @@ def test_normalization_and_attention_traces_on_the_gpu_match_their_labels():
     import torch
 
     from operators.catalog import sampleable
-    from operators.pin_plan import _sample_cfg
     from operators.render import render
     from operators.sample import single_op_graph, sized_op_graph
     from operators.trace import trace_as_worker
+    from pinning.plan import _sample_cfg
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

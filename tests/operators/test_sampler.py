@@ -11,11 +11,11 @@ from filters.static_check import check_task_source
 from operators.catalog import REGISTRY
 from operators.describe import describe_graph
 from operators.labels import check_labels
-from operators.pin_labels import pin_spec
 from operators.render import as_graph, render
 from operators.sample import sample_tasks
 from operators.spec import OpSpec
 from operators.trace import trace_code
+from pinning.labels import pin_spec
 from pipeline.config import ConfigError, from_dict, load_preset
 from pipeline.errors import OpsynthError
 from pipeline.schema import TASKS

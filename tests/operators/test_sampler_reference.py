@@ -6,11 +6,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from filters.contamination import FINGERPRINT_VERSION, normalize_ops, op_signature
+from detectors.contamination import FINGERPRINT_VERSION, normalize_ops, op_signature
+from detectors.reference_index import reference_op_signatures
 from operators.sample import Stats, sample_tasks
 from pipeline.config import load_preset
 from pipeline.errors import OpsynthError
-from pipeline.reference import INDEX_SCHEMA, reference_op_signatures
+from pipeline.reference import INDEX_SCHEMA
 from pipeline.stages import decontaminate
 from pipeline.stages import sample as sample_stage
 from pipeline.store import RunDir

@@ -13,10 +13,10 @@ import torch
 from operators import torch_meta
 from operators.catalog import REGISTRY, sampleable
 from operators.labels import pins
-from operators.pin_torch_meta import match_moduleinfos, match_opinfos
 from operators.render import render
 from operators.sample import single_op_graph
 from operators.trace import load_module
+from pinning.torch_meta import match_moduleinfos, match_opinfos
 
 
 def _aten(name: str) -> set[str]:
@@ -33,7 +33,7 @@ def test_live_tags_read_torch():
 
 def test_every_pinned_aten_op_resolves_in_torch():
     unresolved = {a for s in sampleable() for a in _aten(s.name) if torch_meta.live_tags(a) is None}
-    assert not unresolved, f"pinned ATen ops torch does not know (re-pin: python -m operators.pin_labels): {unresolved}"
+    assert not unresolved, f"pinned ATen ops torch does not know (re-pin: python -m pinning.labels): {unresolved}"
 
 
 def test_no_sampleable_entry_runs_a_seeded_aten_op():

@@ -1,9 +1,9 @@
 """The local executor's worker lifecycle: ready workers, early stop by the consumer, inline debugging path."""
 
-import dataclasses
 
-from pipeline.config import ProfileSection
+from pipeline.config import Config, FilterSection, RunSection
 from pipeline.executors import make_executor
+from pipeline.worker_settings import WorkerSettings
 
 CODE = '''
 import torch
@@ -18,11 +18,10 @@ def get_init_inputs():
 '''
 
 
-def settings():
-    s = dataclasses.asdict(ProfileSection())
-    s.update(timeout_s=20.0, memory_limit_gb=3.0, compile=False, warmup=1, min_runs=3, max_runs=5,
-             window_ms=[0.0, 1e9], seed=0)
-    return s
+def settings() -> WorkerSettings:
+    cfg = Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9))
+    return WorkerSettings.from_config(cfg).with_profile(timeout_s=20.0, memory_limit_gb=3.0, compile=False, warmup=1,
+                                                        min_runs=3, max_runs=5)
 
 
 def tasks(n):

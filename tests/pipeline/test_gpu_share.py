@@ -40,6 +40,23 @@ def test_shared_holders_overlap_and_exclusive_waits_for_them(tmp_path):
     c.release()
     assert c.exclusive_s > 0
     assert c.held_s == c.exclusive_s
+    # the wait to time alone is told apart from waits for shared sections
+    assert c.wait_exclusive_s >= 0.4 and c.wait_exclusive_s == c.wait_s
+    a.acquire()
+    assert a.wait_s == 0 and a.wait_exclusive_s == 0
+    c.acquire()  # shared beside a: no wait
+    a.release()
+    d = GpuLock(path, events.append)
+    c.acquire(exclusive=False)
+    _, got = _in_thread(lambda: d.acquire(exclusive=True))
+    assert not got.wait(0.2)
+    c.release()
+    assert got.wait(5)
+    before, before_excl = c.wait_s, c.wait_exclusive_s
+    _, got = _in_thread(c.acquire)  # shared waits behind d's exclusive: counted as a wait, not an exclusive one
+    assert not got.wait(0.2)
+    d.release()
+    assert got.wait(5) and c.wait_s - before >= 0.2 and c.wait_exclusive_s == before_excl
 
 
 def test_waiting_exclusive_holder_is_not_starved_by_new_shared_holders(tmp_path):

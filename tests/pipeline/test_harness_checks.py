@@ -7,10 +7,11 @@ import pytest
 import torch
 
 from filters.base import decide
-from pipeline.config import Config, FilterSection, ProfileSection, worker_settings
+from filters.checks import EAGER_CHECKS
+from filters.tensor_checks import degenerate, tolerance_ratio
+from pipeline.config import Config, FilterSection, RunSection
 from pipeline.harness import Harness, one_line
-from pipeline.stages.filter import EAGER_CHECKS
-from pipeline.tensor_checks import degenerate, tolerance_ratio
+from pipeline.worker_settings import WorkerSettings
 
 TEMPLATE = '''
 import torch
@@ -30,10 +31,13 @@ def get_init_inputs():
 '''
 
 
-def profile(code, **kw):
-    s = dataclasses.asdict(ProfileSection())
-    s.update(memory_limit_gb=0, compile=False, warmup=1, min_runs=3, max_runs=5, window_ms=[0.0, 1e9], seed=0)
-    s.update(kw)
+WIDE = FilterSection(min_eager_ms=0.0, max_eager_ms=1e9)  # no early reject on a shared CPU
+
+
+def profile(code, filter=WIDE, **kw):
+    s = WorkerSettings.from_config(Config(run=RunSection(seed=0), filter=filter)).with_profile(
+        memory_limit_gb=0.0, compile=False, warmup=1, min_runs=3, max_runs=5)
+    s = s.with_profile(**kw)
     return Harness("cpu", s).profile({"task_id": "t", "code": code, "flops": 512, "bytes_moved": 4096})
 
 
@@ -93,16 +97,16 @@ def run_long(expr, inputs, **kw):
 def test_clean_task_stands_far_apart_at_the_verifier_tolerance():
     r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]")
     assert r["status"] == "ok" and r["input_sensitivity_ratio"] > 10
-    # the ratio is measured at the filter's compile_tolerance: at 10, any two tanh outputs pass as each other
-    loose = Config(filter=FilterSection(compile_tolerance=10.0))
-    r = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]", filter=worker_settings(loose)["filter"])
-    assert r["input_sensitivity_ratio"] < 0.2
+    # the ratio is measured at the filter's compile_tolerance: the same draws stand 100x farther apart at 1e-4
+    strict = dataclasses.replace(WIDE, compile_tolerance=1e-4)
+    r4 = run_long("torch.tanh(xs[0])", "[torch.randn(32, 16)]", filter=strict)
+    assert r4["input_sensitivity_ratio"] == pytest.approx(100 * r["input_sensitivity_ratio"], rel=1e-3)
 
 
 def test_long_softmax_is_fakeable_though_input_sensitive():
     # every value is ~5e-6 (at most ~4e-4): draws differ by more than the old 1e-4 check asks, but a kernel
     # returning draw 0's output would pass allclose at 1e-2 on every draw; the worker skips its compilation
-    r = run_long("torch.softmax(xs[0], dim=-1)", "[torch.randn(2, 200_000)]", compile=True, filter=FILTER)
+    r = run_long("torch.softmax(xs[0], dim=-1)", "[torch.randn(2, 200_000)]", compile=True)
     assert r["status"] == "ok" and r["degenerate"] == ""
     assert r["input_min_pairwise_diff"] > FilterSection().min_input_sensitivity
     assert r["input_sensitivity_ratio"] < 0.5
@@ -150,7 +154,7 @@ def test_stochastic_op_is_not_deterministic(clean):
 
 
 def test_early_reject_outside_the_window():
-    r = run("x + 1", window_ms=[1e6, 1e7])
+    r = run("x + 1", filter=FilterSection(min_eager_ms=1e6, max_eager_ms=1e7))
     assert r["status"] == "early_reject" and "<" in r["error"] and r["eager_ms"] > 0
     assert r.get("compile_ok") is None  # nothing after the quick run
 
@@ -169,16 +173,13 @@ def test_compile_agreement_and_graph_breaks():
     assert r["graph_breaks"] >= 1 and r["compile_ms"] > 0 and r["compile_runs"] >= 3
 
 
-FILTER = dataclasses.asdict(FilterSection())
-
-
 @pytest.mark.parametrize("expr, why", [
     ("self.w.expand(32, 16) + 0 * x", "input-insensitive"),
     ("F.pad(x[:1, :4], (0, 508), value=1.0)", "degenerate output"),
     ("self.drop(x)", "non-deterministic"),
 ])
 def test_eager_rejection_skips_the_compile(expr, why):
-    r = run(expr, compile=True, filter=FILTER)
+    r = run(expr, compile=True)
     assert r["status"] == "ok" and r["eager_ms"] > 0
     assert r.get("compile_ok") is None and r["compile_error"].startswith(f"skipped: {why} (")
     # the worker's reason is the filter stage's own verdict on the same measurements
@@ -186,7 +187,7 @@ def test_eager_rejection_skips_the_compile(expr, why):
 
 
 def test_eager_rejection_compiles_when_told_to():
-    r = run("self.w.expand(32, 16) + 0 * x", compile=True, filter=FILTER, skip_compile_when_rejected=False)
+    r = run("self.w.expand(32, 16) + 0 * x", compile=True, skip_compile_when_rejected=False)
     assert r["compile_ok"] and r["compile_ms"] > 0
 
 
@@ -200,7 +201,7 @@ def test_oom_line_keeps_the_request_and_the_cap():
 
 
 def test_max_diff_counts_equal_infinities_and_same_place_nans_as_equal():
-    from pipeline.tensor_checks import max_diff
+    from filters.tensor_checks import max_diff
 
     inf, nan = float("inf"), float("nan")
     a = torch.tensor([1.0, inf, -inf, nan])

@@ -1,9 +1,9 @@
 """Planted failures among good tasks: each bad task costs itself alone, with the right status."""
 
-import dataclasses
 
-from pipeline.config import ProfileSection
+from pipeline.config import Config, FilterSection, RunSection
 from pipeline.executors import make_executor
+from pipeline.worker_settings import WorkerSettings
 
 GOOD = '''
 import torch
@@ -41,12 +41,10 @@ PLANTS = {
 }
 
 
-def settings(**kw):
-    s = dataclasses.asdict(ProfileSection())
-    s.update(timeout_s=8.0, memory_limit_gb=3.0, compile=False, warmup=1, min_runs=3, max_runs=5,
-             window_ms=[0.0, 1e9], seed=0)
-    s.update(kw)
-    return s
+def settings(**kw) -> WorkerSettings:
+    cfg = Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9))
+    return WorkerSettings.from_config(cfg).with_profile(timeout_s=8.0, memory_limit_gb=3.0, compile=False, warmup=1,
+                                                        min_runs=3, max_runs=5, **kw)
 
 
 def tasks():

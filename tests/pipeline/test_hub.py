@@ -213,3 +213,19 @@ def test_card_metadata_rejected_is_one_line(fake_hub: FakeHub, folder: Path):
     with pytest.raises(OpsynthError, match="rejected the card's metadata.*license is required") as e:
         hub.push(folder, "my-org/ops", endpoint=fake_hub.url, token=TOKEN)
     assert "\n" not in str(e.value) and not fake_hub.commits
+
+
+def test_a_release_uploads_what_publish_wrote_and_keeps_its_run_directory_local(folder: Path, monkeypatch):
+    import hashlib
+    import json
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    (folder / "run" / "tasks").mkdir(parents=True)
+    (folder / "run" / "tasks" / "part-00000.parquet").write_bytes(b"run state")
+    published = ["data/train-00000-of-00001.parquet", "plots/runtime.png"]
+    files = {rel: {"bytes": (folder / rel).stat().st_size, "sha256": hashlib.sha256((folder / rel).read_bytes()).hexdigest()}
+             for rel in published}
+    (folder / "manifest.json").write_text(json.dumps({"files": files}))
+    lines = hub.push(folder, "my-org/ops", dry_run=True, endpoint="http://127.0.0.1:9").splitlines()
+    assert [ln.split()[0] for ln in lines[1:]] == ["README.md", *published[:1], "manifest.json", published[1]]
+    assert not any("run/" in ln for ln in lines)

@@ -1,7 +1,6 @@
 """Interrupts with compile on: Ctrl-C stops a run cleanly (workers stopped, no half shard, one line, exit 130),
 and a compile artefact a killed worker cut short is never trusted again (the task compiles as before)."""
 
-import dataclasses
 import os
 import signal
 import subprocess
@@ -13,9 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import ProfileSection, load_preset
+from pipeline.config import Config, FilterSection, RunSection, load_preset
 from pipeline.executors import make_executor
 from pipeline.store import RunDir
+from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = '''
@@ -31,11 +31,11 @@ def get_init_inputs():
 '''
 
 
-def _settings() -> dict:
-    s = dataclasses.asdict(ProfileSection())
-    s.update(timeout_s=300.0, memory_limit_gb=4.0, compile=True, warmup=1, min_runs=3, max_runs=5,
-             window_ms=[0.0, 1e9], seed=0)
-    return s
+def _settings() -> WorkerSettings:
+    cfg = Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9))
+    # the task's output is all zeros (relu of a log-softmax): the filter would skip its compile, which is under test
+    return WorkerSettings.from_config(cfg).with_profile(timeout_s=300.0, memory_limit_gb=4.0, compile=True, warmup=1,
+                                                        min_runs=3, max_runs=5, skip_compile_when_rejected=False)
 
 
 def _tasks(n: int) -> list[dict]:
@@ -79,7 +79,7 @@ def test_a_failure_that_only_the_shared_cache_gives_is_not_believed(tmp_path, mo
     (shared / "ab").mkdir(parents=True)
     (shared / "ab" / "cab.main.so").write_bytes(b"\x7fELF" + bytes(60))  # an ELF header that looks whole
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(shared))
-    h = Harness("cpu", {**_settings(), "memory_limit_gb": 0})
+    h = Harness("cpu", _settings().with_profile(memory_limit_gb=0.0))
 
     def compile_fn():
         here = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])

@@ -285,7 +285,7 @@ def test_incomplete_run_is_refused_unless_allowed_and_then_the_card_says_what_is
     out = publish(rd, tmp_path / "out", allow_incomplete=True)
     readme = (out / "README.md").read_text()
     assert "**Incomplete release" in readme and "profile not run" in readme
-    assert "(not run for this release)**" in readme.split("3. **profile**")[1].split("\n")[0]
+    assert "(not run for this release)**" in readme.split(". **profile**")[1].split("\n")[0]
     assert json.loads((out / "manifest.json").read_text())["stage_status"]["profile"] == "not run"
 
 

@@ -1,15 +1,15 @@
 """Setup on a fresh machine: the torch source is the user's choice, and missing prerequisites are named."""
 
-import dataclasses
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from pipeline.config import ProfileSection
+from pipeline.config import Config
 from pipeline.errors import OpsynthError
 from pipeline.executors import make_executor
+from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -43,7 +43,7 @@ def test_old_python_and_missing_compiler_are_named(tmp_path):
 def test_profile_without_a_compiler_says_so_before_starting_workers(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
     monkeypatch.delenv("CXX", raising=False)
-    s = {**dataclasses.asdict(ProfileSection()), "compile": True}
+    s = WorkerSettings.from_config(Config()).with_profile(compile=True)
     with pytest.raises(OpsynthError, match=r"needs a C\+\+ compiler and `g\+\+` is not on PATH"):
         make_executor("local", device="cpu", workers=1, settings=s)
     monkeypatch.setenv("CC", "no-such-cc")

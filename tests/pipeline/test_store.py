@@ -54,3 +54,20 @@ def test_init_refuses_a_directory_from_another_config(tmp_path):
 def test_missing_table_names_the_stage_to_run(tmp_path):
     with pytest.raises(OpsynthError, match="opsynth profile"):
         RunDir(tmp_path).require_table("measurements", "profile")
+
+
+def test_every_call_of_a_stage_is_kept_and_summed(tmp_path):
+    from pipeline.config import load_preset
+
+    rd = RunDir(tmp_path / "r")
+    rd.init(load_preset("demo"))
+    # a manifest written before calls were kept: its one record becomes the first call
+    rd.update_manifest(stages={"profile": {"seconds": 100.0, "profiled": 10, "finished": "x"}})
+    rd.record_stage("profile", 50.0, profiled=20, gpus=2)
+    rd.record_stage("profile", 25.5, profiled=30, gpus=1)
+    rec = rd.manifest()["stages"]["profile"]
+    assert rec["seconds"] == 25.5 and rec["profiled"] == 30  # the last call, as before
+    assert [c["seconds"] for c in rec["calls"]] == [100.0, 50.0, 25.5]
+    assert [c.get("gpus") for c in rec["calls"]] == [None, 2, 1]
+    assert rec["seconds_all_calls"] == 175.5
+    assert all("calls" not in c for c in rec["calls"])

@@ -1,0 +1,114 @@
+"""Checks on a task's outputs, shared by the profile worker and the sampler's CPU pre-screen
+(operators.prescreen): degenerate outputs, differences between runs and between input draws, compile-vs-eager
+agreement, and timing quantiles. torch and stdlib only (it runs on the bare GPU image)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+import torch
+
+SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
+
+
+def tensors(obj: Any) -> list:
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for o in obj for t in tensors(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in tensors(o)]
+    return []
+
+
+def flatten(out: Any) -> Any:
+    """All tensors of a forward's output as one flat float tensor (float64 stays float64), or None if it
+    returned none. One float output gives a view, no copy."""
+    ts = tensors(out)
+    if not ts:
+        return None
+    flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
+    return flat[0] if len(flat) == 1 else torch.cat(flat)
+
+
+def sample_stride(numel: int) -> int:
+    """Stride of the even sample of an output kept per further draw: all of it up to SAMPLE elements."""
+    return max(1, numel // SAMPLE)
+
+
+def draw_checks(ref0: Any, subs: list, tol: float) -> dict[str, Any]:
+    """The measurements the filter's output checks read, from draw 0's flat output `ref0` and the strided
+    samples `subs` of every draw's output (subs[0] is ref0's): input_min_pairwise_diff (input-insensitive),
+    input_sensitivity_ratio at the verifier's tolerance `tol` (< 1: a kernel returning draw 0's output for any
+    input passes on every other draw; above SAMPLE elements: the sample's, at most the full ratio), degenerate
+    and output_numel."""
+    return {"input_min_pairwise_diff": min(max_diff(subs[i], subs[j])
+                                           for i in range(len(subs)) for j in range(i + 1, len(subs))),
+            "input_sensitivity_ratio": max(tolerance_ratio(subs[0], sub, tol) for sub in subs[1:]),
+            "degenerate": degenerate(ref0), "output_numel": int(ref0.numel())}
+
+
+def degenerate(flat: Any) -> str:
+    """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
+    if flat.numel() == 0:
+        return "empty"
+    if not bool(torch.isfinite(flat).all()):
+        return "nonfinite"
+    amax = float(flat.abs().max())
+    if amax == 0.0:
+        return "zero"
+    if amax < 1e-4:
+        return "tiny"
+    if flat.numel() > 1 and float(flat.max()) == float(flat.min()):
+        return "constant"
+    # share of the most common value, exact up to 1M elements, on an even stride above that
+    sample = flat[:: max(1, flat.numel() // 1_000_000)]
+    counts = torch.unique(sample, return_counts=True)[1]
+    if sample.numel() > 1 and float(counts.max()) / sample.numel() > 0.99:
+        return "saturated"
+    return ""
+
+
+def max_diff(a: Any, b: Any) -> float:
+    if a.shape != b.shape:
+        return math.inf
+    d = (a - b).abs()
+    # equal values (an inf of one sign in both: inf - inf is NaN) and NaN at the same place count as equal
+    d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), torch.zeros_like(d), d)
+    return float(d.max()) if d.numel() else 0.0
+
+
+def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
+    """How far `fixed` stands from `ref` at the verifier's allclose(fixed, ref, atol=tol, rtol=tol): the max
+    over elements of |fixed - ref| / (tol + tol * |ref|), so < 1 means `fixed` passes as `ref`'s output. Equal
+    values (infs of one sign included) and NaN at the same place count as equal; any other NaN or inf, or
+    another shape, is inf."""
+    if fixed.shape != ref.shape:
+        return math.inf
+    if not fixed.numel():
+        return 0.0
+    r = (fixed - ref).abs() / (tol + tol * ref.abs())
+    same = (fixed == ref) | (torch.isnan(fixed) & torch.isnan(ref))
+    # what is left NaN compares a NaN or an inf with something else (inf / inf): the verifier fails it
+    r = torch.where(same, torch.zeros_like(r), torch.nan_to_num(r, nan=math.inf, posinf=math.inf))
+    return float(r.max())
+
+
+def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
+    """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
+    if out.shape != ref.shape:
+        return math.inf, math.inf, False, False
+    err = (out - ref).abs()
+    abs_err = float(err.max()) if err.numel() else 0.0
+    rel_err = float((err / ref.abs().clamp_min(1e-8)).max()) if err.numel() else 0.0
+    return (abs_err, rel_err, bool(torch.allclose(out, ref, atol=1e-4, rtol=1e-4)),
+            bool(torch.allclose(out, ref, atol=1e-2, rtol=1e-2)))
+
+
+def quantiles(xs: list[float]) -> tuple[float, float]:
+    if len(xs) < 2:
+        return xs[0], 0.0
+    q1, q2, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return q2, q3 - q1

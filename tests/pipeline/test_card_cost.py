@@ -1,0 +1,25 @@
+"""The card states what a release cost: GPU time over every profile call, the CPU stages, sampled -> published."""
+
+from pipeline import card
+
+
+def _manifest(calls: list[dict]) -> dict:
+    return {"rows": 300, "gpu": ["NVIDIA H200"],
+            "funnel": [{"step": "sampled", "tasks": 400}, {"step": "kept after filter", "tasks": 320}],
+            "stage_records": {"profile": {**calls[-1], "calls": calls},
+                              "sample": {"seconds": 120.0, "seconds_all_calls": 180.0}}}
+
+
+def test_gpu_hours_sum_every_call_times_its_gpus():
+    text = "\n".join(card._cost(_manifest([{"seconds": 1800.0, "device": "cuda", "gpus": 1},
+                                           {"seconds": 900.0, "device": "cuda", "gpus": 4}])))
+    assert "1.50 GPU-hours in 2 call(s) on NVIDIA H200" in text  # (1800 + 4 * 900) / 3600
+    assert "18.00 GPU-s per published task" in text  # 5400 / 300
+    assert "| sample (CPU) | 3.0 min wall |" in text
+    assert "400 -> 300 (75.0%)" in text
+
+
+def test_a_cpu_profile_costs_no_gpu_time_and_no_profile_says_nothing():
+    text = "\n".join(card._cost(_manifest([{"seconds": 60.0, "device": "cpu", "gpus": 0}])))
+    assert "GPU-hours" not in text and "400 -> 300" in text
+    assert card._cost({"rows": 3, "stage_records": {}}) == []
