@@ -28,10 +28,10 @@ A fingerprint holds no source text, only what the detectors compare:
 
 Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
 one reduction away (a rewrite that adds a final `mean`/`sum` as a summary, or drops a final reduction; never a
-reduction next to a problem that is a lone reduction); `op_normalization` says which. AST and MinHash fire only
-when the computation overlaps as well (core multiset Jaccard >= 0.75 with the problem they point at, >= 0.5 for a
-near-verbatim text, and the shape pattern for one- or two-op programs), so shared boilerplate is not shared
-content; a side without a trace (level 4, a failed trace) is compared by text alone.
+reduction next to a problem that is a lone reduction); `op_normalization` says which. AST and MinHash fire
+only when the computation overlaps as well (core multiset Jaccard >= 0.75 with the problem they point at, >= 0.5
+for a near-verbatim text, or the same kinds of ops in other numbers, as a resize has; and the shape pattern for one-
+or two-op programs), so shared boilerplate is not shared content; a side without a trace (level 4, a failed trace) is compared by text alone.
 - `text_sig`: for problems that cannot be traced offline because they load a Hugging Face model (KernelBench
   level 4), the model ids that reach a `transformers` entry point (`from_pretrained`, `AutoConfig`, ...) as
   `model:<id>`, plus the module's integer size constants as `const:<n>`. The model id is what the program
@@ -646,6 +646,7 @@ class ReferenceMatrix:
         self.single = [(lv == 1) or len(c) <= SHORT_PROGRAM
                        for lv, c in zip(levels if levels is not None else [None] * len(keys), self.core, strict=True)]
         self.core_counts = [Counter(c) for c in self.core]
+        self.op_kinds = [frozenset(c) for c in self.core]
         self.by_core: dict[tuple[str, ...], list[int]] = {}
         self.by_core_less: dict[tuple[str, ...], list[tuple[int, str]]] = {}  # core with one reduction deleted
         for i, c in enumerate(self.core):
@@ -663,21 +664,28 @@ class ReferenceMatrix:
     def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None, score: float = 0.0) -> bool:
         """May a text match with problem `r` (at `score`) count? True when either side has no trace (nothing
         to check); else the core multisets must overlap (OVERLAP_MIN, OVERLAP_VERBATIM for a near-verbatim
-        text) and, for a single-call problem, the shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
-        from collections import Counter
-
+        text, or the same kinds of ops in other numbers) and, for a single-call problem, the shapes agree or the text
+        is a near-verbatim copy (STRICT_TEXT)."""
         ref_core = self.core[r]
         if not core or not ref_core:
             return True
-        if core != ref_core:
-            need = OVERLAP_VERBATIM if score >= STRICT_TEXT else OVERLAP_MIN
-            if min(len(core), len(ref_core)) < need * max(len(core), len(ref_core)):
-                return False  # the multiset Jaccard cannot exceed the ratio of the lengths
-            ca = counts() if callable(counts) else counts if counts is not None else Counter(core)
-            inter = sum((ca & self.core_counts[r]).values())
-            if inter < need * (len(core) + len(ref_core) - inter):
+        if core != ref_core and not self._overlaps(r, core, counts,
+                                                   OVERLAP_VERBATIM if score >= STRICT_TEXT else OVERLAP_MIN):
+            # the same kinds of ops in other numbers is a resize (layer counts, sequence length), not new content
+            if self.op_kinds[r] != frozenset(counts() if callable(counts) else counts if counts is not None else core):
                 return False
         return score >= STRICT_TEXT or self.shape_agrees(r, core, shape)
+
+    def _overlaps(self, r: int, core: Sequence[str], counts: Any, need: float) -> bool:
+        """Core multiset Jaccard of problem `r` and `core` >= `need`."""
+        from collections import Counter
+
+        ref_core = self.core[r]
+        if min(len(core), len(ref_core)) < need * max(len(core), len(ref_core)):
+            return False  # the multiset Jaccard cannot exceed the ratio of the lengths
+        ca = counts() if callable(counts) else counts if counts is not None else Counter(core)
+        inter = sum((ca & self.core_counts[r]).values())
+        return inter >= need * (len(core) + len(ref_core) - inter)
 
     def shape_agrees(self, r: int, core: Sequence[str], shape: str) -> bool:
         """A single-call problem (or a one- or two-op program) matches only with agreeing input shapes."""

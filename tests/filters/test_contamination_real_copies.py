@@ -149,3 +149,15 @@ def test_text_alike_needs_nearly_the_same_computation_unless_verbatim():
     assert rows[1]["contaminated"] and not rows[1]["kb_op_signature_match"]  # same ops in another order
     assert rows[2]["contaminated"] and rows[2]["kb_ast_similarity"] == 1.0  # verbatim text, fewer layers traced
     assert not rows[3]["contaminated"]  # the same ops as rows[2] with text that is only alike
+
+
+def test_a_resize_keeps_the_kinds_of_ops():
+    block = ["aten.convolution", "aten.native_batch_norm", "aten.relu", "aten.cat"]
+    ref_ops = block * 10
+    ref = _ref([REF], [ref_ops], [ref_ops], [[[32, 64, 256, 256]]])
+    fewer_layers = block * 5  # multiset Jaccard 0.5: the same op kinds, half the layers
+    other_kind = block[:3] * 5 + ["aten.add"] * 5
+    rows = compare(fingerprints([LOOKALIKE, LOOKALIKE], [fewer_layers, other_kind]), ref,
+                   ast_threshold=0.5, minhash_threshold=0.3)
+    assert rows[0]["contaminated"] and "ast" in rows[0]["detectors_fired"], rows[0]
+    assert not rows[1]["contaminated"], rows[1]  # alike text, another kind of op in place of cat
