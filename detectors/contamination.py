@@ -28,7 +28,9 @@ A fingerprint holds no source text, only what the detectors compare:
 
 Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
 one reduction away (a rewrite that adds a final `mean`/`sum` as a summary, or drops a final reduction; never a
-reduction next to a problem that is a lone reduction); `op_normalization` says which. AST and MinHash fire
+reduction next to a problem that is a lone reduction), or at `core kinds` (a multi-op program with the same kinds
+of core ops as a problem that is not a single call, in other numbers, and text alike: AST >= 0.7 or MinHash >= 0.5);
+`op_normalization` says which. AST and MinHash fire
 only when the computation overlaps as well (core multiset Jaccard >= 0.75 with the problem they point at, >= 0.5
 for a near-verbatim text, or the same kinds of ops in other numbers, as a resize has; and the shape pattern for one-
 or two-op programs), so shared boilerplate is not shared content; a side without a trace (level 4, a failed trace) is compared by text alone.
@@ -101,6 +103,10 @@ STRICT_TEXT = 0.95  # a text score this high (a verbatim copy, resized) fires ev
 # needs half, since a resize scales layer counts and with them the traced ops (DenseNet, deep MLPs)
 OVERLAP_MIN = 0.75
 OVERLAP_VERBATIM = 0.5
+# the op detector's `core kinds`: a multi-op program with the same kinds of core ops as a problem (other counts: a
+# resized RNN, a deeper MLP) counts when its text is alike as well, at these lower bars than the text detectors'
+KINDS_AST = 0.7
+KINDS_MINHASH = 0.5
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
 
@@ -856,6 +862,12 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
             fire_jac = best_jac >= minhash_threshold and (ok(mj, best_jac) or any(
                 ok(r, float(jac[j, r])) for r in np.nonzero(jac[j] >= minhash_threshold)[0].tolist()))
             sig_hits = op_hit if use_op_signature else []
+            if use_op_signature and not sig_hits and len(core) > SHORT_PROGRAM:
+                for r in dict.fromkeys(r for r in (best_ref, mj) if r >= 0):  # the text-nearest problems
+                    if (not ref.single[r] and ref.op_kinds[r] == frozenset(counts()) and (
+                            float(jac[j, r]) >= KINDS_MINHASH or _ratio(ref, r, seqs[j], memo) >= KINDS_AST)):
+                        sig_hits, how = [r], "core kinds"
+                        break
             ms_hits = ref.multiset_hits(ops, same) if ops and use_op_signature else []
             tsig = task_fp["text_sig"][lo + j] if "text_sig" in task_fp else ()
             text_hits = ref.text_hits(tsig) if tsig and use_op_signature and not sig_hits else []

@@ -146,7 +146,7 @@ def test_text_alike_needs_nearly_the_same_computation_unless_verbatim():
                    ast_threshold=0.5, minhash_threshold=0.3)
     assert 0.5 <= rows[0]["kb_ast_similarity"] < 0.95
     assert not rows[0]["contaminated"], rows[0]  # boilerplate alike, one activation of five swapped
-    assert rows[1]["contaminated"] and not rows[1]["kb_op_signature_match"]  # same ops in another order
+    assert rows[1]["kb_op_normalization"] == "core kinds"  # the same ops in another order, the text alike
     assert rows[2]["contaminated"] and rows[2]["kb_ast_similarity"] == 1.0  # verbatim text, fewer layers traced
     assert not rows[3]["contaminated"]  # the same ops as rows[2] with text that is only alike
 
@@ -157,7 +157,9 @@ def test_a_resize_keeps_the_kinds_of_ops():
     ref = _ref([REF], [ref_ops], [ref_ops], [[[32, 64, 256, 256]]])
     fewer_layers = block * 5  # multiset Jaccard 0.5: the same op kinds, half the layers
     other_kind = block[:3] * 5 + ["aten.add"] * 5
-    rows = compare(fingerprints([LOOKALIKE, LOOKALIKE], [fewer_layers, other_kind]), ref,
+    rows = compare(fingerprints([LOOKALIKE, LOOKALIKE, "x = 1"], [fewer_layers, other_kind, fewer_layers]), ref,
                    ast_threshold=0.5, minhash_threshold=0.3)
     assert rows[0]["contaminated"] and "ast" in rows[0]["detectors_fired"], rows[0]
+    assert rows[0]["kb_op_normalization"] == "core kinds"
     assert not rows[1]["contaminated"], rows[1]  # alike text, another kind of op in place of cat
+    assert not rows[2]["contaminated"], rows[2]  # the same kinds of ops alone are common to unrelated programs
