@@ -3,7 +3,7 @@
     python benchmarks/decontam_speed.py --baseline REF [--scale 100000] [--rounds 3] [--workers 2]
 
 Candidates: every main-snapshot problem, plain and disguised three ways (benchmarks/disguise.py), with the
-ops its index row records, tiled to `--scale`. The baseline's filters/contamination.py and shipped main index
+ops its index row records, tiled to `--scale`. The baseline's detectors/contamination.py (filters/ before it moved) and shipped main index
 are read from git at REF; each round times the baseline's compare and this tree's on their own fingerprints
 of the same candidates, alternating. Prints a table and writes benchmarks/results/decontam_speed.json.
 """
@@ -40,7 +40,11 @@ def _baseline(ref: str):
     spec = importlib.util.spec_from_loader("baseline_contamination", loader=None)
     mod = importlib.util.module_from_spec(spec)
     sys.modules["baseline_contamination"] = mod  # the worker pool pickles its functions by module name
-    exec(compile(_git(ref, "filters/contamination.py"), "baseline_contamination", "exec"), mod.__dict__)  # noqa: S102
+    try:
+        src = _git(ref, "detectors/contamination.py")
+    except subprocess.CalledProcessError:  # a commit from before the detectors package
+        src = _git(ref, "filters/contamination.py")
+    exec(compile(src, "baseline_contamination", "exec"), mod.__dict__)  # noqa: S102
     d = pq.read_table(io.BytesIO(_git(ref, "data/reference/kernelbench_main.index.parquet"))).to_pydict()
     mat = mod.ReferenceMatrix(d["key"], [np.asarray(a, dtype=np.uint32) for a in d["ast"]],
                               np.asarray(d["minhash"], dtype=np.uint32).reshape(len(d["key"]), -1),
@@ -67,7 +71,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from benchmarks.disguise import disguise
-    from filters import contamination as new
+    from detectors import contamination as new
     from pipeline.reference import load_index, reference_matrix
 
     old, old_ref = _baseline(args.baseline)

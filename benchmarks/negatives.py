@@ -9,8 +9,8 @@
 - `attention`: modules whose forward is one attention call but compute something else than level 1's
   full self-attention: KV-cached decoding (query length 1), speculative verification (a few query tokens),
   cross-attention (another key length), causal and masked attention, grouped-query heads.
-- `ops6k` (assembled by the benchmark): CUDA-Agent-Ops-6K rows that no exact detector flags (exact op
-  signature or a numbered KernelBench name).
+- `ops6k` (assembled by the benchmark): CUDA-Agent-Ops-6K rows that compute no KernelBench problem (neither a
+  problem's exact op signature, nor its live ops, nor a numbered KernelBench name).
 """
 
 from __future__ import annotations

@@ -27,10 +27,13 @@ A fingerprint holds no source text, only what the detectors compare:
   and level 1's self-attention differ only here).
 
 Detectors: the op signature fires on an equal exact signature, an equal core signature, or a core signature
-one reduction away (a rewrite that adds or drops a final `mean`); `op_normalization` says which. AST and
-MinHash fire only when the computation overlaps as well (core multiset Jaccard >= 0.5 with the problem
-they point at, and the shape pattern for one- or two-op programs), so shared boilerplate is not shared
-content; a side without a trace (level 4, a failed trace) is compared by text alone.
+one reduction away (a rewrite that adds a final `mean`/`sum` as a summary, or drops a final reduction; never a
+reduction next to a problem that is a lone reduction), or at `core kinds` (a multi-op program with the same kinds
+of core ops as a problem that is not a single call, in other numbers, and text alike: AST >= 0.7 or MinHash >= 0.5);
+`op_normalization` says which. AST and MinHash fire
+only when the computation overlaps as well (core multiset Jaccard >= 0.75 with the problem they point at, >= 0.5
+for a near-verbatim text, or the same kinds of ops in other numbers, as a resize has; and the shape pattern for one-
+or two-op programs), so shared boilerplate is not shared content; a side without a trace (level 4, a failed trace) is compared by text alone.
 - `text_sig`: for problems that cannot be traced offline because they load a Hugging Face model (KernelBench
   level 4), the model ids that reach a `transformers` entry point (`from_pretrained`, `AutoConfig`, ...) as
   `model:<id>`, plus the module's integer size constants as `const:<n>`. The model id is what the program
@@ -88,10 +91,22 @@ BATCH_NORM_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_n
 # one of these added or dropped at the end of a copy (a `.mean()` to make a loss) keeps it a copy
 REDUCTION_OPS = frozenset({"mean", "sum", "amax", "amin", "max", "min", "logsumexp", "var", "std", "norm",
                            "linalg_vector_norm", "prod"})
+# the reductions a rewrite adds at the end to report a scalar summary (a loss): `core + <op>` counts only for these
+# (a GroupNorm then a max over channels is a new task, not level 1's GroupNorm)
+SUMMARY_OPS = frozenset({"mean", "sum"})
 SHORT_PROGRAM = 2  # a core signature this short is a single call: it needs the input shape pattern as well
 SIZE_LOG2_SLACK = 8  # input sizes within 2^8 of a single-call problem's still count as its shape (resizes)
 STRICT_TEXT = 0.95  # a text score this high (a verbatim copy, resized) fires even when the shapes disagree
-OVERLAP_MIN = 0.5  # core-op multiset Jaccard a text match needs with the problem it points at
+# core-op multiset Jaccard a text match needs with the problem it points at: text alike but not verbatim (shared
+# KernelBench boilerplate) counts only when the computations are nearly the same (one op in four may differ: a
+# composition that swaps one activation of a 3-6 op problem stays below it); a near-verbatim text (>= STRICT_TEXT)
+# needs half, since a resize scales layer counts and with them the traced ops (DenseNet, deep MLPs)
+OVERLAP_MIN = 0.75
+OVERLAP_VERBATIM = 0.5
+# the op detector's `core kinds`: a multi-op program with the same kinds of core ops as a problem (other counts: a
+# resized RNN, a deeper MLP) counts when its text is alike as well, at these lower bars than the text detectors'
+KINDS_AST = 0.7
+KINDS_MINHASH = 0.5
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
 
 
@@ -202,7 +217,7 @@ def lcs_length(n_a: int, masks_a: dict[int, int], b: Sequence[int]) -> int:
     for y in b:
         u = v & masks_a.get(int(y), 0)
         v = ((v + u) | (v - u)) & full
-    return n_a - bin(v).count("1")
+    return n_a - v.bit_count()
 
 
 def ast_ratio(a: Sequence[int], b: Sequence[int], masks_a: dict[int, int] | None = None) -> float:
@@ -413,6 +428,10 @@ def without_one(ops: Sequence[str], which: frozenset[str] = REDUCTION_OPS) -> li
     return [(tuple(ops[:i]) + tuple(ops[i + 1:]), op) for i, op in enumerate(ops) if op in which]
 
 
+def _lone_reduction(core: Sequence[str]) -> bool:
+    return len(core) == 1 and core[0] in REDUCTION_OPS
+
+
 def op_overlap(a: Sequence[str], b: Sequence[str]) -> float:
     """Multiset Jaccard of two op sequences (1.0 for equal multisets, 0.0 for disjoint ones)."""
     from collections import Counter
@@ -615,10 +634,17 @@ class ReferenceMatrix:
         self.lens = np.array([len(s) for s in ast_seqs], dtype=np.float32)
         self.by_sig: dict[str, list[int]] = {}
         self.by_multiset: dict[str, list[int]] = {}
+        # the same lookups keyed by the op tuples: a recurrent program has ~10^5 ops, and hashing its tuple is
+        # several times cheaper than joining (or sorting) it into a string key
+        self.sig_t: dict[tuple[str, ...], list[int]] = {}
+        self.ms_key: list[str] = [""] * len(keys)
         for i, o in enumerate(ops):
             if o:
                 self.by_sig.setdefault(signature_key(o), []).append(i)
-                self.by_multiset.setdefault(multiset_key(o), []).append(i)
+                self.sig_t.setdefault(tuple(o), []).append(i)
+                self.ms_key[i] = multiset_key(o)
+                self.by_multiset.setdefault(self.ms_key[i], []).append(i)
+        self.ms_lens = {len(o) for o in ops if o}
         # an index without core ops (built before they existed) derives them from the exact signature
         self.core = [tuple(c) for c in core] if core is not None else [core_ops(o) for o in ops]
         self.shapes = list(shapes) if shapes is not None else [""] * len(keys)
@@ -626,14 +652,15 @@ class ReferenceMatrix:
         self.single = [(lv == 1) or len(c) <= SHORT_PROGRAM
                        for lv, c in zip(levels if levels is not None else [None] * len(keys), self.core, strict=True)]
         self.core_counts = [Counter(c) for c in self.core]
-        self.by_core: dict[str, list[int]] = {}
-        self.by_core_less: dict[str, list[tuple[int, str]]] = {}  # core with one reduction deleted
+        self.op_kinds = [frozenset(c) for c in self.core]
+        self.by_core: dict[tuple[str, ...], list[int]] = {}
+        self.by_core_less: dict[tuple[str, ...], list[tuple[int, str]]] = {}  # core with one reduction deleted
         for i, c in enumerate(self.core):
             if c:
-                self.by_core.setdefault(signature_key(c), []).append(i)
+                self.by_core.setdefault(c, []).append(i)
                 for less, op in without_one(c):
                     if less:
-                        self.by_core_less.setdefault(signature_key(less), []).append((i, op))
+                        self.by_core_less.setdefault(less, []).append((i, op))
         self.text_sigs = [tuple(t or ()) for t in text_sigs] if text_sigs is not None else [()] * len(keys)
         self.by_model: dict[str, list[int]] = {}
         for i, t in enumerate(self.text_sigs):
@@ -642,18 +669,29 @@ class ReferenceMatrix:
 
     def agrees(self, r: int, core: Sequence[str], shape: str, counts: Any = None, score: float = 0.0) -> bool:
         """May a text match with problem `r` (at `score`) count? True when either side has no trace (nothing
-        to check); else the core multisets must overlap (OVERLAP_MIN) and, for a single-call problem, the
-        shapes agree or the text is a near-verbatim copy (STRICT_TEXT)."""
-        from collections import Counter
-
+        to check); else the core multisets must overlap (OVERLAP_MIN, OVERLAP_VERBATIM for a near-verbatim
+        text, or the same kinds of ops in other numbers) and, for a single-call problem, the shapes agree or the text
+        is a near-verbatim copy (STRICT_TEXT)."""
         ref_core = self.core[r]
         if not core or not ref_core:
             return True
-        ca, cb = counts if counts is not None else Counter(core), self.core_counts[r]
-        inter = sum((ca & cb).values())
-        if inter < OVERLAP_MIN * (len(core) + len(ref_core) - inter):
-            return False
+        if core != ref_core and not self._overlaps(r, core, counts,
+                                                   OVERLAP_VERBATIM if score >= STRICT_TEXT else OVERLAP_MIN):
+            # the same kinds of ops in other numbers is a resize (layer counts, sequence length), not new content
+            if self.op_kinds[r] != frozenset(counts() if callable(counts) else counts if counts is not None else core):
+                return False
         return score >= STRICT_TEXT or self.shape_agrees(r, core, shape)
+
+    def _overlaps(self, r: int, core: Sequence[str], counts: Any, need: float) -> bool:
+        """Core multiset Jaccard of problem `r` and `core` >= `need`."""
+        from collections import Counter
+
+        ref_core = self.core[r]
+        if min(len(core), len(ref_core)) < need * max(len(core), len(ref_core)):
+            return False  # the multiset Jaccard cannot exceed the ratio of the lengths
+        ca = counts() if callable(counts) else counts if counts is not None else Counter(core)
+        inter = sum((ca & self.core_counts[r]).values())
+        return inter >= need * (len(core) + len(ref_core) - inter)
 
     def shape_agrees(self, r: int, core: Sequence[str], shape: str) -> bool:
         """A single-call problem (or a one- or two-op program) matches only with agreeing input shapes."""
@@ -661,14 +699,17 @@ class ReferenceMatrix:
             return True
         return shapes_agree(shape, self.shapes[r])
 
-    def op_hits(self, ops: Sequence[str], core: Sequence[str], shape: str) -> tuple[list[int], str | None]:
+    def op_hits(self, ops: Sequence[str], core: Sequence[str], shape: str,
+                same: list[int] | None = None) -> tuple[list[int], str | None]:
         """Problems the traced program matches, and how: `exact` (the whole normalized signature), `core` (the
         ops the output depends on, without glue and dropout), `core + <op>` / `core - <op>` (one reduction
         more or less than the problem); ([], None) when none does. Without input shapes (a sampler task's
         recorded `aten_ops`, nothing traced) a single-call problem is matched exactly only: one op plus a
-        reduction is a new two-op task there (InstanceNorm2d then a vector norm matched level1/34 `core + norm`)."""
+        reduction is a new two-op task there (InstanceNorm2d then a vector norm matched level1/34 `core + norm`).
+        `same`: the problems whose exact signature is `ops`, when the caller has looked them up."""
+        ops, core = tuple(ops), tuple(core)
         if ops:
-            hits = [r for r in self.by_sig.get(signature_key(ops), []) if self.shape_agrees(r, core, shape)]
+            hits = [r for r in (self.sig_t.get(ops, []) if same is None else same) if self.shape_agrees(r, core, shape)]
             if hits:
                 return hits, "exact"
         if not core:
@@ -679,18 +720,30 @@ class ReferenceMatrix:
                 return False
             return self.shape_agrees(r, c, sh)
 
-        hits = [r for r in self.by_core.get(signature_key(core), []) if core_ok(r, core, shape)]
+        hits = [r for r in self.by_core.get(core, []) if core_ok(r, core, shape)]
         if hits:
             return hits, "core"
-        for less, op in without_one(core):
-            hits = [r for r in self.by_core.get(signature_key(less), []) if core_ok(r, less, shape)]
+        for less, op in without_one(core, SUMMARY_OPS):
+            # one reduction more than a problem that is a lone reduction is another reduction problem
+            hits = [r for r in self.by_core.get(less, []) if core_ok(r, less, shape) and not _lone_reduction(less)]
             if hits:
                 return hits, f"core + {op}"
-        found = [(r, op) for r, op in self.by_core_less.get(signature_key(core), [])
-                 if core_ok(r, core, shape)]
+        found = [(r, op) for r, op in self.by_core_less.get(core, [])
+                 if core_ok(r, core, shape) and not _lone_reduction(core)]
         if found:
             return [r for r, _ in found], f"core - {found[0][1]}"
         return [], None
+
+    def multiset_hits(self, ops: Sequence[str], same: list[int] | None = None) -> list[int]:
+        """Problems with the same op multiset as `ops` (any order); only lengths some problem has are sorted.
+        `same`: the problems with this exact sequence, when the caller has looked them up."""
+        ops = tuple(ops)
+        if not ops or len(ops) not in self.ms_lens:
+            return []
+        same = self.sig_t.get(ops) if same is None else same
+        if same:  # an equal sequence has an equal multiset
+            return self.by_multiset[self.ms_key[same[0]]]
+        return self.by_multiset.get(multiset_key(ops), [])
 
     def text_hits(self, sig: Sequence[str]) -> list[int]:
         """Reference problems that load one of the model ids in `sig`."""
@@ -742,14 +795,23 @@ def compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float 
     return [row for part in parts for row in part]
 
 
+def _ratio(ref: ReferenceMatrix, r: int, seq: np.ndarray, memo: dict[int, float]) -> float:
+    """ast_ratio of problem `r` and `seq`, once per pair (a verbatim copy is 1.0 without the LCS)."""
+    if r not in memo:
+        a = ref.ast[r]
+        memo[r] = 1.0 if len(a) == len(seq) and len(a) and np.array_equal(a, seq) else ast_ratio(a, seq, ref.masks[r])
+    return memo[r]
+
+
 def _best_ast(ref: ReferenceMatrix, seq: np.ndarray, bound_row: np.ndarray, cand: list[int],
-              ok: Any = None) -> tuple[float, int]:
+              ok: Any = None, memo: dict[int, float] | None = None) -> tuple[float, int]:
     """Best exact AST ratio over `cand` (optionally only refs where `ok(r)`), skipping what the bound rules out."""
     best, best_r = 0.0, -1
+    memo = {} if memo is None else memo
     for r in sorted(cand, key=lambda r: -bound_row[r]):
         if bound_row[r] <= best:
             break  # the bound says no later candidate can beat the best exact ratio
-        s = ast_ratio(ref.ast[r], seq, ref.masks[r])
+        s = _ratio(ref, r, seq, memo)
         if ok is not None and not ok(r, s):
             continue
         if s > best:
@@ -773,24 +835,40 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
         k = min(REFINE_TOP, bound.shape[1])
         top = np.argpartition(-bound, k - 1, axis=1)[:, :k] if k else np.zeros((len(bound), 0), int)
         for j in range(hi - lo):
-            ops, core, shape = task_fp["ops"][lo + j], cores[lo + j], shapes[lo + j]
-            counts = Counter(core) if core else None
+            ops, core, shape = tuple(task_fp["ops"][lo + j]), tuple(cores[lo + j]), shapes[lo + j]
+            same = ref.sig_t.get(ops) if ops else None  # hashed once: a recurrent program's tuple is long
+            op_hit, how = ref.op_hits(ops, core, shape, same) if ops or core else ([], None)
+            hit_set = set(op_hit)
+            counted: list[Any] = []  # the core's Counter, made on first use (a recurrent core has ~10^5 ops)
 
-            def ok(r: int, score: float = 0.0, core=core, shape=shape, counts=counts) -> bool:
-                return ref.agrees(r, core, shape, counts, score)
+            def counts(core=core, counted=counted) -> Any:
+                if not counted:
+                    counted.append(Counter(core))
+                return counted[0]
 
+            def ok(r: int, score: float = 0.0, core=core, shape=shape, counts=counts, hit_set=hit_set) -> bool:
+                # a problem the op detector matches shares the computation by definition
+                return r in hit_set or ref.agrees(r, core, shape, counts, score)
+
+            memo: dict[int, float] = {}
             over = np.nonzero(bound[j] >= ast_threshold)[0].tolist()
             cand = set(top[j].tolist()) | set(over)
-            best_ast, best_ref = _best_ast(ref, seqs[j], bound[j], list(cand))
+            best_ast, best_ref = _best_ast(ref, seqs[j], bound[j], list(cand), memo=memo)
             # the AST detector: the best ratio among problems whose computation the task shares
             fire_ast, fire_ref = (best_ast, best_ref) if best_ref < 0 or ok(best_ref, best_ast) else _best_ast(
-                ref, seqs[j], bound[j], over, ok)
+                ref, seqs[j], bound[j], over, ok, memo)
             mj = int(np.argmax(jac[j])) if jac.shape[1] else -1
             best_jac = float(jac[j, mj]) if mj >= 0 else 0.0
             fire_jac = best_jac >= minhash_threshold and (ok(mj, best_jac) or any(
                 ok(r, float(jac[j, r])) for r in np.nonzero(jac[j] >= minhash_threshold)[0].tolist()))
-            sig_hits, how = ref.op_hits(ops, core, shape) if use_op_signature and (ops or core) else ([], None)
-            ms_hits = ref.by_multiset.get(multiset_key(ops), []) if ops and use_op_signature else []
+            sig_hits = op_hit if use_op_signature else []
+            if use_op_signature and not sig_hits and len(core) > SHORT_PROGRAM:
+                for r in dict.fromkeys(r for r in (best_ref, mj) if r >= 0):  # the text-nearest problems
+                    if (not ref.single[r] and ref.op_kinds[r] == frozenset(counts()) and (
+                            float(jac[j, r]) >= KINDS_MINHASH or _ratio(ref, r, seqs[j], memo) >= KINDS_AST)):
+                        sig_hits, how = [r], "core kinds"
+                        break
+            ms_hits = ref.multiset_hits(ops, same) if ops and use_op_signature else []
             tsig = task_fp["text_sig"][lo + j] if "text_sig" in task_fp else ()
             text_hits = ref.text_hits(tsig) if tsig and use_op_signature and not sig_hits else []
             via = how if sig_hits else ("text:" + ",".join(model_ids(tsig)) if text_hits else None)
@@ -817,8 +895,7 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
                 cands = {r for r in (best_ref, mj, fire_ref) if r >= 0}
                 if fired:
                     cands = {r for r in cands if ok(r, 1.0)} or cands
-                nearest = max(cands, key=lambda r: (ast_ratio(ref.ast[r], seqs[j], ref.masks[r]) if r != best_ref else best_ast)
-                              + float(jac[j, r]), default=-1)
+                nearest = max(cands, key=lambda r: _ratio(ref, r, seqs[j], memo) + float(jac[j, r]), default=-1)
             out.append({
                 "contaminated": bool(fired),
                 "kb_nearest": key[nearest] if nearest >= 0 else None,

@@ -112,3 +112,54 @@ def test_one_op_programs_need_the_shape_pattern_too():
     assert rows[0]["kb_op_signature_match"]  # a resized copy keeps the pattern
     assert not rows[1]["kb_op_signature_match"]  # a KV-cache decode step computes something else
     assert rows[2]["kb_op_signature_match"]  # shapes unknown (a tasks table's aten_ops): the signature decides
+
+
+def test_an_extra_reduction_counts_only_as_a_summary_and_not_on_a_lone_reduction():
+    gn = [[512, 16, 128, 128]]
+    ref = _ref([REF, REF], [["aten.native_group_norm"], ["aten.sum"]], [["aten.native_group_norm"], ["aten.sum"]],
+               [gn, [[64, 128, 128000]]])
+    rows = compare(fingerprints(["x = 1"] * 4, [["aten.native_group_norm", "aten.mean"], ["aten.native_group_norm", "aten.max"],
+                                               ["aten.sum", "aten.sum"], ["aten.sum", "aten.mean"]],
+                                None, [gn, gn, [[64, 128, 128000]], [[64, 128, 128000]]]), ref)
+    assert rows[0]["kb_op_normalization"] == "core + mean"  # a rewrite that reports the mean of the problem's output
+    assert not rows[1]["kb_op_signature_match"]  # a max over channels after a GroupNorm is a new task
+    assert not rows[2]["kb_op_signature_match"] and not rows[3]["kb_op_signature_match"]  # another reduction problem
+
+
+def test_long_programs_match_in_any_order_and_text_agrees_with_the_op_match():
+    lstm = [f"aten.{op}" for op in ("addmm", "sigmoid", "tanh", "mul", "add") * 4000]
+    ref = _ref([REF], [lstm], [lstm], [[[10, 512, 128]]])
+    shuffled = lstm[1:] + lstm[:1]
+    rows = compare(fingerprints([REF, "x = 1", "x = 1"], [lstm, shuffled, lstm[:-5]]), ref)
+    assert rows[0]["detectors_fired"] == ["ast", "op_signature", "minhash"] and rows[0]["kb_ast_similarity"] == 1.0
+    assert rows[1]["kb_op_multiset_match"] and not rows[1]["kb_op_signature_match"]
+    assert not rows[2]["kb_op_multiset_match"]
+
+
+def test_text_alike_needs_nearly_the_same_computation_unless_verbatim():
+    ref_ops = ["aten.convolution", "aten.sub", "aten.tanh", "aten.mul", "aten.add"]
+    ref = _ref([REF], [ref_ops], [ref_ops], [[[32, 64, 256, 256]]])
+    one_swapped = ["aten.convolution", "aten.sub", "aten.sigmoid", "aten.mul", "aten.add"]  # Jaccard 4/6
+    reordered = ["aten.convolution", "aten.mul", "aten.sub", "aten.add", "aten.tanh"]
+    fewer = ["aten.convolution", "aten.sub", "aten.tanh"]  # Jaccard 3/5, as a resize that drops layers
+    rows = compare(fingerprints([LOOKALIKE, LOOKALIKE, REF, LOOKALIKE], [one_swapped, reordered, fewer, fewer]), ref,
+                   ast_threshold=0.5, minhash_threshold=0.3)
+    assert 0.5 <= rows[0]["kb_ast_similarity"] < 0.95
+    assert not rows[0]["contaminated"], rows[0]  # boilerplate alike, one activation of five swapped
+    assert rows[1]["kb_op_normalization"] == "core kinds"  # the same ops in another order, the text alike
+    assert rows[2]["contaminated"] and rows[2]["kb_ast_similarity"] == 1.0  # verbatim text, fewer layers traced
+    assert not rows[3]["contaminated"]  # the same ops as rows[2] with text that is only alike
+
+
+def test_a_resize_keeps_the_kinds_of_ops():
+    block = ["aten.convolution", "aten.native_batch_norm", "aten.relu", "aten.cat"]
+    ref_ops = block * 10
+    ref = _ref([REF], [ref_ops], [ref_ops], [[[32, 64, 256, 256]]])
+    fewer_layers = block * 5  # multiset Jaccard 0.5: the same op kinds, half the layers
+    other_kind = block[:3] * 5 + ["aten.add"] * 5
+    rows = compare(fingerprints([LOOKALIKE, LOOKALIKE, "x = 1"], [fewer_layers, other_kind, fewer_layers]), ref,
+                   ast_threshold=0.5, minhash_threshold=0.3)
+    assert rows[0]["contaminated"] and "ast" in rows[0]["detectors_fired"], rows[0]
+    assert rows[0]["kb_op_normalization"] == "core kinds"
+    assert not rows[1]["contaminated"], rows[1]  # alike text, another kind of op in place of cat
+    assert not rows[2]["contaminated"], rows[2]  # the same kinds of ops alone are common to unrelated programs
