@@ -37,6 +37,11 @@ GpusOpt = Annotated[str | None, typer.Option(help="GPU indices for the local exe
 RayOpt = Annotated[str | None, typer.Option(help="Ray cluster address for --executor ray (default: start a local one)")]
 WorkersOpt = Annotated[int | None, typer.Option(help="worker processes (per GPU on cuda)")]
 RefOpt = Annotated[list[str] | None, typer.Option("--reference", help="builtin | PATH | HUB_ID; repeat for several")]
+PresetOpt = Annotated[str | None, typer.Option(help="preset name in data/presets (default: demo)")]
+ConfigOpt = Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")]
+NOpt = Annotated[int | None, typer.Option(help="tasks to sample")]
+SeedOpt = Annotated[int | None, typer.Option(help="sampling seed")]
+DeviceOpt = Annotated[str | None, typer.Option(help="cpu or cuda")]
 
 
 def _say(msg: str) -> None:
@@ -127,12 +132,12 @@ def _stage(name: str, fn, *args, **kwargs):
 
 @app.command()
 def run(
-    preset: Annotated[str | None, typer.Option(help="preset name in data/presets (default: demo)")] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
     out: Annotated[Path | None, typer.Option(help="run directory (default: runs/<preset>)")] = None,
-    n: Annotated[int | None, typer.Option(help="tasks to sample")] = None,
-    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda")] = None,
+    n: NOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
     workers: WorkersOpt = None,
     executor: ExecutorOpt = "local",
     gpus: GpusOpt = None,
@@ -185,11 +190,11 @@ def run(
 @app.command()
 def init(
     dir: DirArg,
-    preset: Annotated[str | None, typer.Option(help="preset name in data/presets (default: demo)")] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
-    n: Annotated[int | None, typer.Option(help="tasks to sample")] = None,
-    seed: Annotated[int | None, typer.Option(help="sampling seed")] = None,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda")] = None,
+    preset: PresetOpt = None,
+    config: ConfigOpt = None,
+    n: NOpt = None,
+    seed: SeedOpt = None,
+    device: DeviceOpt = None,
     workers: WorkersOpt = None,
 ) -> None:
     """Create a run directory (config.toml + manifest.json, nothing else) for running the stages one by one,
@@ -430,7 +435,7 @@ def audit(
     source_license: Annotated[str | None, typer.Option(help="the dataset's license, kept in the card")] = None,
     attribution: Annotated[str | None, typer.Option(help="who made the dataset (authors, paper), kept in the card")] = None,
     preset: Annotated[str | None, typer.Option(help="preset for thresholds (default: demo)")] = None,
-    config: Annotated[Path | None, typer.Option(help="TOML config file instead of a preset")] = None,
+    config: ConfigOpt = None,
     reference: RefOpt = None,
     device: Annotated[str | None, typer.Option(help="cpu or cuda for --stages profile")] = None,
     workers: WorkersOpt = None,

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from filters.base import reason_kind
+from pipeline import recheck
 from pipeline.errors import OpsynthError
 from pipeline.schema import CONTAMINATION, PUBLISHED, PUBLISHED_CONTAMINATION, REJECTION_SUMMARY, REJECTIONS
 from pipeline.selection import first_rejection, stages_run, verdicts_by_task
@@ -266,14 +267,8 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         # an audited dataset: where its rows came from, under which license (the card keeps the attribution)
         "audit_source": {k: v for k, v in (run_manifest.get("audit_source") or {}).items() if k != "path"} or None,
         # a re-profile of a random sample of what an earlier publish of this run put out (opsynth recheck)
-        "recheck": _recheck(rd),
+        "recheck": recheck.read(rd),
     }
-
-
-def _recheck(rd: RunDir) -> dict[str, Any] | None:
-    from pipeline.recheck import read
-
-    return read(rd)
 
 
 def _run_inside(out: Path, run_dir: Path | None) -> str | None:

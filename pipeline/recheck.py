@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from filters.base import reason_kind
 from pipeline.errors import OpsynthError
 from pipeline.selection import accepted_task_ids, first_rejection
 from pipeline.store import RunDir
@@ -41,30 +43,27 @@ def summarize(published: dict[str, float], audit: RunDir) -> dict[str, Any]:
         raise OpsynthError(f"{audit.path} has no measurements; run `opsynth profile {audit.path}` first")
     accepted = set(accepted_task_ids(audit))
     dropped = first_rejection(audit)
-    reasons: dict[str, int] = {}
-    for t in ids:
-        if t not in accepted and t in dropped:
-            stage, why = dropped[t]
-            key = f"{stage}: {why.split(' (')[0]}"
-            reasons[key] = reasons.get(key, 0) + 1
+    reasons = Counter(f"{dropped[t][0]}: {reason_kind(dropped[t][1])}" for t in ids
+                      if t not in accepted and t in dropped)
     ratios = [measured[t]["eager_ms"] / published[t] for t in ids
               if t in measured and measured[t].get("eager_ms") and published[t]]
     dev = [abs(r - 1.0) for r in ratios]
     one = next(iter(measured.values()))
+    n_accepted = sum(t in accepted for t in ids)
+    manifest = audit.manifest()
+    source = manifest.get("audit_source") or {}
     return {
-        "rows": len(ids), "accepted": sum(t in accepted for t in ids),
-        "accepted_share": sum(t in accepted for t in ids) / len(ids),
-        "dropped": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+        "rows": len(ids), "accepted": n_accepted, "accepted_share": n_accepted / len(ids),
+        "dropped": dict(reasons.most_common()),
         "eager_ratio_median": statistics.median(ratios) if ratios else None,
         "eager_ratio_p10": _quantile(ratios, 0.1), "eager_ratio_p90": _quantile(ratios, 0.9),
         "eager_deviation_median": statistics.median(dev) if dev else None,
         "eager_deviation_p90": _quantile(dev, 0.9),
         "compared": len(ratios), "device": one.get("device"), "gpu": one.get("gpu"),
-        "profile_seconds": ((audit.manifest().get("stages") or {}).get("profile") or {}).get("seconds"),
+        "profile_seconds": ((manifest.get("stages") or {}).get("profile") or {}).get("seconds"),
         "torch_version": one.get("torch_version"),
         # where the sample came from, by file name only: the path is the machine's
-        "audit_source": {**{k: v for k, v in (audit.manifest().get("audit_source") or {}).items() if k != "path"},
-                         "file": Path((audit.manifest().get("audit_source") or {}).get("path") or "").name},
+        "audit_source": {**{k: v for k, v in source.items() if k != "path"}, "file": Path(source.get("path") or "").name},
     }
 
 
@@ -100,5 +99,6 @@ def write(rd: RunDir, summary: dict[str, Any]) -> Path:
 
 
 def read(rd: RunDir) -> dict[str, Any] | None:
+    """The figures `write` kept beside the run, or None when it was never re-checked."""
     path = Path(rd.path) / FILE
     return json.loads(path.read_text()) if path.exists() else None

@@ -81,11 +81,13 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
     """Read `path` into rd's tasks/ table and write `import` verdicts; returns counts. Each row keeps its position in
     the file (`source_row`); order_seed stores the rows in that seed's random order (a profile call that stops
     early has then measured a random sample); sample keeps only the first `sample` rows of that order (seed 0 when
-none is given), e.g. a re-check of a published dataset on a few hundred random rows. source: name, url, license and attribution of the dataset, which
-    `opsynth publish` keeps in the card of the cleaned copy."""
+    none is given), e.g. a re-check of a published dataset on a few hundred random rows. source: name, url, license
+    and attribution of the dataset, which `opsynth publish` keeps in the card of the cleaned copy."""
     from filters.static_check import check_task_source
     from pipeline.reference import read_code_table
 
+    if sample is not None and sample < 1:
+        raise OpsynthError(f"--sample must be >= 1 (got {sample}); it is the number of random rows to import")
     t0 = time.time()
     check_source(path)
     p = Path(path)
@@ -95,30 +97,28 @@ none is given), e.g. a re-check of a published dataset on a few hundred random r
     if "code" not in raw[0]:
         raise OpsynthError(f"{path} has no `code` column (columns: {sorted(raw[0])}); "
                            "a KernelBench-format dataset keeps each task's module source in `code`")
-    rows, verdicts, seen = [], [], {}
+    codes = [r.get("code") if isinstance(r.get("code"), str) else "" for r in raw]
+    rows, seen = [], {}
     for pos, r in enumerate(raw):
-        code = r.get("code")
-        code = code if isinstance(code, str) else ""
         given = r.get("task_id")
-        base = str(given) if given not in (None, "") else hashlib.sha256(code.encode()).hexdigest()[:16]
+        base = str(given) if given not in (None, "") else hashlib.sha256(codes[pos].encode()).hexdigest()[:16]
         # byte-identical rows (Ops-6K has 352) must stay separate rows so dedupe can count them
         k = seen.get(base, 0)
         seen[base] = k + 1
-        task_id = base if k == 0 else f"{base}-{k}"
-        rows.append({**_task_row(r, task_id), "source_row": pos})
-        why = check_task_source(code)
-        verdicts.append({"task_id": task_id, "keep": why is None, "reason": why or ""})
-    if sample is not None and sample < 1:
-        raise OpsynthError(f"--sample must be >= 1 (got {sample}); it is the number of random rows to import")
+        rows.append({**_task_row(r, base if k == 0 else f"{base}-{k}"), "source_row": pos})
     if sample is not None and order_seed is None:
         order_seed = 0
     if order_seed is not None:
         import random
 
         order = list(range(len(rows)))
-        random.Random(order_seed).shuffle(order)
-        keep = order[:sample] if sample is not None else order
-        rows, verdicts = [rows[i] for i in keep], [verdicts[i] for i in keep]
+        random.Random(order_seed).shuffle(order)  # the same order with or without a sample
+        rows = [rows[i] for i in (order[:sample] if sample is not None else order)]
+    # the static check parses each task: only the rows imported are checked
+    verdicts = []
+    for r in rows:
+        why = check_task_source(codes[r["source_row"]])
+        verdicts.append({"task_id": r["task_id"], "keep": why is None, "reason": why or ""})
     rd.replace_table("tasks", rows, TASKS)
     rd.write_verdicts("import", verdicts)
     rejected = sum(not v["keep"] for v in verdicts)
