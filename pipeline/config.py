@@ -91,6 +91,9 @@ class ProfileSection:
     # a GPU task gives back the memory share it does not use while inductor compiles (CPU work) and queues for
     # it again before the compiled graph runs; off: it holds a whole forward's peak throughout
     shrink_while_compiling: bool = True
+    # seconds a task waiting for GPU memory may be passed by later, smaller tasks that fit in the room left
+    # (backfill; never a task growing back after compiling); 0: first come, first served
+    backfill_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.input_draws >= 2, where, f"profile.input_draws must be >= 2 (got {p.input_draws})")
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
+    _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")
     return p
 
 

@@ -94,16 +94,21 @@ class GpuLock:
 class MemoryBudget:
     """GPU memory admission shared by the workers of one GPU: a task reserves its expected footprint before
     it touches the device and waits while the others' reservations leave no room, so workers never meet
-    with their largest tasks at once and OOM for each other. Waiters are served first come, first served,
-    so a large reservation (a task retried with the worker's whole cap) is never starved by small ones. A worker may
+    with their largest tasks at once and OOM for each other. Waiters are served in arrival order with bounded
+    backfill: a later request that fits in the room left now may pass a waiting new task that has waited less than
+    `backfill_s` (the room a large task waits for would otherwise sit idle while smaller ones queue behind it); a
+    waiter older than that, or one growing back, is passed by nobody, so a large reservation (a task retried with
+    the worker's whole cap) is never starved by small ones. backfill_s = 0 is first come, first served. A worker may
     shrink its reservation while it only compiles (CPU work) and grow it again afterwards: the growth waits in its
     original place in the queue while what it still holds counts as held. The state is a file of
-    `pid bytes held|wait [base]` lines, in arrival order, under flock (`base`: bytes a waiter already holds);
-    lines of dead workers are dropped on every read, so a crashed worker frees its share."""
+    `pid bytes held|wait base since` lines, in arrival order, under flock (`base`: bytes a waiter already holds;
+    `since`: when it began to wait); lines of dead workers are dropped on every read, so a crashed worker frees
+    its share."""
 
     def __init__(self, path: str | None, total_bytes: int, notify: Callable[[str], None],
-                 owner: int | None = None) -> None:
+                 owner: int | None = None, backfill_s: float = 0.0) -> None:
         self.path, self.total, self.notify = path, int(total_bytes), notify
+        self.backfill_s = float(backfill_s)
         self.owner = owner or os.getpid()  # a live process id: the entry dies with it
         self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.reserved = 0
@@ -115,7 +120,8 @@ class MemoryBudget:
             for line in f:
                 parts = line.split()
                 with contextlib.suppress(ValueError, IndexError):
-                    out.append([int(parts[0]), int(parts[1]), parts[2], int(parts[3]) if len(parts) > 3 else 0])
+                    out.append([int(parts[0]), int(parts[1]), parts[2], int(parts[3]) if len(parts) > 3 else 0,
+                                float(parts[4]) if len(parts) > 4 else 0.0])
         live = []
         for e in out:
             try:
@@ -130,7 +136,7 @@ class MemoryBudget:
     def _write(self, entries: list[list]) -> None:
         tmp = f"{self.path}.{self.owner}"
         with open(tmp, "w") as f:
-            f.write("".join(f"{pid} {n} {state} {base}\n" for pid, n, state, base in entries))
+            f.write("".join(f"{pid} {n} {state} {base} {since:.3f}\n" for pid, n, state, base, since in entries))
         os.replace(tmp, self.path)  # type: ignore[arg-type]
 
     def _try(self, nbytes: int, force: bool) -> bool:
@@ -143,19 +149,23 @@ class MemoryBudget:
                 self._write([e for e in entries if e[0] != self.owner])
                 self.reserved = 0
                 return True
+            now = time.time()
             if mine is None:
-                mine = [self.owner, nbytes, "wait", 0]
+                mine = [self.owner, nbytes, "wait", 0, now]
                 entries.append(mine)
             elif mine[2] == "held" and nbytes > mine[1] and not force:
-                mine[2], mine[3] = "wait", mine[1]  # grow in place: what it holds stays counted while it waits
+                mine[2], mine[3], mine[4] = "wait", mine[1], now  # grow in place: what it holds stays counted
             mine[1] = nbytes
             others = [e for e in entries if e[0] != self.owner]
             held = sum(e[1] if e[2] == "held" else e[3] for e in others)
             running = any(e[2] == "held" for e in others)
-            ahead = any(e[2] == "wait" for e in entries[:entries.index(mine)])
+            ahead = [e for e in entries[:entries.index(mine)] if e[2] == "wait"]
+            # a waiter may be passed only while it is young and new (a growth holds memory idle while it waits)
+            passable = all(e[3] == 0 and now - e[4] < self.backfill_s for e in ahead)
             # with nobody else running, the first in the queue goes: otherwise waiters holding their compile-time
             # share could wait for each other forever
-            ok = force or mine[2] == "held" or (not ahead and (not running or held + nbytes <= self.total))
+            ok = force or mine[2] == "held" or (not ahead and not running) or (
+                passable and held + nbytes <= self.total)
             if ok:
                 mine[2], mine[3] = "held", 0
                 self.reserved = nbytes

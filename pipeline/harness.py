@@ -141,12 +141,14 @@ class _LockedBackend:
     def __init__(self, inner: Any, lock: GpuLock,
                  around: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
         self._inner, self._lock, self._around = inner, lock, around
+        self.compile_s = 0.0  # wall seconds inside the inner backend, over all graphs
 
     def __call__(self, gm, example_inputs):
         self._lock.release()
         shrunk = self._around is not None
         if shrunk:
             self._around[0]()
+        t0 = time.perf_counter()
         try:
             try:
                 return self._inner(gm, example_inputs)
@@ -159,6 +161,7 @@ class _LockedBackend:
                 self._around[1]()
                 return self._inner(gm, example_inputs)
         finally:
+            self.compile_s += time.perf_counter() - t0
             if shrunk:
                 self._around[1]()
             self._lock.acquire()
@@ -202,6 +205,7 @@ class Harness:
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
         self.regrow_wait_s = 0.0
+        self._backend: _LockedBackend | None = None  # the last task's, for its compile time
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -212,7 +216,8 @@ class Harness:
                 torch.cuda.set_per_process_memory_fraction(min(1.0, limit * 2**30 / props.total_memory), self.device)
             self.task_cap = int(min(limit * 2**30, props.total_memory)) if limit > 0 else int(props.total_memory)
             if lock_path:
-                self.budget = MemoryBudget(lock_path + ".mem", _budget_bytes(settings, props.total_memory), notify)
+                self.budget = MemoryBudget(lock_path + ".mem", _budget_bytes(settings, props.total_memory), notify,
+                                           backfill_s=settings.profile.backfill_s)
             self.flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=self.device)
             torch.zeros(1, device=self.device).sum().item()  # context and allocator warm
         else:
@@ -527,8 +532,9 @@ class Harness:
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
             return None
         m["compile_cache_repaired"] = repaired
-        m["gpu_busy_first_compiled_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
+        m["gpu_busy_compile_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
             time.perf_counter() - self.lock._since if self.lock.held else 0.0)
+        m["compile_wall_s"] = self._backend.compile_s if self._backend is not None else None
         with self.lock.hold():
             errs = [agreement(out, ref0)]
             del out
@@ -583,7 +589,8 @@ class Harness:
             inner = torch._TorchCompileInductorWrapper(None, None, None)
         else:
             inner = dynamo.lookup_backend(backend_name)
-        compiled = torch.compile(model, backend=_LockedBackend(inner, self.lock, self._compile_hooks()))
+        self._backend = _LockedBackend(inner, self.lock, self._compile_hooks())
+        compiled = torch.compile(model, backend=self._backend)
         with self.lock.hold():
             x0 = self._draw(ns, 0)
         out = _flat(compiled(*x0))  # compiles without the lock, runs with it

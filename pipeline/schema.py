@@ -74,6 +74,11 @@ MEASUREMENTS = pa.schema([
     ("budget_wait_s", pa.float64()),
     ("regrow_wait_s", pa.float64()),
     ("gpu_exclusive_s", pa.float64()),
+    # of gpu_busy_s: the eager checks (setup, draws) and the first compiled run (Triton's autotuning of new
+    # kernels happens there); compile_wall_s: inductor compiling, without the lock (CPU, pad_mm's benchmarks)
+    ("gpu_busy_eager_s", pa.float64()),
+    ("gpu_busy_compile_s", pa.float64()),
+    ("compile_wall_s", pa.float64()),
 ])
 
 VERDICTS = pa.schema([

@@ -150,6 +150,44 @@ def test_memory_budget_serves_waiters_first_come_first_served(tmp_path, other_pi
         third.wait()
 
 
+def test_memory_budget_backfills_young_waiters_only(tmp_path, other_pid):
+    """With backfill, a later small request that fits passes a large waiter that has waited less than backfill_s;
+    once the large one has waited longer, nobody passes it; a task growing back after compiling is never passed."""
+    path = str(tmp_path / "gpu.mem")
+    third = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = MemoryBudget(path, 10, lambda _: None, owner=other_pid, backfill_s=0.6)
+        big = MemoryBudget(path, 10, lambda _: None, owner=third.pid, backfill_s=0.6)
+        small = MemoryBudget(path, 10, lambda _: None, backfill_s=0.6)
+        holder.reserve(6)
+        _, big_in = _in_thread(lambda: big.reserve(10))
+        time.sleep(0.1)  # big is queued now, and young
+        small.reserve(2)  # 6 + 2 fits: passes at once
+        assert small.reserved == 2 and not big_in.wait(0.1)
+        small.release()
+        time.sleep(0.7)  # big has now waited longer than backfill_s
+        _, small_in = _in_thread(lambda: small.reserve(2))
+        assert not small_in.wait(0.3)  # fits, but big is too old to pass
+        holder.release()
+        assert big_in.wait(5) and not small_in.wait(0.2)
+        big.release()
+        assert small_in.wait(5)
+        small.release()
+        # a growth is never passed, however young
+        small.reserve(6)
+        small.reserve(3)  # shrink while compiling
+        holder.reserve(5)
+        _, grown = _in_thread(lambda: small.reserve(6))
+        time.sleep(0.1)
+        _, late_in = _in_thread(lambda: big.reserve(1))
+        assert not grown.wait(0.2) and not late_in.wait(0.2)  # 3 + 5 + 1 fits, but the growth is ahead
+        holder.release()
+        assert grown.wait(5) and late_in.wait(5)
+    finally:
+        third.kill()
+        third.wait()
+
+
 def test_yield_lets_a_waiting_exclusive_holder_in_between_steps(tmp_path):
     path = str(tmp_path / "gpu.lock")
     reader, writer = GpuLock(path, lambda _: None), GpuLock(path, lambda _: None)
