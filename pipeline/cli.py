@@ -422,7 +422,8 @@ def catalog(
 
 @app.command()
 def audit(
-    file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, or a folder of .py files")],
+    file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, a folder of parquet shards (a "
+                                                  "published dataset's folder reads its data/), or a folder of .py files")],
     out: Annotated[Path, typer.Option(help="run directory to create")],
     stages: Annotated[str, typer.Option(help="comma-separated: labels,decontaminate,dedupe,profile,filter")] = "labels,decontaminate,dedupe",
     check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,

@@ -112,6 +112,22 @@ def test_import_folder_of_py_and_ops6k_style_ops(tmp_path):
     assert t["ops"] == ["torch.cumsum", "torch.logsumexp"] and t["data_source"] == "torch#2"
 
 
+def test_import_a_published_folder_reads_every_data_shard_in_order(tmp_path):
+    """A published dataset has several data/train-*.parquet shards (and other parquet beside them): the folder
+    imports the data shards only, all of them, in name order."""
+    pub = tmp_path / "pub"
+    (pub / "data").mkdir(parents=True)
+    (pub / "contamination").mkdir()
+    pq.write_table(pa.table({"code": [GOOD], "task_id": ["b"]}), pub / "data" / "train-00001-of-00002.parquet")
+    pq.write_table(pa.table({"code": [GOOD, GOOD], "task_id": ["a0", "a1"]}), pub / "data" / "train-00000-of-00002.parquet")
+    pq.write_table(pa.table({"task_id": ["zz"], "kb_nearest": ["x"]}), pub / "contamination" / "contamination.parquet")
+    for folder in (pub, pub / "data"):
+        rd = RunDir(tmp_path / f"run_{folder.name}")
+        rd.init(Config())
+        assert audit.import_dataset(str(folder), rd, Config())["kept"] == 3
+        assert [t["task_id"] for t in rd.read_rows("tasks")] == ["a0", "a1", "b"]
+
+
 def test_import_bad_input_is_one_readable_error(tmp_path):
     rd = RunDir(tmp_path / "run")
     rd.init(Config())
