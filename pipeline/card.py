@@ -146,7 +146,7 @@ def _recheck(manifest: dict[str, Any]) -> list[str]:
     out = ["", "## Independent re-check", "",
            f"A fresh run re-profiled {rc['rows']:,} published rows drawn at random (seed {src.get('order_seed', 0)}) "
            f"on {rc.get('gpu') or rc.get('device')} (torch {rc.get('torch_version')}) with "
-           "`opsynth audit data/train-*.parquet --sample N --stages profile,filter --device cuda` and "
+           "`opsynth audit FOLDER --sample N --stages profile,filter --device cuda` (FOLDER: this dataset's folder) and "
            "`opsynth recheck`:", "",
            f"- still accepted by the filter: {rc['accepted']:,} of {rc['rows']:,} ({rc['accepted_share']:.1%})",
            f"- {agreement_line(rc)}"]

@@ -127,7 +127,7 @@ def test_audit_on_a_box_without_duckdb_keeps_its_work_and_skips_the_report(tmp_p
     folder, _ = _published(tmp_path)
     monkeypatch.setitem(sys.modules, "duckdb", None)  # `import duckdb` fails as on a torch-only GPU box
     out = tmp_path / "audit"
-    res = CliRunner().invoke(app, ["audit", str(folder / "data" / "train-00000-of-00001.parquet"), "--sample", "3",
+    res = CliRunner().invoke(app, ["audit", str(folder), "--sample", "3",  # the published folder: its data/ shards
                                    "--out", str(out), "--stages", "dedupe"])
     assert res.exit_code == 0, res.output
     assert "report skipped: duckdb is not installed" in res.output
