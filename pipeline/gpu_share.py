@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 class GpuLock:
@@ -89,6 +91,25 @@ class GpuLock:
             yield
         finally:
             self.release()
+
+
+def yield_before(obj: Any, name: str, lock: GpuLock) -> bool:
+    """Make `obj.name` let a waiting timed run in before each call while `lock` is held shared (as between the
+    eager draws), so a long shared section of many such calls (inductor autotuning new kernels config by config
+    in a compiled graph's first run) no longer holds every neighbour's timing back to its end. False when obj has
+    no such method or it yields already."""
+    fn = getattr(obj, name, None)
+    if fn is None or getattr(fn, "_yields_to", None) is lock:
+        return False
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        lock.yield_()
+        return fn(*args, **kwargs)
+
+    wrapped._yields_to = lock  # type: ignore[attr-defined]
+    setattr(obj, name, wrapped)
+    return True
 
 
 class MemoryBudget:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.gpu_share import GpuLock, MemoryBudget
+from pipeline.gpu_share import GpuLock, MemoryBudget, yield_before
 
 
 def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:
@@ -238,3 +238,44 @@ def test_memory_budget_growers_never_wait_for_each_other_forever(tmp_path, other
     assert not b_grown.wait(0.3)  # a is running with 4: 4 + 9 > 10
     _, a_grown = _in_thread(lambda: a.reserve(9))
     assert b_grown.wait(5) or a_grown.wait(5)  # both wait to grow: nobody runs, so the first in the queue goes
+
+
+def test_yield_before_lets_a_waiting_timed_run_in_before_each_call(tmp_path):
+    """A long shared section of many calls (inductor benchmarking a kernel's configs) lets a waiting exclusive
+    holder in between two calls, not only at its end; outside a shared hold the wrapped call is unchanged."""
+    path = str(tmp_path / "gpu.lock")
+    compiler, timer = GpuLock(path, lambda _: None), GpuLock(path, lambda _: None)
+
+    class Bench:
+        def benchmark_gpu(self, ms):
+            order.append(f"bench {ms}")
+            return ms
+
+    order: list[str] = []
+    bench = Bench()
+    assert yield_before(bench, "benchmark_gpu", compiler)
+    assert not yield_before(bench, "benchmark_gpu", compiler)  # wrapped once
+    assert not yield_before(bench, "no_such_method", compiler)
+    assert bench.benchmark_gpu(1) == 1 and compiler.mode is None  # not held: nothing acquired
+    compiler.acquire()
+    _, timed = _in_thread(lambda: (timer.acquire(exclusive=True), order.append("timed"), timer.release()))
+    time.sleep(0.2)
+    assert not timed.is_set()  # the shared section holds it back
+    assert bench.benchmark_gpu(2) == 2  # the timed run goes first, then the benchmark
+    assert timed.wait(5) and order == ["bench 1", "timed", "bench 2"] and compiler.mode == "shared"
+    compiler.release()
+
+
+def test_inductor_still_has_the_benchmarker_the_worker_yields_in():
+    """The worker wraps torch._inductor's benchmarker (autotuning); a torch that renames it must fail here, not
+    silently lose the yield."""
+    from torch._inductor.runtime import benchmarking
+
+    from pipeline.harness import _yield_in_autotuning
+
+    lock = GpuLock(None, lambda _: None)
+    try:
+        assert _yield_in_autotuning(lock)
+        assert getattr(benchmarking.benchmarker.benchmark_gpu, "_yields_to", None) is lock
+    finally:
+        del benchmarking.benchmarker.benchmark_gpu  # the class's method again
