@@ -135,6 +135,21 @@ def _cost(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
+def _reproduce(manifest: dict[str, Any], cfg: dict[str, Any]) -> str:
+    """How to make the tasks again. A run that grew (`opsynth sample DIR --n N` on a run that held fewer) sampled
+    its later indices with the code of the day it grew: a fresh run reproduces each step's tasks only with that
+    step's code, so the card says so instead of promising one command."""
+    cmd = f"`opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X`"
+    growth = manifest.get("growth") or []
+    if not growth:
+        return f"Reproduce: {cmd} with the config and versions recorded in `manifest.json`."
+    steps = " -> ".join(f"{n:,}" for n in [growth[0]["from"], *(g["to"] for g in growth)])
+    return (f"Reproduce: the run grew in {len(growth)} step(s) (n {steps}, `growth` in `manifest.json`); tasks are "
+            f"drawn per index from the run seed, so {cmd} at n = {growth[-1]['to']:,} gives the same tasks only "
+            "where its sampler is the one of the step that drew them. The run directory the release was built from "
+            "(tasks, measurements, verdicts) is the exact record.")
+
+
 def _recheck(manifest: dict[str, Any]) -> list[str]:
     """The independent re-check (pipeline/recheck.py): a fresh run re-profiled a random sample of published rows."""
     rc = manifest.get("recheck")
@@ -416,8 +431,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         *_cost(manifest),
         *_recheck(manifest),
         "",
-        f"Reproduce: `opsynth run --preset {cfg['name']} --seed {cfg['run']['seed']} --out runs/X` with the "
-        "config and versions recorded in `manifest.json`.",
+        _reproduce(manifest, cfg),
         "",
         "## Compared with CUDA-Agent-Ops-6K",
         "",

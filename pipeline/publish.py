@@ -264,6 +264,8 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "rows": len(rows),
         "sample_of": g["accepted_total"] if g["accepted_total"] != len(rows) else None,
         "stage_records": run_manifest.get("stages", {}),
+        # a run that grew: each step's n and time (later indices were sampled with that day's code)
+        "growth": run_manifest.get("growth") or None,
         # an audited dataset: where its rows came from, under which license (the card keeps the attribution)
         "audit_source": {k: v for k, v in (run_manifest.get("audit_source") or {}).items() if k != "path"} or None,
         # a re-profile of a random sample of what an earlier publish of this run put out (opsynth recheck)

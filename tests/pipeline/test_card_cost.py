@@ -23,3 +23,11 @@ def test_a_cpu_profile_costs_no_gpu_time_and_no_profile_says_nothing():
     text = "\n".join(card._cost(_manifest([{"seconds": 60.0, "device": "cpu", "gpus": 0}])))
     assert "GPU-hours" not in text and "400 -> 300" in text
     assert card._cost({"rows": 3, "stage_records": {}}) == []
+
+
+def test_a_grown_run_says_how_far_one_command_reproduces_it():
+    cfg = {"name": "h200", "run": {"seed": 7}}
+    plain = card._reproduce({}, cfg)
+    assert plain.startswith("Reproduce: `opsynth run --preset h200 --seed 7") and "grew" not in plain
+    grown = card._reproduce({"growth": [{"from": 900, "to": 3600}, {"from": 3600, "to": 9000}]}, cfg)
+    assert "grew in 2 step(s) (n 900 -> 3,600 -> 9,000" in grown and "at n = 9,000" in grown
