@@ -94,6 +94,9 @@ class ProfileSection:
     # seconds a task waiting for GPU memory may be passed by later, smaller tasks that fit in the room left
     # (backfill; never a task growing back after compiling); 0: first come, first served
     backfill_s: float = 2.0
+    # a timed run waiting for the GPU lock gets in between inductor's autotuning benchmarks of a compiled graph's
+    # first run (the longest shared section); off: the first compiled run holds the shared lock throughout
+    yield_in_autotuning: bool = True
 
 
 @dataclass(frozen=True)

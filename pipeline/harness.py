@@ -202,7 +202,7 @@ class Harness:
         self.cuda = device.startswith("cuda")
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         self.lock = GpuLock(lock_path, notify, sync=self._sync)
-        if self.cuda and settings.profile.compile and lock_path:
+        if self.cuda and settings.profile.compile and settings.profile.yield_in_autotuning and lock_path:
             _yield_in_autotuning(self.lock)
         self.notify = notify
         self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)
