@@ -130,7 +130,7 @@ def main() -> None:
 
     from benchmarks.derivatives import FORMS, derive
     from benchmarks.negatives import attention_tasks, kb_style, module_db_tasks
-    from detectors.contamination import compare, op_overlap, signature_key
+    from detectors.contamination import compare, op_overlap
     from pipeline.reference import load_index, reference_matrix
     from pipeline.stages.decontaminate import name_matches
 
@@ -208,7 +208,7 @@ def main() -> None:
     for n, s, o, nm, core, ops in zip(neg, nscored, nsrc, named, nfp["core"], nfp["ops"], strict=True):
         n["op_source"] = o
         # the exact detectors: the whole normalized ATen signature of a problem (whatever the shapes), its name
-        if n["kind"] == "ops6k" and ((ops and signature_key(ops) in ref.by_sig) or nm):
+        if n["kind"] == "ops6k" and ((ops and tuple(ops) in ref.sig_t) or nm):
             excluded["ops6k: flagged by an exact detector"] += 1
             continue
         # what its output depends on is a problem's whole computation (dead code such as an unused mask aside):

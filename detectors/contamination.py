@@ -632,15 +632,13 @@ class ReferenceMatrix:
         self.mat = sparse.csr_matrix((np.ones(len(row), np.float32), (row, col)),
                                      shape=(len(keys), len(self.vocab))).T.tocsr()
         self.lens = np.array([len(s) for s in ast_seqs], dtype=np.float32)
-        self.by_sig: dict[str, list[int]] = {}
         self.by_multiset: dict[str, list[int]] = {}
-        # the same lookups keyed by the op tuples: a recurrent program has ~10^5 ops, and hashing its tuple is
-        # several times cheaper than joining (or sorting) it into a string key
+        # exact signatures keyed by the op tuples: a recurrent program has ~10^5 ops, and hashing its tuple is
+        # several times cheaper than joining it into a string key
         self.sig_t: dict[tuple[str, ...], list[int]] = {}
         self.ms_key: list[str] = [""] * len(keys)
         for i, o in enumerate(ops):
             if o:
-                self.by_sig.setdefault(signature_key(o), []).append(i)
                 self.sig_t.setdefault(tuple(o), []).append(i)
                 self.ms_key[i] = multiset_key(o)
                 self.by_multiset.setdefault(self.ms_key[i], []).append(i)

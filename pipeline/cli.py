@@ -350,7 +350,7 @@ def publish(
 @app.command()
 def recheck(
     dir: DirArg,
-    audit_dir: Annotated[Path, typer.Argument(help="the run `opsynth audit PUBLISHED.parquet --sample N --stages "
+    audit_dir: Annotated[Path, typer.Argument(help="the run `opsynth audit FOLDER --sample N --stages "
                                                    "profile,filter --device cuda --out AUDIT_DIR` made")],
     published: Annotated[Path | None, typer.Option(help="the folder DIR was published to (default: DIR's parent, "
                                                         "where a release keeps its run/)")] = None,

@@ -218,7 +218,6 @@ class Harness:
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
         self.regrow_wait_s = 0.0
-        self._backend: _LockedBackend | None = None  # the last task's, for its compile time
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -535,7 +534,7 @@ class Harness:
 
         self.cache.use_shared()  # a private cache of an earlier task's retry is done with
         try:
-            (compiled, out), repaired = self._with_cache_repair(lambda: self._first_compiled_run(model, ns),
+            (compiled, out, compile_s), repaired = self._with_cache_repair(lambda: self._first_compiled_run(model, ns),
                                                                 f"task {m.get('task_id')}")
         except Exception as e:  # noqa: BLE001 - a compile failure is a measurement
             status, fatal = _classify(e)
@@ -547,7 +546,7 @@ class Harness:
         m["compile_cache_repaired"] = repaired
         m["gpu_busy_compile_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
             time.perf_counter() - self.lock._since if self.lock.held else 0.0)
-        m["compile_wall_s"] = self._backend.compile_s if self._backend is not None else None
+        m["compile_wall_s"] = compile_s
         with self.lock.hold():
             errs = [agreement(out, ref0)]
             del out
@@ -592,8 +591,9 @@ class Harness:
         assert first is not None
         raise first
 
-    def _first_compiled_run(self, model: Any, ns: dict) -> tuple[Any, Any]:
-        """A fresh torch.compile of `model` and its flattened output on draw 0 (compiling holds no lock)."""
+    def _first_compiled_run(self, model: Any, ns: dict) -> tuple[Any, Any, float]:
+        """A fresh torch.compile of `model`, its flattened output on draw 0 and the seconds inductor spent compiling
+        it (compiling holds no lock)."""
         import torch._dynamo as dynamo
 
         dynamo.reset()
@@ -603,13 +603,13 @@ class Harness:
             inner = torch._TorchCompileInductorWrapper(None, None, None)
         else:
             inner = dynamo.lookup_backend(backend_name)
-        self._backend = _LockedBackend(inner, self.lock, self._compile_hooks())
-        compiled = torch.compile(model, backend=self._backend)
+        backend = _LockedBackend(inner, self.lock, self._compile_hooks())
+        compiled = torch.compile(model, backend=backend)
         with self.lock.hold():
             x0 = self._draw(ns, 0)
         out = _flat(compiled(*x0))  # compiles without the lock, runs with it
         del x0
-        return compiled, out
+        return compiled, out, backend.compile_s
 
     def _roofline(self, task: dict, m: dict) -> None:
         sec = m["eager_ms"] * 1e-3

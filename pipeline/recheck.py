@@ -1,5 +1,5 @@
 """The independent re-check of a published dataset: a fresh run that re-profiled a random sample of its rows
-(`opsynth audit PUBLISHED.parquet --sample N --stages profile,filter --device cuda`) set row by row beside what
+(`opsynth audit FOLDER --sample N --stages profile,filter --device cuda`) set row by row beside what
 was published: the share the filter still accepts, why the others were dropped, and how the fresh eager times
 agree with the published ones. `opsynth recheck RUN_DIR AUDIT_DIR` writes it to RUN_DIR/recheck.json, which the
 next `opsynth publish` of RUN_DIR puts into the manifest and the card.
@@ -31,7 +31,7 @@ def summarize(published: dict[str, float], audit: RunDir) -> dict[str, Any]:
     and filter) against `published` (task_id -> published eager_ms)."""
     ids = [r["task_id"] for r in audit.read_rows("tasks", ["task_id"])]
     if not ids:
-        raise OpsynthError(f"{audit.path} holds no tasks; make it with `opsynth audit PUBLISHED.parquet --sample N "
+        raise OpsynthError(f"{audit.path} holds no tasks; make it with `opsynth audit FOLDER --sample N "
                            "--stages profile,filter --device cuda --out DIR`")
     unknown = [t for t in ids if t not in published]
     if unknown:
@@ -68,13 +68,16 @@ def summarize(published: dict[str, float], audit: RunDir) -> dict[str, Any]:
 
 
 def published_eager(parquet: Path | str) -> dict[str, float]:
-    """task_id -> eager_ms of a published data folder's parquet files (or one parquet file)."""
+    """task_id -> eager_ms of a published folder's data shards (the ones `opsynth audit FOLDER` imports) or of
+    one parquet file."""
     import pyarrow.parquet as pq
 
+    from pipeline.reference import parquet_shards
+
     p = Path(parquet)
-    files = sorted(p.glob("data/train-*.parquet")) if p.is_dir() else [p]
+    files = parquet_shards(p) if p.is_dir() else [p]
     if not files:
-        raise OpsynthError(f"{parquet} holds no data/train-*.parquet; give a folder `opsynth publish` wrote")
+        raise OpsynthError(f"{parquet} holds no data/*.parquet; give a folder `opsynth publish` wrote")
     out: dict[str, float] = {}
     for f in files:
         t = pq.read_table(f, columns=["task_id", "eager_ms"])

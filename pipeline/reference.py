@@ -90,7 +90,7 @@ def _rows_from_table(rows: list[dict[str, Any]], what: str, split: str | None = 
     return out
 
 
-def _parquet_shards(folder: Path) -> list[Path]:
+def parquet_shards(folder: Path) -> list[Path]:
     """The parquet shards a folder holds: its own, else those of its data/ (the Hub layout)."""
     return sorted(folder.glob("*.parquet")) or sorted((folder / "data").glob("*.parquet"))
 
@@ -99,7 +99,7 @@ def read_code_table(path: Path) -> list[dict[str, Any]]:
     """Rows of a parquet/jsonl file, of a folder's parquet shards in name order (a published dataset's folder
     reads its data/ shards: train-00000-of-00002.parquet, ...), or of a folder's `.py` files (`name` = file stem)."""
     try:
-        shards = _parquet_shards(path) if path.is_dir() else []
+        shards = parquet_shards(path) if path.is_dir() else []
         if shards:
             return pa.concat_tables([pq.read_table(f) for f in shards], promote_options="default").to_pylist()
         if path.is_dir():
