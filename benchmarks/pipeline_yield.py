@@ -45,17 +45,22 @@ def smi_utilisation(path: Path | None) -> dict | None:
     are the run's, not the GPU's, so they are reported apart)."""
     if not path or not path.exists():
         return None
-    vals = []
+    vals, mem = [], []
     with open(path) as f:
         for row in csv.reader(f):
             if len(row) < 3 or not row[2].strip().split(" ")[0].isdigit():
                 continue
             vals.append(int(row[2].strip().split(" ")[0]))
+            mem.append(int(row[3].strip().split(" ")[0]) if len(row) > 3 else 0)
     if not vals:
         return None
     busy = [i for i, v in enumerate(vals) if v > 0]
-    inner = vals[busy[0]: busy[-1] + 1] if busy else vals
-    return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner)}
+    span = slice(busy[0], busy[-1] + 1) if busy else slice(None)
+    inner, used = vals[span], sorted(mem[span])
+    # device memory in use over the busy span (MiB): how full the card really is while the budget admits tasks
+    q = {f"memory_used_mib_q{p}": used[min(len(used) - 1, p * len(used) // 100)] for p in (10, 50, 90)}
+    return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner),
+            **q, "memory_used_mib_max": used[-1]}
 
 
 def family_table(tasks: list[dict], published: set[str], category: str) -> list[dict]:
