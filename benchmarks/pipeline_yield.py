@@ -117,7 +117,7 @@ def repeat_diff(rd: RunDir, rd2: RunDir, published: set[str], window: tuple[floa
             "rows": diff}
 
 
-WAITS = ("wall_s", "cpu_s", "lock_wait_s", "lock_wait_exclusive_s", "budget_wait_s", "regrow_wait_s",
+WAITS = ("wall_s", "cpu_s", "lock_wait_s", "lock_wait_exclusive_s", "lock_gather_s", "budget_wait_s", "regrow_wait_s",
          "gpu_exclusive_s", "gpu_busy_s", "gpu_busy_eager_s", "gpu_busy_compile_s", "compile_wall_s")
 
 

@@ -97,6 +97,12 @@ class ProfileSection:
     # a timed run waiting for the GPU lock gets in between inductor's autotuning benchmarks of a compiled graph's
     # first run (the longest shared section); off: the first compiled run holds the shared lock throughout
     yield_in_autotuning: bool = True
+    # timed runs go in phases: while a worker waits to time, no new shared section starts until every worker
+    # waiting to time has timed, so the drain of shared sections is paid once per phase, not once per task;
+    # off: a shared section may start between two timed runs
+    timing_phases: bool = True
+    # seconds the first worker of a phase waits (shared work goes on) for others to come to time with it
+    timing_gather_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -234,6 +240,7 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
     _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")
+    _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
     return p
 
 

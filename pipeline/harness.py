@@ -201,7 +201,8 @@ class Harness:
         self.s = settings
         self.cuda = device.startswith("cuda")
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
-        self.lock = GpuLock(lock_path, notify, sync=self._sync)
+        self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
+                            gather_s=settings.profile.timing_gather_s)
         if self.cuda and settings.profile.compile and settings.profile.yield_in_autotuning and lock_path:
             _yield_in_autotuning(self.lock)
         self.notify = notify
@@ -329,6 +330,7 @@ class Harness:
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
         t0, cpu0 = time.perf_counter(), _cpu_s()
         self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.lock.wait_exclusive_s = 0.0
+        self.lock.gather_s_spent = 0.0
         self.budget.wait_s = self.regrow_wait_s = 0.0
         base: dict[str, Any] = {"task_id": task.get("task_id"), "status": "ok", "error": "",
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
@@ -347,6 +349,7 @@ class Harness:
         m["gpu_exclusive_s"] = self.lock.exclusive_s
         m["lock_wait_s"], m["budget_wait_s"] = self.lock.wait_s, self.budget.wait_s
         m["lock_wait_exclusive_s"] = self.lock.wait_exclusive_s
+        m["lock_gather_s"] = self.lock.gather_s_spent  # part of lock_wait_exclusive_s
         m["regrow_wait_s"] = self.regrow_wait_s  # part of budget_wait_s: after compiling, before running
         m["cpu_s"] = _cpu_s() - cpu0
         return m
@@ -489,12 +492,12 @@ class Harness:
                 compiled = self._compile(model, ns, ref0, subs, stride, m)
         # the checks are done: their outputs would only crowd the timed runs' allocations under the hard cap
         del ref0, subs
-        with self.lock.hold():
-            x0 = self._draw(ns, 0)  # the same values: draws are seeded
-        retries0 = self._alloc_retries()
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
-        # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput
+        # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput. The input
+        # is drawn inside it: a shared section of its own would wait out a whole phase of timed runs first
         with self.lock.hold(exclusive=True):
+            x0 = self._draw(ns, 0)  # the same values: draws are seeded
+            retries0 = self._alloc_retries()
             med, iqr, n = self._time(model, x0, done_runs=s.warmup - 1)
             m.update(eager_ms=med, eager_iqr_ms=iqr, eager_runs=n)
             if compiled is not None:

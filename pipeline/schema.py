@@ -71,6 +71,7 @@ MEASUREMENTS = pa.schema([
     ("cpu_s", pa.float64()),
     ("lock_wait_s", pa.float64()),
     ("lock_wait_exclusive_s", pa.float64()),
+    ("lock_gather_s", pa.float64()),
     ("budget_wait_s", pa.float64()),
     ("regrow_wait_s", pa.float64()),
     ("gpu_exclusive_s", pa.float64()),

@@ -279,3 +279,88 @@ def test_inductor_still_has_the_benchmarker_the_worker_yields_in():
         assert getattr(benchmarking.benchmarker.benchmark_gpu, "_yields_to", None) is lock
     finally:
         del benchmarking.benchmarker.benchmark_gpu  # the class's method again
+
+
+def _phase_lock(path: str, gather_s: float = 0.0) -> GpuLock:
+    return GpuLock(path, lambda _: None, phases=True, gather_s=gather_s)
+
+
+def test_timed_runs_go_in_phases_no_shared_section_between_two_waiting_timers(tmp_path):
+    """While a worker waits to time, a newcomer to shared work waits too, and a second worker that comes to time
+    meanwhile times right after the first: the shared sections drain once for both. Without phases the
+    newcomer, queued first, gets in between them and the second timer waits for its section to drain."""
+    path = str(tmp_path / "gpu.lock")
+    holder, timer1, reader, timer2 = (_phase_lock(path) for _ in range(4))
+    order: list[str] = []
+
+    def timed(lock, name):
+        lock.acquire(exclusive=True)
+        order.append(name)
+        time.sleep(0.3)
+        lock.release()
+
+    holder.acquire()
+    _, t1_done = _in_thread(lambda: timed(timer1, "timer 1"))
+    time.sleep(0.2)  # timer 1 waits for the holder's section to drain
+    _, r_done = _in_thread(lambda: (reader.acquire(), order.append("reader"), reader.release()))
+    time.sleep(0.2)  # the reader is queued now
+    assert order == []
+    holder.release()
+    time.sleep(0.05)  # timer 1 times; the reader queued before timer 2 comes to time
+    _, t2_done = _in_thread(lambda: timed(timer2, "timer 2"))
+    assert t1_done.wait(5) and t2_done.wait(5) and r_done.wait(5)
+    assert order == ["timer 1", "timer 2", "reader"]
+
+
+def test_a_phase_ends_when_every_announced_timer_has_timed(tmp_path):
+    """Shared work resumes after the phase; a yield in a shared section waits out the whole phase."""
+    path = str(tmp_path / "gpu.lock")
+    worker, timer = _phase_lock(path), _phase_lock(path)
+    worker.acquire()
+    _, done = _in_thread(lambda: (timer.acquire(exclusive=True), time.sleep(0.3), timer.release()))
+    time.sleep(0.1)
+    t0 = time.perf_counter()
+    worker.yield_()
+    assert done.wait(5) and time.perf_counter() - t0 >= 0.3 and worker.mode == "shared"
+    assert worker.wait_s >= 0.3 and worker.wait_exclusive_s == 0
+    worker.release()
+    timer.acquire()  # nobody announced: shared at once
+    assert timer.mode == "shared"
+    timer.release()
+
+
+def test_gathering_waits_gather_s_alone_but_joins_an_announced_timer_at_once(tmp_path):
+    path = str(tmp_path / "gpu.lock")
+    lone = _phase_lock(path, gather_s=0.3)
+    t0 = time.perf_counter()
+    lone.acquire(exclusive=True)
+    assert time.perf_counter() - t0 >= 0.3 and lone.gather_s_spent >= 0.3
+    assert lone.wait_exclusive_s >= lone.gather_s_spent
+    # another timer comes while lone holds the GPU: it sees an announced timer and queues at once, no gathering
+    late = _phase_lock(path, gather_s=5.0)
+    _, got = _in_thread(lambda: late.acquire(exclusive=True))
+    time.sleep(0.2)
+    lone.release()
+    assert got.wait(2) and late.gather_s_spent < 1.0
+    late.release()
+
+
+def test_a_killed_timer_ends_its_phase(tmp_path):
+    """The announcement is a flock: a worker killed while waiting to time frees shared work."""
+    path = str(tmp_path / "gpu.lock")
+    holder = _phase_lock(path)
+    holder.acquire()
+    script = ("import sys; sys.path.insert(0, '.'); from pipeline.gpu_share import GpuLock; "
+              f"GpuLock({path!r}, lambda _: None, phases=True).acquire(exclusive=True)")
+    child = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        time.sleep(1.0)  # the child has announced and waits for the holder's section to drain
+        other = _phase_lock(path)
+        _, got = _in_thread(other.acquire)
+        assert not got.wait(0.3)  # gated by the child's announcement
+    finally:
+        child.kill()
+        child.wait()
+    assert got.wait(5) and other.mode == "shared"
+    other.release()
+    holder.release()
