@@ -58,10 +58,29 @@ def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
             # that refuse it (BatchNorm in training) are not asked
             with contextlib.suppress(Exception):
                 seen.add(frozenset(canonical(_cpu_trace(g, {"batch_size": 1}))))
+            # an upstream operator may hand over a permuted layout: the GPU's fused attention returns (B, H, L, D)
+            # laid out as (B, L, H, D), and matmul then runs clone + bmm instead of view + mm (a task rejected for
+            # its label on the H200, call 31); ops that refuse such an input are not asked
+            strided = permuted_inputs(g)
+            if strided is not None:
+                with contextlib.suppress(Exception):
+                    seen.add(frozenset(canonical(_cpu_trace(strided))))
     if not seen:
         raise OpsynthError(f"operator spec {spec.name!r} cannot run on the meta device "
                            f"({errors[-1] if errors else 'no sample'}); fix or remove its entry in operators/ops_*.py")
     return sorted(sorted(s) for s in seen)
+
+
+def permuted_inputs(g):
+    """A copy of graph g whose tensor inputs of rank >= 3 hold the same values with dims 1 and 2 swapped in
+    memory (what a fused attention kernel returns), or None when g has no such input."""
+    h = g.copy()
+    changed = False
+    for _, d in h.nodes(data=True):
+        if d["kind"] == "input" and len(d.get("shape") or ()) >= 3:
+            d["expr"] = f"{d['expr']}.transpose(1, 2).contiguous().transpose(1, 2)"
+            changed = True
+    return h if changed else None
 
 
 def _cpu_trace(g, constants: dict[str, int] | None = None) -> list[str]:

@@ -60,6 +60,32 @@ def test_cuda_keeps_the_cpu_behaviours_and_still_catches_a_wrong_label(cuda_pins
                         device="cuda") == []
 
 
+def test_matmul_after_fused_attention_keeps_its_label_on_the_gpu():
+    # recorded on the H200 (call 31, task 88737f3443ddc147): the efficient-attention kernel returns (B, H, L, D) laid
+    # out as (B, L, H, D), so the matmul after it copies and runs bmm, not view + mm; the pins come from the CPU
+    # pin's permuted-layout draws, so the CPU judges this trace the same way
+    trace = ["aten.erf", "aten._scaled_dot_product_efficient_attention", "aten.expand", "aten.clone",
+             "aten._unsafe_view", "aten.expand", "aten.view", "aten.bmm", "aten._unsafe_view"]
+    ops = ["torch.special.erf", "F.scaled_dot_product_attention", "Tensor.matmul"]
+    assert check_labels(ops, trace, device="cuda") == []
+    assert check_labels(ops, trace, device="cpu") == []
+    # the check is as strict as before: the attention kernel without the attention label is still unexplained
+    bad = check_labels([ops[0], ops[2]], trace, device="cuda")
+    assert any("aten._scaled_dot_product_fused_attention ran" in p for p in bad), bad
+
+
+def test_the_cpu_pin_traces_a_permuted_layout_of_each_input():
+    from operators.sample import single_op_graph
+    from pinning.labels import permuted_inputs
+
+    g = single_op_graph(REGISTRY["Tensor.matmul"], random.Random(0), REGISTRY["Tensor.matmul"].ranks[-1])
+    h = permuted_inputs(g)
+    big = [n for n, d in g.nodes(data=True) if d["kind"] == "input" and len(d["shape"]) >= 3]
+    assert h is not None and big
+    assert all(h.nodes[n]["expr"].endswith(".transpose(1, 2).contiguous().transpose(1, 2)") for n in big)
+    assert all(not g.nodes[n]["expr"].endswith(".transpose(1, 2)") for n in big)  # the original is untouched
+
+
 def test_without_a_gpu_pin_cuda_falls_back_to_the_cpu_pins(tmp_path, monkeypatch):
     monkeypatch.setattr(labels, "CUDA_PIN_FILE", tmp_path / "absent.json")
     labels.reload_pins()
