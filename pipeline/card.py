@@ -160,6 +160,7 @@ def _recheck(manifest: dict[str, Any]) -> list[str]:
     src = rc.get("audit_source") or {}
     out = ["", "## Independent re-check", "",
            f"A fresh run re-profiled {rc['rows']:,} published rows drawn at random (seed {src.get('order_seed', 0)}) "
+           f"{_drawn_from(src.get('source_rows'), manifest.get('sample_of') or manifest.get('rows'))}"
            f"on {rc.get('gpu') or rc.get('device')} (torch {rc.get('torch_version')}) with "
            "`opsynth audit FOLDER --sample N --stages profile,filter --device cuda` (FOLDER: this dataset's folder) and "
            "`opsynth recheck`:", "",
@@ -169,6 +170,15 @@ def _recheck(manifest: dict[str, Any]) -> list[str]:
         out.append(f"- the re-profile took {rc['profile_seconds']:.0f} s of GPU time (not counted above)")
     out += [f"- dropped {n}: {reason}" for reason, n in (rc.get("dropped") or {}).items()]
     return out
+
+
+def _drawn_from(source_rows: int | None, rows: int | None) -> str:
+    """Which release a re-check sampled: it may predate the rows published now."""
+    if not source_rows:
+        return "from the release as it was published when the re-check ran "
+    if rows and source_rows != rows:
+        return f"from the {source_rows:,} rows published then (the release has grown since) "
+    return f"from the {source_rows:,} published rows "
 
 
 def _hub(manifest: dict[str, Any]) -> list[str]:

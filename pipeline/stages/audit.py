@@ -106,6 +106,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
         k = seen.get(base, 0)
         seen[base] = k + 1
         rows.append({**_task_row(r, base if k == 0 else f"{base}-{k}"), "source_row": pos})
+    source_rows = len(rows)  # the dataset's size when it was drawn from (a release may grow after a re-check)
     if sample is not None and order_seed is None:
         order_seed = 0
     if order_seed is not None:
@@ -125,7 +126,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
     counts = {"rows": len(rows), "rejected": rejected, "kept": len(rows) - rejected,
               "repeated_ids": sum(c - 1 for c in seen.values())}
     rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed,
-                                     "sample": sample,
+                                     "sample": sample, "source_rows": source_rows,
                                      **{k: v for k, v in (source or {}).items() if v}})
     rd.record_stage("import", time.time() - t0, **counts)
     return counts

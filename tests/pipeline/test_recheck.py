@@ -115,6 +115,12 @@ def test_cli_writes_recheck_json_and_the_card_shows_it(tmp_path):
     assert saved["accepted"] == 4 and saved["eager_deviation_median"] == pytest.approx(0.02)
     card = "\n".join(_recheck({"recheck": saved}))
     assert "still accepted by the filter: 4 of 5 (80.0%)" in card and "median ratio 1.020" in card
+    # the sample was drawn from the 8 rows published then; a release grown since says so
+    assert saved["audit_source"]["source_rows"] == 8 and "from the 8 published rows" in card
+    grown = "\n".join(_recheck({"recheck": saved, "rows": 12}))
+    assert "from the 8 rows published then (the release has grown since)" in grown
+    older = "\n".join(_recheck({"recheck": {**saved, "audit_source": {"order_seed": 2}}, "rows": 12}))
+    assert "as it was published when the re-check ran" in older
 
 
 def test_audit_on_a_box_without_duckdb_keeps_its_work_and_skips_the_report(tmp_path, monkeypatch):
