@@ -81,6 +81,9 @@ class ProfileSection:
     min_runs: int = 5
     max_runs: int = 100
     iqr_target: float = 0.02  # stop timing when IQR / median is below this
+    # also stop once the median is known this closely (the notch half-width 1.57 * IQR / sqrt(runs), relative):
+    # a task whose runs spread wider than iqr_target otherwise runs max_runs times; 0: the IQR rule alone
+    median_precision: float = 0.0
     input_draws: int = 3  # different input draws for the sensitivity check
     early_reject_factor: float = 10.0  # quick eager run this far outside the window skips the rest
     max_timing_s: float = 10.0  # bound on the timed loop of one task
@@ -103,6 +106,9 @@ class ProfileSection:
     timing_phases: bool = True
     # seconds the first worker of a phase waits (shared work goes on) for others to come to time with it
     timing_gather_s: float = 0.0
+    # inductor's benchmark of each autotuning config times at most this many ms (its default 25) after 10 L2-flush
+    # warm-ups (its default 100); 0: inductor's own settings
+    autotune_benchmark_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +246,9 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
     _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")
+    _check(p.median_precision >= 0, where, f"profile.median_precision must be >= 0, 0 for the IQR rule alone (got {p.median_precision})")
+    _check(p.autotune_benchmark_ms >= 0, where,
+           f"profile.autotune_benchmark_ms must be >= 0, 0 for inductor's own (got {p.autotune_benchmark_ms})")
     _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
     return p
 

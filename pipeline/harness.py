@@ -181,6 +181,49 @@ def _yield_in_autotuning(lock: GpuLock) -> bool:
     return yield_before(getattr(benchmarking, "benchmarker", None), "benchmark_gpu", lock)
 
 
+def timed_enough(med: float, iqr: float, runs: int, s: Any) -> bool:
+    """Whether timed runs may stop (profile section `s`): their spread is under iqr_target of the median, or the
+    median is known within median_precision (the notch half-width 1.57 * IQR / sqrt(runs), McGill et al. 1978),
+    or max_runs ran."""
+    if runs >= s.max_runs or iqr <= s.iqr_target * med:
+        return True
+    return s.median_precision > 0 and 1.57 * iqr / runs ** 0.5 <= s.median_precision * med
+
+
+AUTOTUNE_WARMUP_ITERS = 10  # L2-flush warm-ups before a config's timed iterations when autotune_benchmark_ms is set
+
+
+def _bound_autotuning(ms: float) -> bool:
+    """Make inductor's benchmark of each autotuning config time at most `ms` milliseconds after
+    AUTOTUNE_WARMUP_ITERS flushes (its defaults: 25 ms after 100): the configs of a new kernel are benchmarked in
+    the compiled graph's first run, the largest part of a task's GPU time after its timed runs. False when this
+    torch's benchmarker takes no such arguments (nothing changes then)."""
+    import functools
+    import inspect
+
+    try:
+        from torch._inductor.runtime import benchmarking
+    except ImportError:
+        return False
+    bench = getattr(benchmarking, "benchmarker", None)
+    fn = getattr(bench, "benchmark_gpu", None)
+    if fn is None or getattr(fn, "_bounded_to", None) is not None:
+        return False
+    if not {"max_benchmark_duration", "memory_warmup_iters"} <= set(inspect.signature(fn).parameters):
+        return False
+
+    @functools.wraps(fn)
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        kwargs["max_benchmark_duration"] = min(kwargs.get("max_benchmark_duration", ms), ms)
+        kwargs["memory_warmup_iters"] = min(kwargs.get("memory_warmup_iters", AUTOTUNE_WARMUP_ITERS),
+                                            AUTOTUNE_WARMUP_ITERS)
+        return fn(*args, **kwargs)
+
+    bounded._bounded_to = ms  # type: ignore[attr-defined]
+    bench.benchmark_gpu = bounded
+    return True
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (Triton's ptxas runs as a child)."""
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -203,6 +246,8 @@ class Harness:
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
                             gather_s=settings.profile.timing_gather_s)
+        if self.cuda and settings.profile.compile and settings.profile.autotune_benchmark_ms > 0:
+            _bound_autotuning(settings.profile.autotune_benchmark_ms)
         if self.cuda and settings.profile.compile and settings.profile.yield_in_autotuning and lock_path:
             _yield_in_autotuning(self.lock)
         self.notify = notify
@@ -275,7 +320,7 @@ class Harness:
                     fn(*args)
                     times.append((time.perf_counter() - t0) * 1e3)
             med, iqr = quantiles(times)
-            if iqr <= s.iqr_target * med or len(times) >= max_runs or time.perf_counter() > budget_end:
+            if timed_enough(med, iqr, len(times), s) or time.perf_counter() > budget_end:
                 return med, iqr, len(times)
             batch = min(max(batch, len(times) // 2), max_runs - len(times))
 

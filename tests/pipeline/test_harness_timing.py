@@ -1,0 +1,82 @@
+"""When timed runs may stop (pipeline.harness.timed_enough) and how inductor's autotuning benchmarks are bounded
+(pipeline.harness._bound_autotuning): both are profile-section settings a worker applies."""
+
+import dataclasses
+
+import pytest
+
+from pipeline.config import ProfileSection
+from pipeline.harness import AUTOTUNE_WARMUP_ITERS, _bound_autotuning, timed_enough
+
+
+@pytest.mark.parametrize(("med", "iqr", "runs", "precision", "expected"), [
+    (1.0, 0.01, 5, 0.0, True),     # spread under iqr_target (0.02): stop
+    (1.0, 0.05, 5, 0.0, False),    # wider spread, IQR rule alone: go on
+    (1.0, 0.05, 99, 0.0, False),
+    (1.0, 0.05, 100, 0.0, True),   # max_runs
+    (1.0, 0.05, 5, 0.015, False),  # 1.57 * 0.05 / sqrt(5) = 3.5% > 1.5%
+    (1.0, 0.05, 28, 0.015, True),  # 1.57 * 0.05 / sqrt(28) = 1.48% <= 1.5%
+    (1.0, 0.05, 27, 0.015, False),  # 1.51%
+    (1.0, 0.30, 99, 0.015, False),  # a very noisy task still runs to max_runs
+])
+def test_timing_stops_on_spread_median_precision_or_max_runs(med, iqr, runs, precision, expected):
+    s = dataclasses.replace(ProfileSection(), median_precision=precision)
+    assert timed_enough(med, iqr, runs, s) is expected
+
+
+def test_median_precision_is_off_by_default_and_validated():
+    from pipeline.config import ConfigError, validate_profile
+
+    assert ProfileSection().median_precision == 0 and ProfileSection().autotune_benchmark_ms == 0
+    with pytest.raises(ConfigError, match="median_precision must be >= 0"):
+        validate_profile(dataclasses.replace(ProfileSection(), median_precision=-0.1), "test")
+    with pytest.raises(ConfigError, match="autotune_benchmark_ms must be >= 0"):
+        validate_profile(dataclasses.replace(ProfileSection(), autotune_benchmark_ms=-1.0), "test")
+
+
+class _Bench:
+    """Stands in for inductor's benchmarker: records what each benchmark was asked for."""
+
+    def __init__(self):
+        self.calls = []
+
+    def benchmark_gpu(self, _callable, estimation_iters=5, memory_warmup_iters=100, benchmark_iters=100,
+                      max_benchmark_duration=25, **kwargs):
+        self.calls.append((memory_warmup_iters, max_benchmark_duration))
+        return 1.0
+
+
+def test_bounded_autotuning_caps_each_benchmark_and_keeps_smaller_asks(monkeypatch):
+    from torch._inductor.runtime import benchmarking
+
+    fake = _Bench()
+    monkeypatch.setattr(benchmarking, "benchmarker", fake)
+    assert _bound_autotuning(5.0)
+    assert not _bound_autotuning(5.0)  # bounded once
+    assert fake.benchmark_gpu(lambda: None) == 1.0
+    fake.benchmark_gpu(lambda: None, max_benchmark_duration=2, memory_warmup_iters=3)
+    assert fake.calls == [(AUTOTUNE_WARMUP_ITERS, 5.0), (3, 2)]
+
+
+def test_a_benchmarker_without_those_arguments_is_left_alone(monkeypatch):
+    from torch._inductor.runtime import benchmarking
+
+    class Other:
+        def benchmark_gpu(self, _callable, warmup=25, rep=100):
+            return 2.0
+
+    other = Other()
+    monkeypatch.setattr(benchmarking, "benchmarker", other)
+    assert not _bound_autotuning(5.0)
+    assert "_bounded_to" not in vars(other)
+
+
+def test_this_torchs_benchmarker_takes_the_bounds():
+    """A torch whose benchmarker drops these arguments must fail here, not silently autotune at full length."""
+    from torch._inductor.runtime import benchmarking
+
+    try:
+        assert _bound_autotuning(5.0)
+        assert benchmarking.benchmarker.benchmark_gpu._bounded_to == 5.0
+    finally:
+        del benchmarking.benchmarker.benchmark_gpu  # the class's method again
