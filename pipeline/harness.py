@@ -18,7 +18,9 @@ the verifier's tolerance) and degenerate outputs over `input_draws` draws; ATen 
 then, unless those checks already reject the task, `torch.compile` (fresh `torch._dynamo.reset()`), its
 agreement with eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eager and compiled timing in one
 exclusive hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds
-nothing, so several workers per GPU overlap their work without ever disturbing a timed run. Memory: one input
+nothing, so several workers per GPU overlap one's CPU work (compiling, launching) with another's kernels (the
+kernels of different processes take turns on a GPU without MPS) without ever disturbing a timed run; timed runs
+go in phases (pipeline.gpu_share.GpuLock) so the shared sections drain once for all workers waiting to time. Memory: one input
 set is alive at a time (the first draw is dropped before the others and drawn again from its seed for the
 compile check and timing), and the task's reservation in the GPU's budget is also the worker's hard allocator
 cap.
