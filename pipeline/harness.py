@@ -85,6 +85,10 @@ class TaskError(Exception):
 
 
 def one_line(e: BaseException) -> str:
+    inner = getattr(e, "inner_exception", None)
+    if isinstance(inner, BaseException) and inner is not e:
+        # dynamo's BackendCompilerFailed says only "backend=<object at 0x...> raised:" on its first line
+        return f"{type(e).__name__} ({one_line(inner)})"[:300]
     text = str(e).strip().splitlines()
     first = text[0] if text else ""
     asked = re.search(r"Tried to allocate ([\d.]+ [KMGT]?i?B)", first)

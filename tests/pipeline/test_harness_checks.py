@@ -234,3 +234,24 @@ def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_
     with pytest.raises(ValueError):
         failing(None, [])
     assert calls == ["shrink", "grow"]  # another failure is the task's: not compiled twice
+
+
+def test_a_failing_compile_backend_is_reported_by_its_inner_error():
+    """torch.compile wraps a backend's exception in BackendCompilerFailed, whose first line names only the backend
+    object: the recorded compile error must say what failed."""
+    import torch
+
+    from pipeline.gpu_share import GpuLock
+    from pipeline.harness import _LockedBackend, one_line
+
+    def refuse(gm, example_inputs):
+        raise NotImplementedError("NYI TritonSplitDimKernel reductions")
+
+    backend = _LockedBackend(refuse, GpuLock(None, lambda _: None))
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as info:
+        torch.compile(lambda x: torch.sin(x) + 1, backend=backend)(torch.ones(4))
+    line = one_line(info.value)
+    assert line.startswith("BackendCompilerFailed (NotImplementedError: NYI TritonSplitDimKernel reductions)"), line
+    assert "0x" not in line
+    assert one_line(ValueError("first\nsecond")) == "ValueError: first"
