@@ -3,7 +3,7 @@ published task, whether labels and dedupe drops were true, and whether a second 
 publishes the same set.
 
     python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv] [--gpus 1]
-        [--since-index N] [--until-index M] [--profile-seconds S] [--out benchmarks/results/pipeline_yield.json]
+        [--since-index N] [--until-index M] [--profile-seconds S] [--call K] [--out benchmarks/results/pipeline_yield.json]
 
 DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
 is a second run directory whose profile measured the same tasks again. `--smi` is the CSV of
@@ -134,6 +134,21 @@ def time_breakdown(rows: list[dict], profile_s: float) -> dict | None:
     return out
 
 
+def call_range(manifest: dict, call: int) -> tuple[int, int, float]:
+    """(first index, end index, seconds) of the tasks one profile call measured: profile takes pending tasks in
+    index order, so a call measured the indices between the previous call's count of measured tasks and its own
+    (`profiled` + `skipped` after it)."""
+    calls = (manifest.get("stages", {}).get("profile", {}) or {}).get("calls") or []
+    k = call - 1 if call > 0 else len(calls) + call
+    if not 0 <= k < len(calls):
+        sys.exit(f"error: the run's manifest logs {len(calls)} profile call(s); --call {call} is not one of them")
+
+    def done(c: dict) -> int:
+        return int(c.get("profiled", 0)) + int(c.get("skipped", 0))
+
+    return (done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
@@ -144,12 +159,16 @@ def main() -> None:
     ap.add_argument("--since-index", type=int, default=0, help="judge only tasks sampled at this index or later")
     ap.add_argument("--until-index", type=int, help="judge only tasks sampled before this index")
     ap.add_argument("--profile-seconds", type=float, help="profile seconds of the judged tasks (default: manifest)")
+    ap.add_argument("--call", type=int, help="judge the tasks profile call K measured (1-based, negative from the "
+                    "last, as stages.profile.calls logs them): sets --since-index, --until-index, --profile-seconds")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/pipeline_yield.json"))
     a = ap.parse_args()
 
     rd = RunDir(a.run)
     cfg = load_file(a.run / "config.toml")
     manifest = json.loads((a.run / "manifest.json").read_text())
+    if a.call is not None:
+        a.since_index, a.until_index, a.profile_seconds = call_range(manifest, a.call)
     all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
     tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
