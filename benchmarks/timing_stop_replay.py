@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import ProfileSection  # noqa: E402
-from pipeline.harness import timed_enough  # noqa: E402
+from pipeline.harness import next_batch, timed_enough  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
 
 
@@ -37,7 +37,7 @@ def batch_boundaries(s: ProfileSection) -> list[int]:
     while n < s.max_runs:
         n += batch
         out.append(n)
-        batch = min(max(batch, n // 2), s.max_runs - n)
+        batch = next_batch(batch, n, s.max_runs)
     return out
 
 

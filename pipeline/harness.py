@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import gc
+import inspect
 import json
 import os
 import re
@@ -176,15 +178,27 @@ class _LockedBackend:
         return getattr(self._inner, name)
 
 
+def _inductor_benchmarker() -> Any:
+    """torch._inductor's benchmarker (it times the configs of each new kernel in a compiled graph's first run), or
+    None on a torch without one."""
+    try:
+        from torch._inductor.runtime import benchmarking
+    except ImportError:
+        return None
+    return getattr(benchmarking, "benchmarker", None)
+
+
 def _yield_in_autotuning(lock: GpuLock) -> bool:
     """Inductor benchmarks the configs of each new kernel in the compiled graph's first run (0.44 s of lock per
     task on the H200, calls 26-28): a timed run waiting for the lock now gets in between two benchmarks instead of
     after all of them. False when this torch has no such benchmarker (nothing changes then)."""
-    try:
-        from torch._inductor.runtime import benchmarking
-    except ImportError:
-        return False
-    return yield_before(getattr(benchmarking, "benchmarker", None), "benchmark_gpu", lock)
+    return yield_before(_inductor_benchmarker(), "benchmark_gpu", lock)
+
+
+def next_batch(batch: int, runs: int, max_runs: int) -> int:
+    """How many timed runs the next batch adds after `runs` (the last batch was `batch`): half the runs so far,
+    at least as many as before, never past max_runs."""
+    return min(max(batch, runs // 2), max_runs - runs)
 
 
 def timed_enough(med: float, iqr: float, runs: int, s: Any) -> bool:
@@ -204,14 +218,7 @@ def _bound_autotuning(ms: float) -> bool:
     AUTOTUNE_WARMUP_ITERS flushes (its defaults: 25 ms after 100): the configs of a new kernel are benchmarked in
     the compiled graph's first run, the largest part of a task's GPU time after its timed runs. False when this
     torch's benchmarker takes no such arguments (nothing changes then)."""
-    import functools
-    import inspect
-
-    try:
-        from torch._inductor.runtime import benchmarking
-    except ImportError:
-        return False
-    bench = getattr(benchmarking, "benchmarker", None)
+    bench = _inductor_benchmarker()
     fn = getattr(bench, "benchmark_gpu", None)
     if fn is None or getattr(fn, "_bounded_to", None) is not None:
         return False
@@ -328,7 +335,7 @@ class Harness:
             med, iqr = quantiles(times)
             if timed_enough(med, iqr, len(times), s) or time.perf_counter() > budget_end:
                 return med, iqr, len(times)
-            batch = min(max(batch, len(times) // 2), max_runs - len(times))
+            batch = next_batch(batch, len(times), max_runs)
 
     def _quick_ms(self, model: Any, x: tuple, base: int, m: dict) -> tuple[Any, float]:
         out = model(*x)  # the first run also pays lazy init (cuDNN/cuBLAS handles)

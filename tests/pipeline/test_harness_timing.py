@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from pipeline.config import ProfileSection
-from pipeline.harness import AUTOTUNE_WARMUP_ITERS, _bound_autotuning, timed_enough
+from pipeline.harness import AUTOTUNE_WARMUP_ITERS, _bound_autotuning, next_batch, timed_enough
 
 
 @pytest.mark.parametrize(("med", "iqr", "runs", "precision", "expected"), [
@@ -22,6 +22,15 @@ from pipeline.harness import AUTOTUNE_WARMUP_ITERS, _bound_autotuning, timed_eno
 def test_timing_stops_on_spread_median_precision_or_max_runs(med, iqr, runs, precision, expected):
     s = dataclasses.replace(ProfileSection(), median_precision=precision)
     assert timed_enough(med, iqr, runs, s) is expected
+
+
+def test_timed_runs_grow_by_half_their_count_up_to_max_runs():
+    runs, batch, seen = 0, 5, []
+    while runs < 100:
+        runs += batch
+        seen.append(runs)
+        batch = next_batch(batch, runs, 100)
+    assert seen == [5, 10, 15, 22, 33, 49, 73, 100]
 
 
 def test_median_precision_is_off_by_default_and_validated():
