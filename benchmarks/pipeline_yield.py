@@ -134,10 +134,10 @@ def time_breakdown(rows: list[dict], profile_s: float) -> dict | None:
     return out
 
 
-def call_range(manifest: dict, call: int) -> tuple[int, int, float]:
-    """(first index, end index, seconds) of the tasks one profile call measured: profile takes pending tasks in
-    index order, so a call measured the indices between the previous call's count of measured tasks and its own
-    (`profiled` + `skipped` after it)."""
+def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict]:
+    """(first index, end index, seconds, settings) of the tasks one profile call measured: profile takes pending
+    tasks in index order, so a call measured the indices between the previous call's count of measured tasks and
+    its own (`profiled` + `skipped` after it); settings: what its `--set` changed from the run's config."""
     calls = (manifest.get("stages", {}).get("profile", {}) or {}).get("calls") or []
     k = call - 1 if call > 0 else len(calls) + call
     if not 0 <= k < len(calls):
@@ -146,7 +146,18 @@ def call_range(manifest: dict, call: int) -> tuple[int, int, float]:
     def done(c: dict) -> int:
         return int(c.get("profiled", 0)) + int(c.get("skipped", 0))
 
-    return (done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"])
+    return (done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"]), calls[k].get("settings") or {}
+
+
+def quick_over_median(rows: list[dict]) -> dict:
+    """How far the untimed quick eager run (which early_reject_factor judges) strays from the timed median:
+    quantiles of quick_eager_ms / eager_ms over the tasks that have both."""
+    r = sorted(m["quick_eager_ms"] / m["eager_ms"] for m in rows
+               if m.get("quick_eager_ms") and m.get("eager_ms") and m.get("eager_runs"))
+    if not r:
+        return {}
+    return {"tasks": len(r), **{f"q{q:02d}": round(r[min(len(r) - 1, int(q / 100 * len(r)))], 3)
+                                for q in (1, 10, 50, 90, 99)}, "min": round(r[0], 3), "max": round(r[-1], 3)}
 
 
 def main() -> None:
@@ -167,8 +178,9 @@ def main() -> None:
     rd = RunDir(a.run)
     cfg = load_file(a.run / "config.toml")
     manifest = json.loads((a.run / "manifest.json").read_text())
+    settings: dict = {}
     if a.call is not None:
-        a.since_index, a.until_index, a.profile_seconds = call_range(manifest, a.call)
+        a.since_index, a.until_index, a.profile_seconds, settings = call_range(manifest, a.call)
     all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
     tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
@@ -201,7 +213,8 @@ def main() -> None:
         "gpu_s_per_published": round(gpu_s / len(published), 4) if published else None,
         "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
         "gpu_utilisation": smi_utilisation(a.smi),
-        "since_index": a.since_index, "until_index": a.until_index,
+        "since_index": a.since_index, "until_index": a.until_index, "profile_settings": settings,
+        "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)

@@ -255,8 +255,12 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
                                                               "started finish, a rerun continues")] = None,
             limit: Annotated[int | None, typer.Option(help="start no shard once K tasks were handed to workers "
                                                       "in this call (whole shards: K rounds up)")] = None,
+            set_: Annotated[list[str] | None, typer.Option(
+                "--set", help="profile.KEY=VALUE for this call only (TOML value; repeat for several), recorded "
+                              "in the manifest's entry for the call, e.g. --set profile.median_precision=0.015")] = None,
             ) -> None:
     """Measure the tasks in isolated worker processes into DIR/measurements/ (not those already dropped)."""
+    from pipeline.config import with_profile_settings
     from pipeline.stages import profile as profile_stage
 
     budget = profile_stage.Budget(max_seconds=None if max_minutes is None else max_minutes * 60, limit=limit)
@@ -265,8 +269,9 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
     if limit is not None and limit < 1:
         raise OpsynthError(f"--limit must be >= 1 (got {limit})")
     rd, cfg = _open(dir, workers)
+    cfg, settings = with_profile_settings(cfg, set_ or [], f"{dir}/config.toml with --set")
     out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
-                 skip_dropped=not all_tasks, budget=budget)
+                 skip_dropped=not all_tasks, budget=budget, settings=settings)
     if out["stopped"]:
         typer.echo(f"stopped after {out['minutes']:g} min: {out['with_measurements']} of {out['tasks']} tasks "
                    f"measured; rerun to continue")

@@ -279,6 +279,28 @@ def grown(cfg: Config, n: int, where: str) -> Config:
     return validate(cfg.with_overrides(n=n), where)
 
 
+def with_profile_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Config, dict[str, Any]]:
+    """`cfg` with profile settings replaced for one profile call (`--set profile.KEY=VALUE`, VALUE in TOML syntax),
+    and the settings given. Only the profile section, how tasks are measured, may change this way: the rest of
+    a run's config decides what its tasks are (sample, decontaminate) or is re-applied in seconds (filter)."""
+    given: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        section, dot, name = key.strip().partition(".")
+        _check(bool(eq) and section == "profile" and bool(dot) and bool(name), where,
+               f"--set takes profile.KEY=VALUE (got {pair!r}); e.g. --set profile.median_precision=0.015")
+        try:
+            given[name] = tomllib.loads(f"v = {value.strip()}")["v"]
+        except tomllib.TOMLDecodeError:
+            raise ConfigError(f"config error in {where}: --set {pair!r}: {value.strip()!r} is not a TOML value "
+                              "(numbers as 0.015, booleans as true, strings quoted)") from None
+    if not given:
+        return cfg, {}
+    base = dataclasses.asdict(cfg.profile)
+    profile = validate_profile(build_section(ProfileSection, {**base, **given}, where, "profile"), where)
+    return replace(cfg, profile=profile), given
+
+
 def build_section(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
     """One section's dataclass from its TOML table: unknown keys and mistyped values are refused."""
     known = {f.name: f for f in fields(cls)}

@@ -143,22 +143,29 @@ class GpuLock:
             self.release()
 
 
-def yield_before(obj: Any, name: str, lock: GpuLock) -> bool:
-    """Make `obj.name` let a waiting timed run in before each call while `lock` is held shared (as between the
-    eager draws), so a long shared section of many such calls (inductor autotuning new kernels config by config
-    in a compiled graph's first run) no longer holds every neighbour's timing back to its end. False when obj has
-    no such method or it yields already."""
+def guard_benchmarks(obj: Any, name: str, lock: GpuLock, yield_first: bool = True) -> bool:
+    """Make every call of `obj.name` (inductor's benchmarker) run under the GPU lock: one made while the worker
+    holds nothing (inductor's pad_mm times padded matmul operands while it compiles, and compiling holds no
+    lock) takes the lock shared for the call, so it can never run beside a neighbour's timed run; with
+    `yield_first`, one made inside a shared section first lets a waiting timed run in (as between the eager
+    draws), so a long section of many calls (autotuning a compiled graph's new kernels config by config) no
+    longer holds every neighbour's timing back to its end. A call inside an exclusive hold is unchanged. False
+    when obj has no such method or it is guarded already."""
     fn = getattr(obj, name, None)
-    if fn is None or getattr(fn, "_yields_to", None) is lock:
+    if fn is None or getattr(fn, "_guarded_by", None) is lock:
         return False
 
     @functools.wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        lock.yield_()
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if lock.mode is None:
+            with lock.hold():
+                return fn(*args, **kwargs)
+        if yield_first:
+            lock.yield_()
         return fn(*args, **kwargs)
 
-    wrapped._yields_to = lock  # type: ignore[attr-defined]
-    setattr(obj, name, wrapped)
+    guarded._guarded_by = lock  # type: ignore[attr-defined]
+    setattr(obj, name, guarded)
     return True
 
 

@@ -59,7 +59,8 @@ from filters.tensor_checks import (
 from operators.peak import LiveBytes
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
-from pipeline.gpu_share import GpuLock, MemoryBudget, yield_before
+from pipeline.config import ConfigError
+from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
 from pipeline.worker_settings import WorkerSettings
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
@@ -188,11 +189,13 @@ def _inductor_benchmarker() -> Any:
     return getattr(benchmarking, "benchmarker", None)
 
 
-def _yield_in_autotuning(lock: GpuLock) -> bool:
-    """Inductor benchmarks the configs of each new kernel in the compiled graph's first run (0.44 s of lock per
-    task on the H200, calls 26-28): a timed run waiting for the lock now gets in between two benchmarks instead of
-    after all of them. False when this torch has no such benchmarker (nothing changes then)."""
-    return yield_before(_inductor_benchmarker(), "benchmark_gpu", lock)
+def _guard_benchmarks(lock: GpuLock, yield_first: bool) -> bool:
+    """Every benchmark inductor runs goes under the GPU lock (pipeline.gpu_share.guard_benchmarks): those of its
+    compile passes (pad_mm), which run while the worker holds nothing, take it shared; with `yield_first`
+    (profile.yield_in_autotuning), a timed run waiting for the lock gets in between two autotuning benchmarks of
+    a compiled graph's first run (0.44 s of lock per task on the H200, calls 26-28) instead of after all of them.
+    False when this torch has no such benchmarker (nothing changes then)."""
+    return guard_benchmarks(_inductor_benchmarker(), "benchmark_gpu", lock, yield_first)
 
 
 def next_batch(batch: int, runs: int, max_runs: int) -> int:
@@ -237,6 +240,17 @@ def _bound_autotuning(ms: float) -> bool:
     return True
 
 
+def require_autotuning_bound(ms: float) -> None:
+    """Bound inductor's autotuning benchmarks to `ms` (_bound_autotuning) or raise ConfigError: a worker whose
+    bound silently did not apply would be measured as if it had."""
+    if _bound_autotuning(ms) or getattr(getattr(_inductor_benchmarker(), "benchmark_gpu", None),
+                                        "_bounded_to", None) == ms:
+        return
+    raise ConfigError(f"profile.autotune_benchmark_ms = {ms:g} needs inductor's benchmarker with "
+                      f"max_benchmark_duration and memory_warmup_iters, which torch {torch.__version__} lacks (or "
+                      f"it is bounded to another value in this process): set it to 0")
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (Triton's ptxas runs as a child)."""
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -260,9 +274,9 @@ class Harness:
         self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
                             gather_s=settings.profile.timing_gather_s)
         if self.cuda and settings.profile.compile and settings.profile.autotune_benchmark_ms > 0:
-            _bound_autotuning(settings.profile.autotune_benchmark_ms)
-        if self.cuda and settings.profile.compile and settings.profile.yield_in_autotuning and lock_path:
-            _yield_in_autotuning(self.lock)
+            require_autotuning_bound(settings.profile.autotune_benchmark_ms)
+        if self.cuda and settings.profile.compile and lock_path:
+            _guard_benchmarks(self.lock, settings.profile.yield_in_autotuning)
         self.notify = notify
         self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)
         if settings.profile.compile:
@@ -512,6 +526,7 @@ class Harness:
             model = model.to(dev)
             x0 = self._draw(ns, 0)
             out0, quick = self._quick_ms(model, x0, base, m)
+            m["quick_eager_ms"] = quick
             m["gpu_busy_setup_s"] = time.perf_counter() - self.lock._since
             self._early_reject(quick, m)
             self.lock.yield_()

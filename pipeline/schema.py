@@ -38,6 +38,9 @@ MEASUREMENTS = pa.schema([
     ("eager_ms", pa.float64()),
     ("eager_iqr_ms", pa.float64()),
     ("eager_runs", pa.int32()),
+    # the one untimed eager run after the first (no L2 flush) that early_reject_factor judges: recorded for every
+    # task, so how far it strays from the median says how tight that factor may be
+    ("quick_eager_ms", pa.float64()),
     ("compile_ok", pa.bool_()),
     ("compile_error", pa.string()),
     ("compile_cache_repaired", pa.bool_()),  # compiled once broken inductor cache binaries were out of the way
@@ -76,7 +79,8 @@ MEASUREMENTS = pa.schema([
     ("regrow_wait_s", pa.float64()),
     ("gpu_exclusive_s", pa.float64()),
     # of gpu_busy_s: the eager checks (setup, draws) and the first compiled run (Triton's autotuning of new
-    # kernels happens there); compile_wall_s: inductor compiling, without the lock (CPU, pad_mm's benchmarks)
+    # kernels happens there, and inductor's pad_mm benchmarks while it compiles); compile_wall_s: inductor
+    # compiling (CPU work, without the lock but for those benchmarks)
     ("gpu_busy_eager_s", pa.float64()),
     ("gpu_busy_compile_s", pa.float64()),
     ("compile_wall_s", pa.float64()),

@@ -82,10 +82,13 @@ def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[st
 
 
 def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None = None,
-        ray_address: str | None = None, skip_dropped: bool = False, budget: Budget | None = None) -> dict[str, Any]:
+        ray_address: str | None = None, skip_dropped: bool = False, budget: Budget | None = None,
+        settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Measure the tasks of `rd`. skip_dropped: tasks an earlier stage already dropped (decontaminate, when
     `opsynth run` puts it first) get a `skipped` row instead of GPU time. budget: stop starting shards once it
-    is spent (the result then has stopped=True; a rerun continues)."""
+    is spent (the result then has stopped=True; a rerun continues). settings: the profile settings this call
+    changed from the run's config.toml (`--set`), recorded with the call in the manifest so every measurement
+    can be traced to how it was taken."""
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
     from pipeline.stage_defs import CODE_STAGES
@@ -163,7 +166,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
-                    gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted)
+                    gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
+                    **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
     return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
             "minutes": round(budget.elapsed() / 60, 2)}

@@ -1,8 +1,18 @@
 """Config loading: presets resolve, bad files fail with one line naming the field, the dump round-trips."""
 
+import dataclasses
+
 import pytest
 
-from pipeline.config import Config, ConfigError, from_dict, load_file, load_preset, presets
+from pipeline.config import (
+    Config,
+    ConfigError,
+    from_dict,
+    load_file,
+    load_preset,
+    presets,
+    with_profile_settings,
+)
 
 
 def test_every_preset_loads_and_round_trips(tmp_path):
@@ -60,3 +70,27 @@ def test_defaults_meet_the_composition_targets():
     s = Config().sample
     w = s.depth_weights[: s.max_ops]
     assert sum(w[2:]) / sum(w) >= 0.4 and s.dag_share >= 0.25
+
+
+def test_profile_settings_for_one_call_change_only_those_keys():
+    cfg = load_preset("h200")
+    got, given = with_profile_settings(cfg, ["profile.median_precision=0.015", " profile.timing_phases = false"], "t")
+    assert given == {"median_precision": 0.015, "timing_phases": False}
+    assert got.profile.median_precision == 0.015 and got.profile.timing_phases is False
+    assert dataclasses.replace(got.profile, median_precision=0.0, timing_phases=True) == cfg.profile
+    assert got.filter == cfg.filter and got.sample == cfg.sample
+    assert with_profile_settings(cfg, [], "t") == (cfg, {})
+
+
+@pytest.mark.parametrize(("pair", "fragment"), [
+    ("filter.max_eager_ms=200", "--set takes profile.KEY=VALUE"),   # only how tasks are measured
+    ("profile.median_precision", "--set takes profile.KEY=VALUE"),
+    ("profile.no_such_key=1", "unknown key(s) ['no_such_key']"),
+    ("profile.max_runs=two", "is not a TOML value"),
+    ("profile.max_runs=2", "profile.max_runs must be >= min_runs"),
+    ("profile.timing_phases=1", "timing_phases must be true or false"),
+])
+def test_bad_profile_settings_name_the_key_and_the_fix(pair, fragment):
+    with pytest.raises(ConfigError) as e:
+        with_profile_settings(load_preset("h200"), [pair], "run/config.toml with --set")
+    assert fragment in str(e.value) and "\n" not in str(e.value)

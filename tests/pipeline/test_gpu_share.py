@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeline.gpu_share import GpuLock, MemoryBudget, yield_before
+from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
 
 
 def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:
@@ -240,43 +240,72 @@ def test_memory_budget_growers_never_wait_for_each_other_forever(tmp_path, other
     assert b_grown.wait(5) or a_grown.wait(5)  # both wait to grow: nobody runs, so the first in the queue goes
 
 
-def test_yield_before_lets_a_waiting_timed_run_in_before_each_call(tmp_path):
+def test_guarded_benchmarks_let_a_waiting_timed_run_in_before_each_call(tmp_path):
     """A long shared section of many calls (inductor benchmarking a kernel's configs) lets a waiting exclusive
-    holder in between two calls, not only at its end; outside a shared hold the wrapped call is unchanged."""
+    holder in between two calls, not only at its end."""
     path = str(tmp_path / "gpu.lock")
     compiler, timer = GpuLock(path, lambda _: None), GpuLock(path, lambda _: None)
 
     class Bench:
         def benchmark_gpu(self, ms):
-            order.append(f"bench {ms}")
+            order.append(f"bench {ms} {compiler.mode}")
             return ms
 
     order: list[str] = []
     bench = Bench()
-    assert yield_before(bench, "benchmark_gpu", compiler)
-    assert not yield_before(bench, "benchmark_gpu", compiler)  # wrapped once
-    assert not yield_before(bench, "no_such_method", compiler)
-    assert bench.benchmark_gpu(1) == 1 and compiler.mode is None  # not held: nothing acquired
+    assert guard_benchmarks(bench, "benchmark_gpu", compiler)
+    assert not guard_benchmarks(bench, "benchmark_gpu", compiler)  # wrapped once
+    assert not guard_benchmarks(bench, "no_such_method", compiler)
     compiler.acquire()
     _, timed = _in_thread(lambda: (timer.acquire(exclusive=True), order.append("timed"), timer.release()))
     time.sleep(0.2)
     assert not timed.is_set()  # the shared section holds it back
     assert bench.benchmark_gpu(2) == 2  # the timed run goes first, then the benchmark
-    assert timed.wait(5) and order == ["bench 1", "timed", "bench 2"] and compiler.mode == "shared"
+    assert timed.wait(5) and order == ["timed", "bench 2 shared"] and compiler.mode == "shared"
     compiler.release()
 
 
-def test_inductor_still_has_the_benchmarker_the_worker_yields_in():
-    """The worker wraps torch._inductor's benchmarker (autotuning); a torch that renames it must fail here, not
-    silently lose the yield."""
+@pytest.mark.parametrize("yield_first", [True, False])
+def test_a_benchmark_outside_any_hold_waits_for_a_timed_run_and_holds_the_lock_shared(tmp_path, yield_first):
+    """inductor's pad_mm benchmarks matmuls while it compiles, and compiling holds no lock: such a call takes the
+    lock shared for its length, so it never runs beside a neighbour's timed run, and gives it back after."""
+    path = str(tmp_path / "gpu.lock")
+    compiler, timer = GpuLock(path, lambda _: None), GpuLock(path, lambda _: None)
+    order: list[str] = []
+
+    class Bench:
+        def benchmark_gpu(self, ms):
+            order.append(f"bench {ms} {compiler.mode}")
+            return ms
+
+    bench = Bench()
+    assert guard_benchmarks(bench, "benchmark_gpu", compiler, yield_first=yield_first)
+    timer.acquire(exclusive=True)
+    t, done = _in_thread(lambda: bench.benchmark_gpu(1))
+    assert not done.wait(0.3) and order == []  # a timed run holds the GPU: the benchmark waits
+    order.append("timed")
+    timer.release()
+    assert done.wait(5) and order == ["timed", "bench 1 shared"]
+    assert compiler.mode is None and compiler.held_s > 0  # given back, and counted as held
+    compiler.acquire(exclusive=True)
+    assert bench.benchmark_gpu(3) == 3 and compiler.mode == "exclusive"  # inside a timed hold: unchanged
+    compiler.release()
+
+
+def test_inductor_still_has_the_benchmarker_the_worker_guards():
+    """The worker wraps torch._inductor's benchmarker (autotuning in a compiled graph's first run, pad_mm while it
+    compiles); a torch that renames it, or whose pad_mm stops looking it up at call time, must fail here, not
+    silently lose the guard."""
+    from torch._inductor.fx_passes import pad_mm
     from torch._inductor.runtime import benchmarking
 
-    from pipeline.harness import _yield_in_autotuning
+    from pipeline.harness import _guard_benchmarks
 
     lock = GpuLock(None, lambda _: None)
     try:
-        assert _yield_in_autotuning(lock)
-        assert getattr(benchmarking.benchmarker.benchmark_gpu, "_yields_to", None) is lock
+        assert _guard_benchmarks(lock, yield_first=True)
+        assert getattr(benchmarking.benchmarker.benchmark_gpu, "_guarded_by", None) is lock
+        assert getattr(pad_mm.get_do_bench().func, "_guarded_by", None) is lock
     finally:
         del benchmarking.benchmarker.benchmark_gpu  # the class's method again
 

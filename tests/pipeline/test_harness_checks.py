@@ -54,6 +54,7 @@ def test_clean_task_passes_every_check(clean):
     assert clean["status"] == "ok" and clean["degenerate"] == "" and clean["deterministic"]
     assert clean["input_min_pairwise_diff"] > 0.1 and clean["output_numel"] == 32 * 16
     assert clean["determinism_max_diff"] == 0.0 and clean["eager_runs"] >= 3
+    assert 0 < clean["quick_eager_ms"] < 1e4  # the untimed run early_reject_factor judges, kept for calibration
     assert clean["aten_ops"] == ["aten.mul", "aten.sin", "aten.add"]
     assert clean["peak_memory_bytes"] >= 3 * 32 * 16 * 4  # input, product, sine (the sum is the output)
 

@@ -5,8 +5,14 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import ProfileSection
-from pipeline.harness import AUTOTUNE_WARMUP_ITERS, _bound_autotuning, next_batch, timed_enough
+from pipeline.config import ConfigError, ProfileSection
+from pipeline.harness import (
+    AUTOTUNE_WARMUP_ITERS,
+    _bound_autotuning,
+    next_batch,
+    require_autotuning_bound,
+    timed_enough,
+)
 
 
 @pytest.mark.parametrize(("med", "iqr", "runs", "precision", "expected"), [
@@ -78,6 +84,19 @@ def test_a_benchmarker_without_those_arguments_is_left_alone(monkeypatch):
     monkeypatch.setattr(benchmarking, "benchmarker", other)
     assert not _bound_autotuning(5.0)
     assert "_bounded_to" not in vars(other)
+    with pytest.raises(ConfigError, match=r"autotune_benchmark_ms = 5 .*set it to 0"):
+        require_autotuning_bound(5.0)  # the worker refuses to start rather than measure unbounded
+
+
+def test_a_worker_started_again_in_the_same_process_keeps_its_bound(monkeypatch):
+    from torch._inductor.runtime import benchmarking
+
+    fake = _Bench()
+    monkeypatch.setattr(benchmarking, "benchmarker", fake)
+    require_autotuning_bound(5.0)
+    require_autotuning_bound(5.0)  # bounded already to the same value: fine
+    with pytest.raises(ConfigError, match="another value"):
+        require_autotuning_bound(3.0)
 
 
 def test_this_torchs_benchmarker_takes_the_bounds():

@@ -81,3 +81,24 @@ def test_a_shard_measured_before_the_run_grew_keeps_its_rows(tmp_path, tanh_task
     assert _shards(grown) == {0: ["t0", "t1"], 1: ["t2", "t3"]}
     after = {m["task_id"]: m for m in grown.read_rows("measurements")}
     assert after["t2"]["eager_ms"] == before["t2"]["eager_ms"] and after["t3"]["status"] == "ok"
+
+
+def test_set_changes_how_this_call_measures_and_the_manifest_says_so(tmp_path, tanh_tasks):
+    """`opsynth profile DIR --set profile.KEY=VALUE` reaches the workers for this call only (max_runs 3 and an
+    unreachable IQR target: every task times exactly 3 runs) and is logged with the call; config.toml is kept."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(2))
+    cfg_before = (rd.path / "config.toml").read_text()
+    root = Path(__file__).resolve().parents[2]
+    p = subprocess.run([sys.executable, "-m", "pipeline.cli", "profile", str(rd.path), "--set", "profile.min_runs=3",
+                        "--set", "profile.max_runs=3", "--set", "profile.iqr_target=1e-9"],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert {m["eager_runs"] for m in rd.read_rows("measurements")} == {3}
+    call = json.loads((rd.path / "manifest.json").read_text())["stages"]["profile"]["calls"][-1]
+    assert call["settings"] == {"profile.min_runs": 3, "profile.max_runs": 3, "profile.iqr_target": 1e-9}
+    assert (rd.path / "config.toml").read_text() == cfg_before
