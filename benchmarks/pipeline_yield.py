@@ -6,7 +6,10 @@ publishes the same set.
         [--since-index N] [--until-index M] [--profile-seconds S] [--call K] [--out benchmarks/results/pipeline_yield.json]
 
 DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
-is a second run directory whose profile measured the same tasks again. `--smi` is the CSV of
+is a second run directory whose profile measured the same tasks again (a copy of DIR with those measurement
+shards removed, filtered and deduped): for the judged tasks, the published sets side by side and the paired
+eager and compiled timings (second / first), which say the run-to-run noise or what other `--set` settings
+changed. `--smi` is the CSV of
 `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
 profile stage. `--since-index N` judges only the tasks sampled at index N and later (a run grown with
 `opsynth sample DIR --n`; `--until-index M`: before index M, e.g. the tasks one profile call measured), and only those a stage has decided (a time-boxed profile leaves the rest for later);
@@ -90,12 +93,26 @@ def dedupe_pairs(rd: RunDir, ops_of: dict[str, list[str]]) -> list[dict]:
 
 
 def measured(rd: RunDir) -> dict[str, dict]:
-    return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms"])}
+    return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms", "compile_ms"])}
 
 
-def repeat_diff(rd: RunDir, rd2: RunDir, published: set[str], window: tuple[float, float]) -> dict:
-    pub2 = set(accepted_task_ids(rd2))
+def _ratio_stats(pairs: list[tuple[float, float]]) -> dict:
+    """Second over first of paired timings: how many, the median ratio and the median and p90 of |ratio - 1|."""
+    r = sorted(b / a for a, b in pairs if a and b)
+    if not r:
+        return {"tasks": 0}
+    dev = sorted(abs(x - 1) for x in r)
+    return {"tasks": len(r), "median_ratio": round(statistics.median(r), 4),
+            "median_abs_dev": round(statistics.median(dev), 4), "p90_abs_dev": round(dev[int(0.9 * (len(dev) - 1))], 4)}
+
+
+def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, float]) -> dict:
+    """The judged tasks measured again in rd2 (the same tasks, another profile run): which published set each run
+    gives (a task whose eager time lies within 5% of a window bound may flip) and how the paired timings agree
+    (eager: the run-to-run noise; compile: that noise plus whatever the second run's settings changed)."""
     m1, m2 = measured(rd), measured(rd2)
+    judged = judged & set(m2)  # a time-boxed second run may not have measured them all
+    published, pub2 = set(accepted_task_ids(rd)) & judged, set(accepted_task_ids(rd2)) & judged
     rej1, rej2 = first_rejection(rd), first_rejection(rd2)
     lo, hi = window
 
@@ -112,8 +129,12 @@ def repeat_diff(rd: RunDir, rd2: RunDir, published: set[str], window: tuple[floa
                      "second": "published" if t in pub2 else rej2.get(t, ("", ""))[1],
                      "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
                      "within_5pct_of_bound": near_bound(t)})
-    return {"published_first": len(published), "published_second": len(pub2), "same": len(published & pub2),
+    both = [(m1[t], m2[t]) for t in sorted(published & pub2) if t in m1 and t in m2]
+    return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
+            "same": len(published & pub2),
             "differ": len(diff), "differ_not_near_bound": sum(not d["within_5pct_of_bound"] for d in diff),
+            "paired_eager_ms": _ratio_stats([(a["eager_ms"], b["eager_ms"]) for a, b in both]),
+            "paired_compile_ms": _ratio_stats([(a["compile_ms"], b["compile_ms"]) for a, b in both]),
             "rows": diff}
 
 
@@ -228,7 +249,7 @@ def main() -> None:
         "near_duplicate_pairs": pairs,
     }
     if a.repeat:
-        result["repeat"] = repeat_diff(rd, RunDir(a.repeat), published, (cfg.filter.min_eager_ms, cfg.filter.max_eager_ms))
+        result["repeat"] = repeat_diff(rd, RunDir(a.repeat), judged, (cfg.filter.min_eager_ms, cfg.filter.max_eager_ms))
 
     print(f"run {a.run} ({a.label}): {n} sampled -> {len(published)} published "
           f"({result['published_over_sampled']:.1%}); profile {profile.get('seconds')} s x {a.gpus} GPU -> "
@@ -257,6 +278,8 @@ def main() -> None:
         r = result["repeat"]
         print(f"\nrepeat: {r['published_first']} vs {r['published_second']} published, {r['same']} in both, "
               f"{r['differ']} differ ({r['differ_not_near_bound']} not within 5% of a runtime bound)")
+        for k in ("paired_eager_ms", "paired_compile_ms"):
+            print(f"  {k} (second / first, published in both): {r[k]}")
         for d in r["rows"]:
             print(f"  {d['task_id']} {d['first'][:50]!r} / {d['second'][:50]!r} eager_ms {d['eager_ms']} "
                   f"{'near bound' if d['within_5pct_of_bound'] else ''}")

@@ -102,3 +102,23 @@ def test_set_changes_how_this_call_measures_and_the_manifest_says_so(tmp_path, t
     call = json.loads((rd.path / "manifest.json").read_text())["stages"]["profile"]["calls"][-1]
     assert call["settings"] == {"profile.min_runs": 3, "profile.max_runs": 3, "profile.iqr_target": 1e-9}
     assert (rd.path / "config.toml").read_text() == cfg_before
+
+
+def test_a_remeasure_copy_measures_exactly_the_given_indices_again(tmp_path, tanh_tasks):
+    """benchmarks/remeasure_copy.py: the copy lacks the measurements of tasks [1, 4) (across shards, keeping the
+    others and the markers), profile measures those three again, and the original run is left as it was."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from remeasure_copy import remeasure_copy
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
+    profile.run(rd, cfg)
+    before = {m["task_id"]: m["eager_ms"] for m in rd.read_rows("measurements")}
+    assert remeasure_copy(rd.path, tmp_path / "copy", 1, 4) == 3
+    copy = RunDir(tmp_path / "copy")
+    assert sorted(m["task_id"] for m in copy.read_rows("measurements")) == ["t0", "t4"]
+    out = profile.run(copy, copy.load_config())
+    assert out["measured_now"] == 3 and _shards(copy) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
+    assert {m["task_id"]: m["eager_ms"] for m in rd.read_rows("measurements")} == before

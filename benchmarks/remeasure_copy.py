@@ -1,0 +1,66 @@
+"""A copy of a run directory in which the tasks at indices [A, B) are unmeasured again, so `opsynth profile COPY`
+measures exactly those (with other `--set` settings, or the same ones to see the run-to-run noise), and
+`benchmarks/pipeline_yield.py --run DIR --since-index A --until-index B --repeat COPY` sets the two side by side.
+
+    python benchmarks/remeasure_copy.py --run DIR --out COPY --index A:B
+
+pyarrow and stdlib only (it runs on a bare GPU image). Measurement shards keep their other rows and their
+completion markers: the profile stage measures what a done shard lacks. COPY must not exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.store import RunDir  # noqa: E402
+
+
+def remeasure_copy(run: Path, out: Path, first: int, end: int) -> int:
+    """Copy `run` to `out` without the measurements of the tasks at indices [first, end); how many were removed."""
+    if out.exists():
+        sys.exit(f"error: {out} exists; give a new folder for the copy")
+    ids = RunDir(run).read_rows("tasks", ["task_id"])
+    if not 0 <= first < end <= len(ids):
+        sys.exit(f"error: --index {first}:{end} is not within the run's {len(ids)} tasks")
+    gone = {r["task_id"] for r in ids[first:end]}
+    shutil.copytree(run, out)
+    rd, removed = RunDir(out), 0
+    for k in rd.done_shards("measurements"):
+        path = rd.shard_path("measurements", k)
+        table = pq.read_table(path)
+        keep = pc.invert(pc.is_in(table.column("task_id"), value_set=pa.array(sorted(gone))))
+        kept = table.filter(keep)
+        removed += table.num_rows - kept.num_rows
+        if kept.num_rows == table.num_rows:
+            continue
+        if kept.num_rows:
+            pq.write_table(kept, path)
+        else:
+            path.unlink()
+            rd.marker_path("measurements", k).unlink()
+    return removed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--index", required=True, help="A:B, the task indices to measure again")
+    a = ap.parse_args()
+    first, _, end = a.index.partition(":")
+    n = remeasure_copy(a.run, a.out, int(first), int(end))
+    print(f"{a.out}: {n} measurements of tasks {first}-{end} removed; `opsynth profile {a.out}` measures them again")
+
+
+if __name__ == "__main__":
+    main()
