@@ -28,3 +28,43 @@ def test_an_unpredicted_peak_reserves_the_filters_cap_not_the_whole_worker():
     assert _harness(26, 8)._footprint(None) == 8 * GIB + GIB // 2
     assert _harness(4, 8)._footprint(None) == 4 * GIB
     assert _harness(0, 8)._footprint(None) == 0  # no budget at all (CPU): nothing to reserve
+
+
+def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float = 26) -> tuple[Harness, list[int]]:
+    """A CPU harness whose first attempt returns `first` under a reservation of reserved_gib (as a GPU worker with a
+    memory budget would), and whose second returns a clean measurement; the reservation of each attempt is kept."""
+    from pipeline.gpu_share import GpuLock, MemoryBudget
+
+    h = _harness(task_cap_gib, 8)
+    h.lock, h.budget = GpuLock(None, lambda _: None), MemoryBudget(None, 0, lambda _: None)
+    h.budget.fd = -1  # a budget file is open (GPU workers): only then is there a larger cap to retry with
+    h.cuda, h.gpu, h.torch_version, h.regrow_wait_s = False, "", "", 0.0
+    h.reserved_cap = int(reserved_gib * GIB)
+    reserves: list[int] = []
+
+    def attempt(task, m, reserve):
+        reserves.append(reserve)
+        return {**m, **(first if len(reserves) == 1 else {"status": "ok", "timing_alloc_retries": 0})}
+
+    h._attempt, h._footprint = attempt, lambda *a, **k: int(reserved_gib * GIB)
+    return h, reserves
+
+
+def test_timing_disturbed_by_allocator_retries_is_measured_again_with_the_workers_cap():
+    h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 1})
+    m = h.profile({"task_id": "t"})
+    assert reserves == [7 * GIB, 26 * GIB] and m["status"] == "ok" and m["timing_alloc_retries"] == 0
+    assert m["error"] == ""
+
+
+def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
+    h, reserves = _retrying_harness({"status": "oom", "error": "CUDA out of memory"})
+    assert h.profile({"task_id": "t"})["status"] == "ok" and len(reserves) == 2
+    h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 0})
+    h.profile({"task_id": "t"})
+    assert len(reserves) == 1  # nothing to retry
+    h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 3}, reserved_gib=26)
+    assert h.profile({"task_id": "t"})["timing_alloc_retries"] == 3 and len(reserves) == 1  # no larger cap left
+    h, reserves = _retrying_harness({"status": "crashed", "timing_alloc_retries": 1})
+    h.profile({"task_id": "t"})
+    assert len(reserves) == 1  # only a want of memory is retried
