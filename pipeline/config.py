@@ -109,6 +109,11 @@ class ProfileSection:
     # inductor's benchmark of each autotuning config times at most this many ms (its default 25) after 10 L2-flush
     # warm-ups (its default 100); 0: inductor's own settings
     autotune_benchmark_ms: float = 0.0
+    # inductor's triton.autotune_pointwise: each new pointwise kernel is compiled for two or more configs and they
+    # are benchmarked in the compiled graph's first run (its default); false: its first config alone, one Triton
+    # compile (CPU) and no benchmark (GPU) per pointwise kernel. Changes the compiled baseline only where the
+    # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
+    autotune_pointwise: bool = True
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,13 @@ def require_autotuning_bound(ms: float) -> None:
                       f"it is bounded to another value in this process): set it to 0")
 
 
+def _set_pointwise_autotuning(on: bool) -> None:
+    """inductor's triton.autotune_pointwise for every graph this worker compiles (profile.autotune_pointwise)."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.autotune_pointwise = on
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (Triton's ptxas runs as a child)."""
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -275,6 +282,8 @@ class Harness:
                             gather_s=settings.profile.timing_gather_s)
         if self.cuda and settings.profile.compile and settings.profile.autotune_benchmark_ms > 0:
             require_autotuning_bound(settings.profile.autotune_benchmark_ms)
+        if settings.profile.compile:
+            _set_pointwise_autotuning(settings.profile.autotune_pointwise)
         if self.cuda and settings.profile.compile and lock_path:
             _guard_benchmarks(self.lock, settings.profile.yield_in_autotuning)
         self.notify = notify

@@ -108,3 +108,28 @@ def test_this_torchs_benchmarker_takes_the_bounds():
         assert benchmarking.benchmarker.benchmark_gpu._bounded_to == 5.0
     finally:
         del benchmarking.benchmarker.benchmark_gpu  # the class's method again
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_pointwise_autotuning_reaches_what_inductor_hands_its_triton_heuristics(on):
+    """profile.autotune_pointwise sets inductor's triton.autotune_pointwise in the worker, and inductor's codegen
+    still passes that key to the pointwise heuristics (a torch that drops it must fail here, not silently tune;
+    read from the source, since calling it needs Triton)."""
+    import inspect
+
+    import torch._inductor.config as inductor_config
+    from torch._inductor.codegen.triton import TritonKernel
+
+    from pipeline.config import Config
+    from pipeline.harness import Harness
+    from pipeline.worker_settings import WorkerSettings
+
+    before = inductor_config.triton.autotune_pointwise
+    try:
+        settings = WorkerSettings.from_config(Config()).with_profile(autotune_pointwise=on, memory_limit_gb=0)
+        Harness("cpu", settings)
+        assert inductor_config.triton.autotune_pointwise is on
+        assert '"autotune_pointwise": config.triton.autotune_pointwise' in inspect.getsource(
+            TritonKernel.inductor_meta_common)
+    finally:
+        inductor_config.triton.autotune_pointwise = before
