@@ -98,7 +98,8 @@ class ProfileSection:
     # (backfill; never a task growing back after compiling); 0: first come, first served
     backfill_s: float = 2.0
     # a timed run waiting for the GPU lock gets in between inductor's autotuning benchmarks of a compiled graph's
-    # first run (the longest shared section); off: the first compiled run holds the shared lock throughout
+    # first run (the longest shared section); off: the first compiled run holds the shared lock throughout. Either
+    # way every inductor benchmark runs under the lock (those it runs while compiling take it shared)
     yield_in_autotuning: bool = True
     # timed runs go in phases: while a worker waits to time, no new shared section starts until every worker
     # waiting to time has timed, so the drain of shared sections is paid once per phase, not once per task;
