@@ -2,7 +2,8 @@
 
 The plan is a list of rendered task modules: the operator alone at tiny sizes (the draws the CPU pin traces on
 meta, a batch of one for the first of them) and at the sizes the h200 preset samples (kernels chosen by size:
-cuDNN batch norm, SDPA backends, cuBLAS paths), a batch of one too. It is built on meta only, so a CPU box
+cuDNN batch norm, SDPA backends, cuBLAS paths), a batch of one too; the first draws of each also with their
+rank-3+ inputs in a permuted layout (what the GPU's fused attention hands the next operator). It is built on meta only, so a CPU box
 recomputes it without a GPU: the fingerprint (a hash of the plan's codes) is stored beside each operator's
 device behaviours in aten_pins_cuda.json and a test recomputes it to say which operators need a re-pin.
 The batch a large step is solved to comes from the cost model (torch's meta kernels and FLOP formulas), so
@@ -36,7 +37,7 @@ class Step:
 
     @property
     def optional(self) -> bool:
-        return self.kind.endswith("batch1")
+        return self.kind.endswith(("batch1", "permuted"))
 
 
 @lru_cache(maxsize=1)
@@ -65,6 +66,7 @@ def plan(spec, seed: int = 0, tiny: int = TINY, batch1: int = BATCH1, large: int
             steps.append(Step("tiny", render(g)))
             if i < batch1 * len(ranks):
                 steps.append(Step("tiny-batch1", render(g, {"batch_size": 1})))
+                _add_permuted(steps, "tiny-permuted", g)
         for rank in ranks:
             got = 0
             for j in range(LARGE_TRIES * large):
@@ -78,8 +80,21 @@ def plan(spec, seed: int = 0, tiny: int = TINY, batch1: int = BATCH1, large: int
                 steps.append(Step("large", render(g, {"batch_size": batch}), key=render(g)))
                 if got == 0 and batch > 1:
                     steps.append(Step("large-batch1", render(g, {"batch_size": 1})))
+                if got == 0:
+                    _add_permuted(steps, "large-permuted", g, {"batch_size": batch})
                 got += 1
     return steps
+
+
+def _add_permuted(steps: list[Step], kind: str, g, constants: dict[str, int] | None = None) -> None:
+    """The same module with its rank-3+ inputs in the layout a fused attention hands over (the CPU pin traces it
+    too, pinning.labels.permuted_inputs): the GPU may run other kernels on it (a strided bmm, a copy first)."""
+    from operators.render import render
+    from pinning.labels import permuted_inputs
+
+    h = permuted_inputs(g)
+    if h is not None:
+        steps.append(Step(kind, render(h, constants), key=render(h) if constants else ""))
 
 
 def fingerprint(steps: list[Step]) -> str:
