@@ -41,6 +41,11 @@ MEASUREMENTS = pa.schema([
     # the one untimed eager run after the first (no L2 flush) that early_reject_factor judges: recorded for every
     # task, so how far it strays from the median says how tight that factor may be
     ("quick_eager_ms", pa.float64()),
+    # CPU time of this process's thread in that run before it waited for the GPU: launches and host-side work (a
+    # task whose eager time is mostly this measures the host, not a kernel: torch.split into 65,536 views)
+    ("quick_host_ms", pa.float64()),
+    # a quick run early_reject_factor over the window is confirmed by one run holding the GPU alone: its ms
+    ("eager_alone_ms", pa.float64()),
     ("compile_ok", pa.bool_()),
     ("compile_error", pa.string()),
     ("compile_cache_repaired", pa.bool_()),  # compiled once broken inductor cache binaries were out of the way
