@@ -74,10 +74,11 @@ def test_defaults_meet_the_composition_targets():
 
 def test_profile_settings_for_one_call_change_only_those_keys():
     cfg = load_preset("h200")
-    got, given = with_profile_settings(cfg, ["profile.median_precision=0.015", " profile.timing_phases = false"], "t")
-    assert given == {"median_precision": 0.015, "timing_phases": False}
-    assert got.profile.median_precision == 0.015 and got.profile.timing_phases is False
-    assert dataclasses.replace(got.profile, median_precision=0.0, timing_phases=True) == cfg.profile
+    got, given = with_profile_settings(cfg, ["profile.median_precision=0.02", " profile.timing_phases = false"], "t")
+    assert given == {"median_precision": 0.02, "timing_phases": False}
+    assert got.profile.median_precision == 0.02 and got.profile.timing_phases is False
+    assert dataclasses.replace(got.profile, median_precision=cfg.profile.median_precision,
+                               timing_phases=True) == cfg.profile
     assert got.filter == cfg.filter and got.sample == cfg.sample
     assert with_profile_settings(cfg, [], "t") == (cfg, {})
 
