@@ -19,6 +19,15 @@ def test_gpu_hours_sum_every_call_times_its_gpus():
     assert "400 -> 300 (75.0%)" in text
 
 
+def test_calls_measured_with_other_settings_are_named():
+    calls = [{"seconds": 60.0, "device": "cuda", "gpus": 1},
+             {"seconds": 60.0, "device": "cuda", "gpus": 1, "settings": {"profile.median_precision": 0.015}},
+             {"seconds": 60.0, "device": "cuda", "gpus": 1, "settings": {"profile.median_precision": 0.015}}]
+    text = "\n".join(card._cost(_manifest(calls)))
+    assert "| profile settings of some calls | 2 call(s) with profile.median_precision=0.015 (the others" in text
+    assert "settings" not in "\n".join(card._cost(_manifest(calls[:1])))
+
+
 def test_a_cpu_profile_costs_no_gpu_time_and_no_profile_says_nothing():
     text = "\n".join(card._cost(_manifest([{"seconds": 60.0, "device": "cpu", "gpus": 0}])))
     assert "GPU-hours" not in text and "400 -> 300" in text
