@@ -125,14 +125,12 @@ def _cost(manifest: dict[str, Any]) -> list[str]:
         out.append(f"| profile (GPU) | {gpu_s / 3600:.2f} GPU-hours in {len(calls)} call(s) on "
                    f"{', '.join(g for g in manifest.get('gpu') or [] if g not in ('cpu', 'cuda')) or 'the GPU'}"
                    + (f"; {gpu_s / rows:.2f} GPU-s per published task" if rows else "") + " |")
-    changed = [c["settings"] for c in calls if c.get("settings")]
-    if changed:  # `opsynth profile --set`: how those calls measured differs from config.toml
-        kinds: dict[str, int] = {}
-        for st in changed:
-            key = ", ".join(f"{k}={v}" for k, v in sorted(st.items()))
-            kinds[key] = kinds.get(key, 0) + 1
+    # `opsynth profile --set`: how those calls measured differs from config.toml
+    changed = Counter(", ".join(f"{k}={v}" for k, v in sorted(c["settings"].items()))
+                      for c in calls if c.get("settings"))
+    if changed:
         out.append("| profile settings of some calls | " + "; ".join(
-            f"{n} call(s) with {k}" for k, n in kinds.items()) + " (the others: `config.toml`'s) |")
+            f"{n} call(s) with {k}" for k, n in changed.items()) + " (the others: `config.toml`'s) |")
     for stage in ("sample", "decontaminate", "filter", "dedupe"):
         r = records.get(stage)
         if r:

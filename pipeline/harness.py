@@ -344,24 +344,26 @@ class Harness:
         batch, max_runs = s.min_runs, s.max_runs
         budget_end = time.perf_counter() + s.max_timing_s
         while True:
-            if self.cuda:
-                for _ in range(batch):  # synchronized per run as KernelBench does: launch gaps count
-                    self.flush.zero_()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn(*args)
-                    end.record()
-                    end.synchronize()
-                    times.append(start.elapsed_time(end))
-            else:
-                for _ in range(batch):
-                    t0 = time.perf_counter()
-                    fn(*args)
-                    times.append((time.perf_counter() - t0) * 1e3)
+            times += [self._run_ms(fn, args) for _ in range(batch)]
             med, iqr = quantiles(times)
             if timed_enough(med, iqr, len(times), s) or time.perf_counter() > budget_end:
                 return med, iqr, len(times)
             batch = next_batch(batch, len(times), max_runs)
+
+    def _run_ms(self, fn: Callable, args: tuple) -> float:
+        """One timed run in ms: on the GPU after an L2 flush, between CUDA events and synchronized, as KernelBench
+        times each run (launch gaps count)."""
+        if not self.cuda:
+            t0 = time.perf_counter()
+            fn(*args)
+            return (time.perf_counter() - t0) * 1e3
+        self.flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
 
     def _quick_ms(self, model: Any, x: tuple, base: int, m: dict) -> tuple[Any, float]:
         out = model(*x)  # the first run also pays lazy init (cuDNN/cuBLAS handles)
@@ -549,7 +551,7 @@ class Harness:
             model = model.to(dev)
             x0 = self._draw(ns, 0)
             out0, quick = self._quick_ms(model, x0, base, m)
-            m["quick_eager_ms"] = quick
+            m["quick_eager_ms"] = quick  # what _early_reject judges
             m["gpu_busy_setup_s"] = time.perf_counter() - self.lock._since
             self._early_reject(quick, m, model, x0)
             self.lock.yield_()
@@ -634,21 +636,10 @@ class Harness:
                                                 f"{hi * EARLY_REJECT_ALONE:g} ms ({window}; quick run {quick:.4g} ms)")
 
     def _alone_ms(self, model: Any, x: tuple) -> float:
-        """One eager run in ms with the GPU held alone (after an L2 flush), from inside a shared hold, which it
-        takes back after."""
+        """One timed eager run with the GPU held alone, from inside a shared hold, which it takes back after."""
         self.lock.acquire(exclusive=True)
         try:
-            if self.cuda:
-                self.flush.zero_()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                model(*x)
-                end.record()
-                end.synchronize()
-                return start.elapsed_time(end)
-            t0 = time.perf_counter()
-            model(*x)
-            return (time.perf_counter() - t0) * 1e3
+            return self._run_ms(model, x)
         finally:
             self.lock.acquire()
 
