@@ -117,6 +117,9 @@ class ProfileSection:
     # compile (CPU) and no benchmark (GPU) per pointwise kernel. Changes the compiled baseline only where the
     # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
     autotune_pointwise: bool = True
+    # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
+    # runs side by side instead of in time slices; timed runs hold the GPU alone either way
+    mps: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ compilation and checks overlap timing without disturbing it. The parent enforces
 wall-clock timeout (the clock stops while a worker waits for the GPU or its memory share; a compile retried
 in a private cache gets the timeout once more), stops the worker's whole process group on timeout (SIGTERM,
 so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
-reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). A worker
+reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). With profile.mps the
+workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches every client:
+a task whose worker saw its context poisoned is measured once more, and the second result stands. A worker
 stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
 On an exception (Ctrl-C included) every worker is stopped and none is started.
 
@@ -19,6 +21,7 @@ Inline (`kind="inline"`): the harness in this process, no isolation; for debuggi
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import Interrupted, OpsynthError
+from pipeline.mps import MpsDaemon
 from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
@@ -223,6 +227,15 @@ class LocalExecutor(Executor):
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)
+        self.mps = MpsDaemon(self.tmp)
+        if device == "cuda" and settings.profile.mps and (problem := self.mps.start()):
+            print(f"opsynth: warning: {problem}", file=sys.stderr)
+        self.uses_mps = self.mps.running
+        # after a fatal fault under MPS the server refuses new clients until every old one has exited: the
+        # replacements of a whole GPU's workers may fail to start meanwhile
+        self.max_startup_failures = MAX_STARTUP_FAILURES + (total if self.uses_mps else 0)
+        self.again: collections.deque[dict] = collections.deque()  # tasks to measure once more (MPS faults)
+        self.retried: set[str] = set()
         self.sel = selectors.DefaultSelector()
         self.workers: list[_Worker] = []
         self.startup_failures = 0
@@ -242,6 +255,7 @@ class LocalExecutor(Executor):
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+        env.update(self.mps.env())
         cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
@@ -267,7 +281,7 @@ class LocalExecutor(Executor):
     def _startup_failed(self, w: _Worker, why: str) -> None:
         self.startup_failures += 1
         tail = w.log_tail()
-        if self.startup_failures >= MAX_STARTUP_FAILURES:
+        if self.startup_failures >= self.max_startup_failures:
             self.close()
             raise OpsynthError(f"profile workers fail to start ({why}: {tail or 'no output'}); "
                                f"check that `python -m {HARNESS}` runs here (torch installed, GPU visible)")
@@ -296,17 +310,17 @@ class LocalExecutor(Executor):
         try:
             while True:
                 for w in list(self.workers):
-                    if exhausted:
+                    if exhausted and not self.again:
                         break
                     if w.ready and w.task is None:
-                        task = next(it, None)
+                        task = self.again.popleft() if self.again else None if exhausted else next(it, None)
                         if task is None:
                             exhausted = True
                             break
                         if not w.start(task, self.timeout_s):
                             w.task = None
                             yield self._dead(w, task)
-                if exhausted and all(w.task is None for w in self.workers):
+                if exhausted and not self.again and all(w.task is None for w in self.workers):
                     return
                 now = time.monotonic()
                 waits = [w.deadline - now for w in self.workers if w.task is not None and w.wait_since is None]
@@ -360,9 +374,14 @@ class LocalExecutor(Executor):
             w.deadline += self.timeout_s  # a second compile, in an empty cache: its own time
             w.extended = True
         elif "result" in msg and w.task is not None:
-            w.task = None
+            task, w.task = w.task, None
             if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
                 self._retire(w, kill=False)
+                if self.uses_mps and task.get("task_id") not in self.retried:
+                    # under MPS a neighbour's fault poisons this context too: the task is not judged by it
+                    self.retried.add(task.get("task_id"))
+                    self.again.append(task)
+                    return None
             return msg["result"]
         return None
 
@@ -388,6 +407,7 @@ class LocalExecutor(Executor):
                 w.kill()  # mid-task or still warming up (a compile): stop it now
         self.workers.clear()
         self.sel.close()
+        self.mps.stop()  # after its clients: the server exits with the last of them
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

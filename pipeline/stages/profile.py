@@ -143,6 +143,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
 
     budget = budget or Budget()
     stop = [False]
+    uses_mps: bool | None = None  # whether this call's workers ran under MPS (local executor on cuda)
     with bar:
         for k in list(results):
             for m in results[k].values():
@@ -157,6 +158,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 bar.phase("starting workers")
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
                                    WorkerSettings.from_config(cfg)) as ex:
+                    uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
                     for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
                         bar.phase("")
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
@@ -167,6 +169,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
                     gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
+                    **({"mps": uses_mps} if uses_mps is not None else {}),
                     **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
     return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],

@@ -1,0 +1,137 @@
+"""profile.mps: the executor's private MPS control daemon (a stand-in `nvidia-cuda-mps-control` on PATH records how
+it was driven) and the one more measurement of a task whose worker saw its CUDA context poisoned (a stand-in
+worker script speaks the harness protocol), since under MPS a neighbour's fault poisons every client."""
+
+import os
+import stat
+
+import pytest
+
+from pipeline import executors
+from pipeline.config import Config, RunSection
+from pipeline.mps import MpsDaemon
+from pipeline.worker_settings import WorkerSettings
+
+FAKE_CONTROL = """#!/bin/sh
+# records each call: its arguments, the pipe folder it was given, and what came on stdin for a bare call
+if [ "$1" = "-d" ]; then
+  echo "start $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY" >> "{log}"
+  [ -n "{fail}" ] && { echo "cannot start: permission denied" >&2; exit 1; }
+  touch "$CUDA_MPS_PIPE_DIRECTORY/control"
+else
+  read cmd; echo "$cmd $CUDA_MPS_PIPE_DIRECTORY" >> "{log}"
+  [ "$cmd" = quit ] && rm -f "$CUDA_MPS_PIPE_DIRECTORY/control"
+fi
+"""
+
+# speaks the worker protocol: a task whose id starts with "fault" reports a poisoned context the first time any
+# worker runs it (a file marks it), as a neighbour's GPU fault would under MPS; "culprit" faults every time
+FAKE_HARNESS = """
+import json, os, sys
+cfg = json.loads(sys.stdin.readline())
+print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
+for line in sys.stdin:
+    task = json.loads(line)
+    mark = os.path.join(os.environ["FAKE_MARKS"], task["task_id"])
+    first = not os.path.exists(mark)
+    open(mark, "a").write("run\\n")
+    fault = task["task_id"].startswith("culprit") or (task["task_id"].startswith("fault") and first)
+    result = {"task_id": task["task_id"], "status": "crashed" if fault else "ok",
+              "error": "AcceleratorError: CUDA error: an illegal memory access was encountered" if fault else "",
+              "device": "cuda", "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")}
+    print(json.dumps({"result": result, "fatal": fault}), flush=True)
+    if fault:
+        os._exit(3)
+"""
+
+
+def _control(tmp_path, monkeypatch, fail: bool = False):
+    bindir, log = tmp_path / "bin", tmp_path / "control.log"
+    bindir.mkdir()
+    exe = bindir / "nvidia-cuda-mps-control"
+    exe.write_text(FAKE_CONTROL.replace("{log}", str(log)).replace("{fail}", "1" if fail else ""))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    return log
+
+
+def test_the_daemon_gets_private_folders_and_is_told_to_quit(tmp_path, monkeypatch):
+    log = _control(tmp_path, monkeypatch)
+    d = MpsDaemon(tmp_path / "exec")
+    assert d.env() == {} and d.start() is None
+    assert d.env() == {"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path / "exec" / "mps-pipe"),
+                       "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "exec" / "mps-log")}
+    d.stop()
+    pipe = tmp_path / "exec" / "mps-pipe"
+    assert log.read_text().splitlines() == [f"start {pipe} {tmp_path / 'exec' / 'mps-log'}", f"quit {pipe}"]
+    assert not d.running and d.env() == {} and not (pipe / "control").exists()
+    d.stop()  # stopping twice sends nothing more
+    assert len(log.read_text().splitlines()) == 2
+
+
+def test_without_the_program_or_when_it_fails_one_line_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    problem = MpsDaemon(tmp_path / "a").start()
+    assert "nvidia-cuda-mps-control is not on PATH" in problem and "profile.mps = false" in problem
+    monkeypatch.undo()
+    _control(tmp_path, monkeypatch, fail=True)
+    d = MpsDaemon(tmp_path / "b")
+    problem = d.start()
+    assert "exited with 1 (cannot start: permission denied)" in problem and "\n" not in problem
+    assert not d.running and d.env() == {}
+
+
+@pytest.fixture
+def fake_workers(tmp_path, monkeypatch):
+    """The local executor on 'cuda' with stand-in workers: no GPU, no torch in the workers."""
+    (tmp_path / "fake_harness.py").write_text(FAKE_HARNESS)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("FAKE_MARKS", str(marks))
+    monkeypatch.setattr(executors, "HARNESS", "fake_harness")
+    return marks
+
+
+def _executor(mps: bool, workers: int = 2):
+    s = WorkerSettings.from_config(Config(run=RunSection(seed=0))).with_profile(compile=False, mps=mps, timeout_s=30)
+    return executors.LocalExecutor(device="cuda", workers=workers, gpus=["0"], settings=s)
+
+
+def _run(ex, ids):
+    with ex:
+        return {r["task_id"]: r for r in ex.imap_unordered([{"task_id": i, "code": ""} for i in ids])}
+
+
+def test_under_mps_a_poisoned_task_is_measured_once_more(tmp_path, monkeypatch, fake_workers):
+    log = _control(tmp_path, monkeypatch)
+    ex = _executor(mps=True)
+    assert ex.uses_mps
+    out = _run(ex, ["fault-a", "ok-b", "culprit-c", "ok-d"])
+    assert sorted(out) == ["culprit-c", "fault-a", "ok-b", "ok-d"]
+    # the neighbour's fault does not count against it; the task that faults each time is recorded as it faulted
+    assert out["fault-a"]["status"] == "ok" and out["ok-b"]["status"] == "ok"
+    assert out["culprit-c"]["status"] == "crashed" and "illegal memory access" in out["culprit-c"]["error"]
+    assert (fake_workers / "fault-a").read_text().count("run") == 2
+    assert (fake_workers / "culprit-c").read_text().count("run") == 2  # once more, not again and again
+    assert all(r["mps_pipe"].endswith("mps-pipe") for r in out.values())
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("start ") and lines[-1].startswith("quit ")  # stopped when the executor closed
+
+
+def test_without_mps_a_poisoned_task_keeps_its_result(tmp_path, monkeypatch, fake_workers):
+    log = _control(tmp_path, monkeypatch)
+    ex = _executor(mps=False)
+    out = _run(ex, ["fault-a", "ok-b"])
+    assert out["fault-a"]["status"] == "crashed" and out["ok-b"]["status"] == "ok"
+    assert out["ok-b"]["mps_pipe"] == "" and not log.exists() and not ex.uses_mps
+
+
+def test_a_daemon_that_cannot_start_leaves_a_warning_and_a_working_run(tmp_path, monkeypatch, fake_workers, capsys):
+    _control(tmp_path, monkeypatch, fail=True)
+    ex = _executor(mps=True)
+    out = _run(ex, ["ok-a"])
+    assert out["ok-a"]["status"] == "ok" and not ex.uses_mps
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("opsynth: warning: profile.mps:")
+
