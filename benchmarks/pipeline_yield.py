@@ -96,7 +96,7 @@ def measured(rd: RunDir) -> dict[str, dict]:
     return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms", "compile_ms"])}
 
 
-def _ratio_stats(pairs: list[tuple[float, float]]) -> dict:
+def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
     """Second over first of paired timings: how many, the median ratio and the median and p90 of |ratio - 1|."""
     r = sorted(b / a for a, b in pairs if a and b)
     if not r:
@@ -133,8 +133,8 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
     return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
             "same": len(published & pub2),
             "differ": len(diff), "differ_not_near_bound": sum(not d["within_5pct_of_bound"] for d in diff),
-            "paired_eager_ms": _ratio_stats([(a["eager_ms"], b["eager_ms"]) for a, b in both]),
-            "paired_compile_ms": _ratio_stats([(a["compile_ms"], b["compile_ms"]) for a, b in both]),
+            "paired_eager_ms": ratio_stats([(a["eager_ms"], b["eager_ms"]) for a, b in both]),
+            "paired_compile_ms": ratio_stats([(a["compile_ms"], b["compile_ms"]) for a, b in both]),
             "rows": diff}
 
 

@@ -122,3 +122,33 @@ def test_a_remeasure_copy_measures_exactly_the_given_indices_again(tmp_path, tan
     out = profile.run(copy, copy.load_config())
     assert out["measured_now"] == 3 and _shards(copy) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
     assert {m["task_id"]: m["eager_ms"] for m in rd.read_rows("measurements")} == before
+
+
+def test_arms_compare_pairs_only_tasks_every_arm_measured(tmp_path):
+    """benchmarks/arms_compare.py: an arm cut short compares on what all arms finished; throughput is the worker
+    time per task over the workers; timings are each arm's over the first arm's on tasks ok in both."""
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from arms_compare import compare, read_arm
+
+    def row(t, wall, eager, status="ok"):
+        return {"task_id": t, "status": status, "wall_s": wall, "cpu_s": 1.0, "eager_ms": eager, "compile_ms": eager / 2}
+
+    for arm, rows in {"a": [row("t0", 4.0, 2.0), row("t1", 4.0, 4.0), row("t2", 8.0, 1.0),
+                            {"task_id": "t3", "status": "skipped", "wall_s": None}],
+                      "b": [row("t0", 2.0, 2.2), row("t1", 2.0, 4.0, status="error")]}.items():
+        (tmp_path / arm).mkdir()
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / arm / "part-00000.parquet")
+    arms = {k: read_arm(tmp_path / k) for k in ("a", "b")}
+    assert sorted(arms["a"]) == ["t0", "t1", "t2"]  # the skipped row is no measurement
+    res = compare(arms, workers=2)
+    a, b = res["arms"]
+    assert res["tasks"] == 2 and a["wall_s"] == 4.0 and b["wall_s"] == 2.0
+    assert a["s_per_task_at_full_occupancy"] == 2.0 and b["s_per_task_at_full_occupancy"] == 1.0
+    assert b["ok"] == 1 and b["eager_over_first"]["tasks"] == 1 and b["eager_over_first"]["median_ratio"] == 1.1
+    assert b["compile_over_first"]["median_ratio"] == 1.1
