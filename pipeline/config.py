@@ -85,8 +85,9 @@ class ProfileSection:
     # a task whose runs spread wider than iqr_target otherwise runs max_runs times; 0: the IQR rule alone
     median_precision: float = 0.0
     input_draws: int = 3  # different input draws for the sensitivity check
-    # a quick eager run this far outside the window skips the rest; on the slow side only once one run holding the
-    # GPU alone is over 1.5x the window's bound too (the quick run shares the GPU: 4.3x the median at q50, call 33)
+    # a quick eager run this far under the window skips the rest (it is never faster than the task); on the slow
+    # side one over 1.5x the window's bound is checked by a run holding the GPU alone, over 1.5x too to skip (the
+    # quick run shares the GPU: 4.3x the median at q50, call 33)
     early_reject_factor: float = 10.0
     max_timing_s: float = 10.0  # bound on the timed loop of one task
     warm_worker: bool = True  # pay each worker's one-time compile cost at startup, not on its first task

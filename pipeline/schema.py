@@ -38,13 +38,13 @@ MEASUREMENTS = pa.schema([
     ("eager_ms", pa.float64()),
     ("eager_iqr_ms", pa.float64()),
     ("eager_runs", pa.int32()),
-    # the one untimed eager run after the first (no L2 flush) that early_reject_factor judges: recorded for every
+    # the one untimed eager run after the first (no L2 flush) that the early reject judges: recorded for every
     # task, so how far it strays from the median says how tight that factor may be
     ("quick_eager_ms", pa.float64()),
     # CPU time of this process's thread in that run before it waited for the GPU: launches and host-side work (a
     # task whose eager time is mostly this measures the host, not a kernel: torch.split into 65,536 views)
     ("quick_host_ms", pa.float64()),
-    # a quick run early_reject_factor over the window is confirmed by one run holding the GPU alone: its ms
+    # a quick run over 1.5x the window's bound is checked by one run holding the GPU alone: its ms
     ("eager_alone_ms", pa.float64()),
     ("compile_ok", pa.bool_()),
     ("compile_error", pa.string()),
