@@ -8,7 +8,7 @@ wall-clock timeout (the clock stops while a worker waits for the GPU or its memo
 in a private cache gets the timeout once more), stops the worker's whole process group on timeout (SIGTERM,
 so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
 reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). With profile.mps the
-workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches every client:
+workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them:
 a task whose worker saw its context poisoned is measured once more, and the second result stands. A worker
 stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
 On an exception (Ctrl-C included) every worker is stopped and none is started.
@@ -227,13 +227,18 @@ class LocalExecutor(Executor):
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)
-        self.mps = MpsDaemon(self.tmp)
-        if device == "cuda" and settings.profile.mps and (problem := self.mps.start()):
-            print(f"opsynth: warning: {problem}", file=sys.stderr)
-        self.uses_mps = self.mps.running
+        self.mps = {g: MpsDaemon(self.tmp / f"mps-{g}", gpu=g) for g in groups if device == "cuda"}
+        if device == "cuda" and settings.profile.mps:
+            for d in self.mps.values():
+                if problem := d.start():
+                    print(f"opsynth: warning: {problem}", file=sys.stderr)
+                    for started in self.mps.values():
+                        started.stop()  # all GPUs alike: a fault is handled the same way on each
+                    break
+        self.uses_mps = bool(self.mps) and all(d.running for d in self.mps.values())
         # after a fatal fault under MPS the server refuses new clients until every old one has exited: the
         # replacements of a whole GPU's workers may fail to start meanwhile
-        self.max_startup_failures = MAX_STARTUP_FAILURES + (total if self.uses_mps else 0)
+        self.max_startup_failures = MAX_STARTUP_FAILURES + (workers if self.uses_mps else 0)
         self.again: collections.deque[dict] = collections.deque()  # tasks to measure once more (MPS faults)
         self.retried: set[str] = set()
         self.sel = selectors.DefaultSelector()
@@ -241,9 +246,13 @@ class LocalExecutor(Executor):
         self.startup_failures = 0
         self._serial = 0
         self.closed = False
-        for g in groups:
-            for _ in range(workers):
-                self._spawn(g)
+        try:
+            for g in groups:
+                for _ in range(workers):
+                    self._spawn(g)
+        except BaseException:
+            self.close()  # no worker and no daemon left behind
+            raise
 
     def _spawn(self, group: str) -> _Worker:
         env = dict(os.environ)
@@ -255,7 +264,8 @@ class LocalExecutor(Executor):
         env["OMP_NUM_THREADS"] = str(self.threads)
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        env.update(self.mps.env())
+        if group in self.mps:
+            env.update(self.mps[group].env())
         cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
@@ -407,7 +417,8 @@ class LocalExecutor(Executor):
                 w.kill()  # mid-task or still warming up (a compile): stop it now
         self.workers.clear()
         self.sel.close()
-        self.mps.stop()  # after its clients: the server exits with the last of them
+        for d in self.mps.values():
+            d.stop()  # after its clients: the server exits with the last of them
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

@@ -6,11 +6,13 @@ kernels fill. Under an MPS server they run side by side. Timed runs are unaffect
 alone, so no neighbour has work on the GPU then (on the H200, 320 tasks measured three times on one machine:
 eager medians within 0.06%, compiled within 0.05%; 18% less worker time per task).
 
-The executor starts a private control daemon (its pipe and log folders in the executor's temporary folder,
-passed to the workers in CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY) and stops it when it closes, so a run
-leaves no daemon behind and never touches one an administrator runs. What MPS changes for faults: a fatal GPU
-fault of one client (an illegal memory access) is reported to every client of that GPU, so the executor measures
-again, once, each task whose worker saw its CUDA context poisoned (pipeline.executors). Stdlib only.
+The executor starts a private control daemon per GPU (its pipe and log folders in the executor's temporary folder,
+passed to that GPU's workers in CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY; the daemon sees that GPU alone)
+and stops it when it closes, so a run leaves no daemon behind and never touches one an administrator runs. What MPS
+changes for faults: a fatal GPU fault of one client (an illegal memory access) is reported to every client of that
+GPU, and its server takes no new client until they have all exited, so the executor measures again, once, each task
+whose worker saw its CUDA context poisoned (pipeline.executors); a daemon per GPU keeps the other GPUs out of it.
+Stdlib only.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ STOP_WAIT_S = 10.0
 class MpsDaemon:
     """One private MPS control daemon: `start` (a one-line problem or None), `env` for the workers, `stop`."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, gpu: str | None = None) -> None:
         self.pipe, self.log = root / "mps-pipe", root / "mps-log"
+        self.gpu = gpu  # the one GPU its server may use (CUDA_VISIBLE_DEVICES); None: what this process sees
         self.exe: str | None = None
 
     @property
@@ -43,7 +46,10 @@ class MpsDaemon:
         return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
+        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
+        return env
 
     def start(self) -> str | None:
         """Start the daemon; None when it runs, else why not (the workers then take turns on the GPU)."""

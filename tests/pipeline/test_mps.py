@@ -135,3 +135,20 @@ def test_a_daemon_that_cannot_start_leaves_a_warning_and_a_working_run(tmp_path,
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("opsynth: warning: profile.mps:")
 
+
+
+def test_each_gpu_gets_its_own_daemon_that_sees_it_alone(tmp_path, monkeypatch, fake_workers):
+    log = _control(tmp_path, monkeypatch)
+    # the stand-in records CUDA_VISIBLE_DEVICES too: each daemon is started for one GPU
+    exe = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    exe.write_text(exe.read_text().replace('echo "start $CUDA_MPS_PIPE_DIRECTORY',
+                                           'echo "start gpu=$CUDA_VISIBLE_DEVICES $CUDA_MPS_PIPE_DIRECTORY'))
+    s = WorkerSettings.from_config(Config(run=RunSection(seed=0))).with_profile(compile=False, mps=True, timeout_s=30)
+    ex = executors.LocalExecutor(device="cuda", workers=1, gpus=["0", "1"], settings=s)
+    out = _run(ex, ["ok-a", "ok-b", "ok-c"])
+    starts = [ln for ln in log.read_text().splitlines() if ln.startswith("start")]
+    assert sorted(ln.split()[1] for ln in starts) == ["gpu=0", "gpu=1"]
+    assert len({ln.split()[2] for ln in starts}) == 2  # two pipe folders
+    pipes = {r["mps_pipe"] for r in out.values()}
+    assert pipes <= {ln.split()[2] for ln in starts} and all(r["status"] == "ok" for r in out.values())
+    assert sum(ln.startswith("quit") for ln in log.read_text().splitlines()) == 2
