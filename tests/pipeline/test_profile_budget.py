@@ -152,3 +152,31 @@ def test_arms_compare_pairs_only_tasks_every_arm_measured(tmp_path):
     assert a["s_per_task_at_full_occupancy"] == 2.0 and b["s_per_task_at_full_occupancy"] == 1.0
     assert b["ok"] == 1 and b["eager_over_first"]["tasks"] == 1 and b["eager_over_first"]["median_ratio"] == 1.1
     assert b["compile_over_first"]["median_ratio"] == 1.1
+
+
+def test_profile_arms_measure_the_same_tasks_with_each_arms_settings(tmp_path, tanh_tasks):
+    """benchmarks/profile_arms.py: each arm profiles the tasks [1, 3) again in its own copy with its own --set, the
+    run itself is left as it was, and arms.json sets the arms side by side on those tasks."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(4))
+    profile.run(rd, cfg)
+    before = {m["task_id"]: m["eager_runs"] for m in rd.read_rows("measurements")}
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_arms.py"
+    out = tmp_path / "arms"
+    r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--index", "1:3", "--out", str(out),
+                        "--arm", "base", "--arm", "more_runs=profile.min_runs=9,profile.iqr_target=1.0",
+                        "--set", "profile.max_runs=20", "--workers", "1"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = json.loads((out / "arms.json").read_text())
+    assert res["tasks"] == 2 and [a["arm"] for a in res["arms"]] == ["base", "more_runs"]
+    assert [x["measured"] for x in res["runs"]] == [2, 2] and res["runs"][1]["settings"][-1] == "profile.iqr_target=1.0"
+    base, more = (RunDir(out / n) for n in ("base", "more_runs"))
+    runs = {n: {m["task_id"]: m["eager_runs"] for m in d.read_rows("measurements")} for n, d in
+            (("base", base), ("more", more))}
+    assert runs["more"]["t1"] == runs["more"]["t2"] == 9  # the arm's settings were the ones measured with
+    assert runs["more"]["t0"] == before["t0"] and runs["base"]["t3"] == before["t3"]  # the others kept
+    assert {m["task_id"]: m["eager_runs"] for m in rd.read_rows("measurements")} == before
