@@ -47,6 +47,9 @@ STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA context on a cold machine
 MAX_STARTUP_FAILURES = 3  # consecutive workers that die before `ready`: the environment is broken
 STOP_GRACE_S = 3.0  # after SIGTERM, before SIGKILL: gcc's driver removes its unfinished output on SIGTERM
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# after a fatal fault under MPS its server takes no new client until every old one has exited (a worker busy
+# compiling notices only at its next CUDA call): replacements that fail to start meanwhile are not counted
+MPS_RECOVERY_S = 60.0
 
 
 def _base(task: dict, device: str, status: str, error: str, wall_s: float) -> dict:
@@ -236,11 +239,9 @@ class LocalExecutor(Executor):
                         started.stop()  # all GPUs alike: a fault is handled the same way on each
                     break
         self.uses_mps = bool(self.mps) and all(d.running for d in self.mps.values())
-        # after a fatal fault under MPS the server refuses new clients until every old one has exited: the
-        # replacements of a whole GPU's workers may fail to start meanwhile
-        self.max_startup_failures = MAX_STARTUP_FAILURES + (workers if self.uses_mps else 0)
         self.again: collections.deque[dict] = collections.deque()  # tasks to measure once more (MPS faults)
         self.retried: set[str] = set()
+        self.last_fault = -MPS_RECOVERY_S  # monotonic time of the last poisoned context under MPS
         self.sel = selectors.DefaultSelector()
         self.workers: list[_Worker] = []
         self.startup_failures = 0
@@ -289,9 +290,12 @@ class LocalExecutor(Executor):
         return rc
 
     def _startup_failed(self, w: _Worker, why: str) -> None:
+        if self.uses_mps and time.monotonic() - self.last_fault < MPS_RECOVERY_S:
+            time.sleep(0.2)  # the server recovers once the poisoned clients are gone; no hot respawn loop
+            return
         self.startup_failures += 1
         tail = w.log_tail()
-        if self.startup_failures >= self.max_startup_failures:
+        if self.startup_failures >= MAX_STARTUP_FAILURES:
             self.close()
             raise OpsynthError(f"profile workers fail to start ({why}: {tail or 'no output'}); "
                                f"check that `python -m {HARNESS}` runs here (torch installed, GPU visible)")
@@ -317,6 +321,7 @@ class LocalExecutor(Executor):
             raise OpsynthError("this executor is closed; make a new one")
         it = iter(tasks)
         exhausted = False
+        self.again.clear()  # a retry of a call the consumer left early is not this call's task
         try:
             while True:
                 for w in list(self.workers):
@@ -387,6 +392,8 @@ class LocalExecutor(Executor):
             task, w.task = w.task, None
             if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
                 self._retire(w, kill=False)
+                if self.uses_mps:
+                    self.last_fault = time.monotonic()
                 if self.uses_mps and task.get("task_id") not in self.retried:
                     # under MPS a neighbour's fault poisons this context too: the task is not judged by it
                     self.retried.add(task.get("task_id"))

@@ -1,6 +1,8 @@
 """Planted failures among good tasks: each bad task costs itself alone, with the right status."""
 
 
+import pytest
+
 from pipeline.config import Config, FilterSection, RunSection
 from pipeline.executors import make_executor
 from pipeline.worker_settings import WorkerSettings
@@ -73,3 +75,30 @@ def test_planted_failures_cost_one_task_each():
         assert r["deterministic"] and r["degenerate"] == "" and r["input_min_pairwise_diff"] > 0
         assert r["eager_ms"] > 0 and r["eager_runs"] >= 3 and r["aten_ops"][:2] == ["aten.t", "aten.addmm"]
     assert again[0]["status"] == "ok"
+
+
+DEVICE_FAULT = ("i = torch.tensor([1 << 20], device=x.device); return x.flatten()[i] + 1",
+                "a device-side assert (index out of range) poisons the worker's CUDA context")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mps", [False, True])
+def test_a_device_fault_costs_its_own_task_alone(mps):
+    """On the GPU, with and without MPS (under MPS a fatal fault reaches every client of the GPU: the neighbours'
+    tasks are measured once more): the planted task alone fails, every good task is measured."""
+    import shutil
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if mps and shutil.which("nvidia-cuda-mps-control") is None:
+        pytest.skip("needs nvidia-cuda-mps-control")
+    fault = {"task_id": "fault", "code": BAD_FORWARD.replace("{body}", DEVICE_FAULT[0]), "flops": 0, "bytes_moved": 0}
+    good = [{"task_id": f"good{k}", "code": GOOD.replace("{k}", str(k)), "flops": 4096, "bytes_moved": 2048}
+            for k in range(6)]
+    with make_executor("local", device="cuda", workers=3, gpus=[0], settings=settings(mps=mps)) as ex:
+        assert ex.uses_mps == mps
+        out = {r["task_id"]: r for r in ex.imap_unordered([*good[:3], fault, *good[3:]])}
+    assert out["fault"]["status"] in ("crashed", "error") and out["fault"]["error"]
+    assert {t: r["status"] for t, r in out.items() if t != "fault"} == {g["task_id"]: "ok" for g in good}

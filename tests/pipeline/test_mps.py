@@ -28,6 +28,12 @@ fi
 # worker runs it (a file marks it), as a neighbour's GPU fault would under MPS; "culprit" faults every time
 FAKE_HARNESS = """
 import json, os, sys
+down = os.path.join(os.environ["FAKE_MARKS"], "server-down")  # starts the server still refuses after a fault
+if os.path.exists(down):
+    left = int(open(down).read())
+    if left > 0:
+        open(down, "w").write(str(left - 1))
+        sys.exit("cudaErrorMpsServerNotReady: the MPS server is recovering")
 cfg = json.loads(sys.stdin.readline())
 print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
 for line in sys.stdin:
@@ -36,6 +42,8 @@ for line in sys.stdin:
     first = not os.path.exists(mark)
     open(mark, "a").write("run\\n")
     fault = task["task_id"].startswith("culprit") or (task["task_id"].startswith("fault") and first)
+    if fault and task["task_id"].endswith("-recovering"):
+        open(down, "w").write("5")
     result = {"task_id": task["task_id"], "status": "crashed" if fault else "ok",
               "error": "AcceleratorError: CUDA error: an illegal memory access was encountered" if fault else "",
               "device": "cuda", "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")}
@@ -152,3 +160,19 @@ def test_each_gpu_gets_its_own_daemon_that_sees_it_alone(tmp_path, monkeypatch, 
     pipes = {r["mps_pipe"] for r in out.values()}
     assert pipes <= {ln.split()[2] for ln in starts} and all(r["status"] == "ok" for r in out.values())
     assert sum(ln.startswith("quit") for ln in log.read_text().splitlines()) == 2
+
+
+def test_workers_that_cannot_start_while_the_server_recovers_do_not_stop_the_run(tmp_path, monkeypatch,
+                                                                                 fake_workers):
+    # after the fault the next five workers fail to start (more than the three that stop a run otherwise)
+    _control(tmp_path, monkeypatch)
+    out = _run(_executor(mps=True), ["fault-a-recovering", "ok-b", "ok-c"])
+    assert {t: r["status"] for t, r in out.items()} == {"fault-a-recovering": "ok", "ok-b": "ok", "ok-c": "ok"}
+    assert (fake_workers / "server-down").read_text() == "0"
+
+
+def test_without_mps_workers_that_cannot_start_stop_the_run_with_one_line(tmp_path, fake_workers):
+    from pipeline.errors import OpsynthError
+
+    with pytest.raises(OpsynthError, match="profile workers fail to start .*MpsServerNotReady"):
+        _run(_executor(mps=False), ["fault-a-recovering", "ok-b", "ok-c"])
