@@ -155,10 +155,12 @@ def time_breakdown(rows: list[dict], profile_s: float) -> dict | None:
     return out
 
 
-def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict]:
-    """(first index, end index, seconds, settings) of the tasks one profile call measured: profile takes pending
-    tasks in index order, so a call measured the indices between the previous call's count of measured tasks and
-    its own (`profiled` + `skipped` after it); settings: what its `--set` changed from the run's config."""
+def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
+    """(first index, end index, seconds, settings, fixed costs) of the tasks one profile call measured: profile
+    takes pending tasks in index order, so a call measured the indices between the previous call's count of measured
+    tasks and its own (`profiled` + `skipped` after it); settings: what its `--set` changed from the run's config;
+    fixed costs: seconds until every worker was ready and the drain after the last task was handed out (logged
+    since 2026-12-01)."""
     calls = (manifest.get("stages", {}).get("profile", {}) or {}).get("calls") or []
     k = call - 1 if call > 0 else len(calls) + call
     if not 0 <= k < len(calls):
@@ -167,7 +169,9 @@ def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict]:
     def done(c: dict) -> int:
         return int(c.get("profiled", 0)) + int(c.get("skipped", 0))
 
-    return (done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"]), calls[k].get("settings") or {}
+    fixed = {key: calls[k][key] for key in ("workers_ready_s", "tail_s") if key in calls[k]}
+    return ((done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"]), calls[k].get("settings") or {},
+            fixed)
 
 
 def quick_over_median(rows: list[dict]) -> dict:
@@ -200,8 +204,9 @@ def main() -> None:
     cfg = load_file(a.run / "config.toml")
     manifest = json.loads((a.run / "manifest.json").read_text())
     settings: dict = {}
+    fixed: dict = {}
     if a.call is not None:
-        a.since_index, a.until_index, a.profile_seconds, settings = call_range(manifest, a.call)
+        a.since_index, a.until_index, a.profile_seconds, settings, fixed = call_range(manifest, a.call)
     all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
     tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
@@ -235,6 +240,7 @@ def main() -> None:
         "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
         "gpu_utilisation": smi_utilisation(a.smi),
         "since_index": a.since_index, "until_index": a.until_index, "profile_settings": settings,
+        "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),

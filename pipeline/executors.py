@@ -242,6 +242,8 @@ class LocalExecutor(Executor):
         self.again: collections.deque[dict] = collections.deque()  # tasks to measure once more (MPS faults)
         self.retried: set[str] = set()
         self.last_fault = -MPS_RECOVERY_S  # monotonic time of the last poisoned context under MPS
+        self.started = time.monotonic()
+        self.ready_s: float | None = None  # seconds from start until every worker was first ready (warm)
         self.sel = selectors.DefaultSelector()
         self.workers: list[_Worker] = []
         self.startup_failures = 0
@@ -380,6 +382,8 @@ class LocalExecutor(Executor):
         if msg.get("ready"):
             w.ready = True
             self.startup_failures = 0
+            if self.ready_s is None and all(x.ready for x in self.workers):
+                self.ready_s = time.monotonic() - self.started
         elif msg.get("event") == "lock_wait":
             w.wait_since = time.monotonic()
         elif msg.get("event") == "lock_held" and w.wait_since is not None:

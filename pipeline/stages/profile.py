@@ -51,8 +51,10 @@ class Budget:
         return self.clock() - self.start
 
 
-def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool]) -> Iterator[dict[str, Any]]:
-    """The tasks of `shards` in order, until the budget is spent at a shard start (then stop[0] is set)."""
+def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool],
+              handed: list[float] | None = None) -> Iterator[dict[str, Any]]:
+    """The tasks of `shards` in order, until the budget is spent at a shard start (then stop[0] is set); handed[0]
+    is when the last one was handed out."""
     for rows in shards:
         if not rows:
             continue
@@ -61,6 +63,8 @@ def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[boo
             return
         for t in rows:
             budget.submitted += 1
+            if handed is not None:
+                handed[0] = time.monotonic()
             yield t
 
 
@@ -144,6 +148,10 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     budget = budget or Budget()
     stop = [False]
     uses_mps: bool | None = None  # whether this call's workers ran under MPS (local executor on cuda)
+    # where a call's fixed costs go: starting and warming the workers, and the drain after the last task was handed
+    # out (workers fall idle one by one); a time-boxed call pays both each time
+    timing: dict[str, float] = {}
+    handed = [0.0]
     with bar:
         for k in list(results):
             for m in results[k].values():
@@ -159,17 +167,21 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
                                    WorkerSettings.from_config(cfg)) as ex:
                     uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
-                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop)):
+                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed)):
                         bar.phase("")
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
                         note(m)
                         flush_ready()
+                    if getattr(ex, "ready_s", None) is not None:
+                        timing["workers_ready_s"] = round(ex.ready_s, 1)
+                    if handed[0]:
+                        timing["tail_s"] = round(time.monotonic() - handed[0], 1)
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
                     gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
-                    **({"mps": uses_mps} if uses_mps is not None else {}),
+                    **({"mps": uses_mps} if uses_mps is not None else {}), **timing,
                     **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
     return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
