@@ -118,6 +118,10 @@ class ProfileSection:
     # compile (CPU) and no benchmark (GPU) per pointwise kernel. Changes the compiled baseline only where the
     # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
     autotune_pointwise: bool = True
+    # a config of a new kernel whose first run in inductor's autotuning takes longer than this many ms is not
+    # benchmarked further (it counts as infinitely slow): one config of a trapz over a transposed 76x3x1030x1030 input
+    # held the GPU lock 84 s while every neighbour waited to time (call 33); 0: off
+    autotune_config_cap_ms: float = 0.0
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
     mps: bool = False
@@ -258,6 +262,8 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
     _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")
+    _check(p.autotune_config_cap_ms >= 0, where,
+           f"profile.autotune_config_cap_ms must be >= 0, 0 for no cap (got {p.autotune_config_cap_ms})")
     _check(p.median_precision >= 0, where, f"profile.median_precision must be >= 0, 0 for the IQR rule alone (got {p.median_precision})")
     _check(p.autotune_benchmark_ms >= 0, where,
            f"profile.autotune_benchmark_ms must be >= 0, 0 for inductor's own (got {p.autotune_benchmark_ms})")

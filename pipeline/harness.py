@@ -254,6 +254,43 @@ def require_autotuning_bound(ms: float) -> None:
                       f"it is bounded to another value in this process): set it to 0")
 
 
+class _SlowConfig(Exception):
+    """Raised inside inductor's benchmark of a config whose first run took longer than the cap."""
+
+
+def _cap_autotune_configs(cap_ms: float) -> bool:
+    """A config whose first run (the benchmarker's warm-up, which it synchronizes before anything else) took over
+    `cap_ms` is not benchmarked further: it counts as infinitely slow, so inductor picks another (the first config
+    when all are that slow). Its further runs (five estimates, warm-ups, timed iterations) held the GPU lock for
+    minutes on a pathological reduction config. False when this torch has no benchmarker or it is capped already."""
+    bench = _inductor_benchmarker()
+    fn = getattr(bench, "benchmark_gpu", None)
+    if fn is None or getattr(fn, "_capped_at", None) is not None:
+        return False
+
+    @functools.wraps(fn)
+    def capped(*args: Any, **kwargs: Any) -> Any:
+        args = list(args)
+        inner = kwargs.pop("_callable") if "_callable" in kwargs else args.pop(0)
+        seen: list[float] = []
+
+        def watched() -> Any:
+            # the second call starts after the first one's synchronize: their distance is the first run's time
+            if len(seen) == 1 and (time.perf_counter() - seen[0]) * 1e3 > cap_ms:
+                raise _SlowConfig
+            seen.append(time.perf_counter())
+            return inner()
+
+        try:
+            return fn(watched, *args, **kwargs)
+        except _SlowConfig:
+            return float("inf")
+
+    capped._capped_at = cap_ms  # type: ignore[attr-defined]
+    bench.benchmark_gpu = capped
+    return True
+
+
 def _set_pointwise_autotuning(on: bool) -> None:
     """inductor's triton.autotune_pointwise for every graph this worker compiles (profile.autotune_pointwise)."""
     import torch._inductor.config as inductor_config
@@ -287,6 +324,8 @@ class Harness:
             require_autotuning_bound(settings.profile.autotune_benchmark_ms)
         if settings.profile.compile:
             _set_pointwise_autotuning(settings.profile.autotune_pointwise)
+        if self.cuda and settings.profile.compile and settings.profile.autotune_config_cap_ms > 0:
+            _cap_autotune_configs(settings.profile.autotune_config_cap_ms)
         if self.cuda and settings.profile.compile and lock_path:
             _guard_benchmarks(self.lock, settings.profile.yield_in_autotuning)
         self.notify = notify

@@ -1,5 +1,5 @@
 """When timed runs may stop (pipeline.harness.timed_enough) and how inductor's autotuning benchmarks are bounded
-(pipeline.harness._bound_autotuning): both are profile-section settings a worker applies."""
+(pipeline.harness._bound_autotuning, _cap_autotune_configs): profile-section settings a worker applies."""
 
 import dataclasses
 
@@ -9,6 +9,7 @@ from pipeline.config import ConfigError, ProfileSection
 from pipeline.harness import (
     AUTOTUNE_WARMUP_ITERS,
     _bound_autotuning,
+    _cap_autotune_configs,
     next_batch,
     require_autotuning_bound,
     timed_enough,
@@ -133,3 +134,33 @@ def test_pointwise_autotuning_reaches_what_inductor_hands_its_triton_heuristics(
             TritonKernel.inductor_meta_common)
     finally:
         inductor_config.triton.autotune_pointwise = before
+
+
+class _WarmThenRuns:
+    """Stands in for inductor's benchmarker: one warm-up call (then it would synchronize), five estimates, then
+    timed runs; returns the number of calls it made."""
+
+    def benchmark_gpu(self, _callable, rep=40):
+        for _ in range(6 + rep // 10):
+            _callable()
+        return 7 + rep // 10
+
+
+def test_a_config_whose_first_run_is_over_the_cap_is_not_benchmarked_further(monkeypatch):
+    import time
+
+    from torch._inductor.runtime import benchmarking
+
+    fake = _WarmThenRuns()
+    monkeypatch.setattr(benchmarking, "benchmarker", fake)
+    assert _cap_autotune_configs(20.0)
+    assert not _cap_autotune_configs(20.0)  # capped once
+    runs = []
+
+    def slow():
+        runs.append(1)
+        time.sleep(0.05)
+
+    assert fake.benchmark_gpu(slow, rep=40) == float("inf") and len(runs) == 1  # its warm-up alone ran
+    runs.clear()
+    assert fake.benchmark_gpu(_callable=lambda: runs.append(1), rep=40) == 11 and len(runs) == 10  # fast: untouched

@@ -94,6 +94,7 @@ def test_a_worker_refuses_settings_outside_the_contract(mutate, match):
     ("filter", "max_peak_memory_gb", 0.0, r"filter.max_peak_memory_gb must be > 0"),
     ("profile", "early_reject_factor", 0.5, r"profile.early_reject_factor must be >= 1"),
     ("profile", "iqr_target", 0.0, r"profile.iqr_target must be > 0"),
+    ("profile", "autotune_config_cap_ms", -1.0, r"profile.autotune_config_cap_ms must be >= 0"),
     ("filter", "determinism_tolerance", -1.0, r"filter.determinism_tolerance must be >= 0"),
 ])
 def test_config_load_refuses_what_the_worker_would(section, key, value, match):
