@@ -17,14 +17,13 @@ Stdlib only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 CONTROL = "nvidia-cuda-mps-control"
-STOP_WAIT_S = 10.0
 
 
 class MpsDaemon:
@@ -71,14 +70,10 @@ class MpsDaemon:
         return None
 
     def stop(self) -> None:
-        """Ask the daemon to quit (its server goes with it once the workers are gone) and wait for it briefly."""
+        """Ask the daemon to quit (its server goes with it once the workers are gone); no wait: nothing after it
+        needs the daemon gone, and a profile call's seconds count until here."""
         if self.exe is None:
             return
         exe, self.exe = self.exe, None
-        try:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([exe], input=b"quit\n", env=self._env(), capture_output=True, timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
-            return
-        end = time.monotonic() + STOP_WAIT_S
-        while (self.pipe / "control").exists() and time.monotonic() < end:
-            time.sleep(0.1)
