@@ -3,7 +3,7 @@
 Without MPS the CUDA contexts of different processes take turns on a GPU in time slices: a worker's checks,
 compiled agreement draws and Triton autotuning benchmarks never run beside a neighbour's, however few SMs their
 kernels fill. Under an MPS server they run side by side. Timed runs are unaffected: they hold the GPU lock
-alone, so no neighbour has work on the GPU then (on the H200, 320 tasks measured three times on one machine:
+alone, so no neighbour has work on the GPU then (on the H200, 256 tasks measured in three arms on one machine:
 eager medians within 0.06%, compiled within 0.05%; 18% less worker time per task).
 
 The executor starts a private control daemon per GPU (its pipe and log folders in the executor's temporary folder,
