@@ -33,8 +33,8 @@ def read_arm(folder: Path) -> dict[str, dict]:
     return rows
 
 
-def compare(arms: dict[str, dict[str, dict]], workers: int) -> dict:
-    """The table: arms in order, the first the reference."""
+def compare(arms: dict[str, dict[str, dict]], workers: int | dict[str, int]) -> dict:
+    """The table: arms in order, the first the reference; workers per GPU, the same in every arm or per arm."""
     names = list(arms)
     common = sorted(set.intersection(*(set(a) for a in arms.values())))
     first = arms[names[0]]
@@ -42,11 +42,12 @@ def compare(arms: dict[str, dict[str, dict]], workers: int) -> dict:
     for name in names:
         rows = [arms[name][t] for t in common]
         tb = time_breakdown(rows, 0.0) or {}
+        w = workers[name] if isinstance(workers, dict) else workers
         ok = [t for t in common if first[t]["status"] == "ok" and arms[name][t]["status"] == "ok"]
         out["arms"].append({
-            "arm": name, **{k: tb.get(k) for k in WAITS},
+            "arm": name, "workers": w, **{k: tb.get(k) for k in WAITS},
             # with every worker busy all the time (no start-up, no tail), one task per this many seconds
-            "s_per_task_at_full_occupancy": round(tb["wall_s"] / workers, 4) if tb else None,
+            "s_per_task_at_full_occupancy": round(tb["wall_s"] / w, 4) if tb else None,
             "ok": sum(arms[name][t]["status"] == "ok" for t in common),
             "eager_over_first": ratio_stats([(first[t]["eager_ms"], arms[name][t]["eager_ms"]) for t in ok]),
             "compile_over_first": ratio_stats([(first[t].get("compile_ms"), arms[name][t].get("compile_ms"))

@@ -4,8 +4,10 @@ caches, and `opsynth profile COPY --set ...` (the common settings, then the arm'
 (benchmarks/arms_compare.py). Host CPUs differ between GPU machines, so settings compare only on one machine.
 
     python benchmarks/profile_arms.py --run DIR --index A:B --out OUTDIR \\
-        --arm base --arm mps=profile.mps=true --arm mps_nopw=profile.mps=true,profile.autotune_pointwise=false \\
+        --arm base --arm mps=profile.mps=true --arm w20=workers=20,profile.mps=true \\
         [--set profile.median_precision=0.015 ...] [--workers 16] [--gpus 0] [--max-seconds 180]
+
+An arm's items are `profile.KEY=VALUE` settings (passed as --set) and `workers=N` (that arm's workers per GPU).
 
 An arm that reaches --max-seconds is stopped as Ctrl-C stops a run (its finished shards are kept) and compared on
 the tasks every arm finished. OUTDIR/NAME is each arm's copy, OUTDIR/arms.json the comparison. pyarrow and stdlib
@@ -33,13 +35,22 @@ from remeasure_copy import remeasure_copy  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
 
 
-def parse_arm(spec: str) -> tuple[str, list[str]]:
-    """NAME or NAME=profile.KEY=VALUE,profile.KEY=VALUE -> (NAME, the --set values)."""
-    name, _, sets = spec.partition("=")
+def parse_arm(spec: str) -> tuple[str, list[str], int | None]:
+    """NAME or NAME=ITEM,ITEM (profile.KEY=VALUE or workers=N) -> (NAME, the --set values, workers or None)."""
+    name, _, items = spec.partition("=")
+    sets, workers = [], None
+    for item in filter(None, items.split(",")):
+        key, _, value = item.partition("=")
+        if key == "workers" and value.isdigit() and int(value) > 0:
+            workers = int(value)
+        elif key.startswith("profile.") and value:
+            sets.append(item)
+        else:
+            name = ""
     if not name or not name.replace("_", "").replace("-", "").isalnum():
-        sys.exit(f"error: --arm {spec!r}: give NAME or NAME=profile.KEY=VALUE[,profile.KEY=VALUE] (NAME: letters, "
-                 "digits, _ or -)")
-    return name, [s for s in sets.split(",") if s]
+        sys.exit(f"error: --arm {spec!r}: give NAME or NAME=ITEM[,ITEM], ITEM profile.KEY=VALUE or workers=N (NAME: "
+                 "letters, digits, _ or -)")
+    return name, sets, workers
 
 
 def profile_command(copy: Path, n: int, sets: list[str], workers: int | None, gpus: str | None) -> list[str]:
@@ -88,29 +99,30 @@ def main() -> None:
         sys.exit(f"error: --index {a.index!r}: give A:B, two task indices")
     first_i, end_i = int(first), int(end)
     arms = [parse_arm(s) for s in a.arm]
-    if len({n for n, _ in arms}) != len(arms):
+    if len({n for n, _, _ in arms}) != len(arms):
         sys.exit("error: two arms share a name")
     if a.out.exists():
         sys.exit(f"error: {a.out} exists; give a new folder")
     a.out.mkdir(parents=True)
     ids = {r["task_id"] for r in RunDir(a.run).read_rows("tasks", ["task_id"])[first_i:end_i]}
     runs, measured = [], {}
-    for name, sets in arms:
+    for name, sets, workers in arms:
         copy = a.out / name
         n = remeasure_copy(a.run, copy, first_i, end_i)
-        cmd = profile_command(copy, n, [*a.set, *sets], a.workers, a.gpus)
+        cmd = profile_command(copy, n, [*a.set, *sets], workers or a.workers, a.gpus)
         wall, rc = run_arm(cmd, a.out / f"{name}.caches", a.max_seconds)
         rows = read_arm(copy / "measurements")
         measured[name] = {t: r for t, r in rows.items() if t in ids}
-        runs.append({"arm": name, "settings": [*a.set, *sets], "wall_s": round(wall, 1), "exit_code": rc,
-                     "measured": len(measured[name]), "of": n})
+        runs.append({"arm": name, "settings": [*a.set, *sets], "workers": workers or a.workers,
+                     "wall_s": round(wall, 1), "exit_code": rc, "measured": len(measured[name]), "of": n})
         print(f"arm {name}: {len(measured[name])} of {n} tasks measured in {wall:.1f} s (exit {rc})", flush=True)
     res = {"label": a.label, "command": "benchmarks/profile_arms.py " + " ".join(sys.argv[1:]), "run": str(a.run),
-           "index": a.index, "runs": runs, **compare(measured, a.workers or 1)}
+           "index": a.index, "runs": runs,
+           **compare(measured, {r["arm"]: r["workers"] or 1 for r in runs})}
     (a.out / "arms.json").write_text(json.dumps(res, indent=1) + "\n")
     for r in res["arms"]:
         e, c = r["eager_over_first"], r["compile_over_first"]
-        print(f"{r['arm']:<16} wall/task {r['wall_s']:.3f} s, /{res['workers']} workers {r['s_per_task_at_full_occupancy']:.4f}"
+        print(f"{r['arm']:<16} wall/task {r['wall_s']:.3f} s, /{r['workers']} workers {r['s_per_task_at_full_occupancy']:.4f}"
               f" s; eager/first {e.get('median_ratio')}, compiled/first {c.get('median_ratio')}")
     print(f"wrote {a.out / 'arms.json'} ({res['tasks']} tasks measured in every arm)")
 
