@@ -8,8 +8,10 @@ wall-clock timeout (the clock stops while a worker waits for the GPU or its memo
 in a private cache gets the timeout once more), stops the worker's whole process group on timeout (SIGTERM,
 so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
 reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). With profile.mps the
-workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them:
-a task whose worker saw its context poisoned is measured once more, and the second result stands. A worker
+workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them,
+busy or idle: the GPU's idle workers are replaced, and each task whose worker saw its context poisoned is measured
+once more, alone on that GPU (no other task starts there until it is done), so a task is recorded as crashed only
+when it faults by itself. A worker
 stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
 On an exception (Ctrl-C included) every worker is stopped and none is started.
 
@@ -239,7 +241,9 @@ class LocalExecutor(Executor):
                         started.stop()  # all GPUs alike: a fault is handled the same way on each
                     break
         self.uses_mps = bool(self.mps) and all(d.running for d in self.mps.values())
-        self.again: collections.deque[dict] = collections.deque()  # tasks to measure once more (MPS faults)
+        # per GPU, tasks to measure once more, each alone (MPS faults), and the worker measuring one now
+        self.again: dict[str, collections.deque[dict]] = {g: collections.deque() for g in groups}
+        self.solo: dict[str, _Worker | None] = dict.fromkeys(groups)
         self.retried: set[str] = set()
         self.last_fault = -MPS_RECOVERY_S  # monotonic time of the last poisoned context under MPS
         self.started = time.monotonic()
@@ -278,6 +282,8 @@ class LocalExecutor(Executor):
         return w
 
     def _retire(self, w: _Worker, kill: bool) -> int:
+        if self.solo.get(w.group) is w:
+            self.solo[w.group] = None  # its retry is over, however it ended
         with contextlib.suppress(KeyError, ValueError):
             self.sel.unregister(w.proc.stdout)
         rc = w.proc.returncode if w.proc.returncode is not None else 0
@@ -323,21 +329,29 @@ class LocalExecutor(Executor):
             raise OpsynthError("this executor is closed; make a new one")
         it = iter(tasks)
         exhausted = False
-        self.again.clear()  # a retry of a call the consumer left early is not this call's task
+        for q in self.again.values():
+            q.clear()  # a retry of a call the consumer left early is not this call's task
         try:
             while True:
                 for w in list(self.workers):
-                    if exhausted and not self.again:
-                        break
-                    if w.ready and w.task is None:
-                        task = self.again.popleft() if self.again else None if exhausted else next(it, None)
+                    if not (w.ready and w.task is None) or self.solo[w.group] is not None:
+                        continue  # busy, warming up, or its GPU measures a retry alone
+                    if self.again[w.group]:
+                        if any(x.task is not None for x in self.workers if x.group == w.group):
+                            continue  # the retry waits for its GPU to be free, and nothing new starts there
+                        task = self.again[w.group].popleft()
+                        self.solo[w.group] = w
+                    elif exhausted:
+                        continue
+                    else:
+                        task = next(it, None)
                         if task is None:
                             exhausted = True
-                            break
-                        if not w.start(task, self.timeout_s):
-                            w.task = None
-                            yield self._dead(w, task)
-                if exhausted and not self.again and all(w.task is None for w in self.workers):
+                            continue
+                    if not w.start(task, self.timeout_s):
+                        w.task = None
+                        yield self._dead(w, task)
+                if exhausted and not any(self.again.values()) and all(w.task is None for w in self.workers):
                     return
                 now = time.monotonic()
                 waits = [w.deadline - now for w in self.workers if w.task is not None and w.wait_since is None]
@@ -394,17 +408,26 @@ class LocalExecutor(Executor):
             w.extended = True
         elif "result" in msg and w.task is not None:
             task, w.task = w.task, None
+            if self.solo[w.group] is w:
+                self.solo[w.group] = None
             if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
                 self._retire(w, kill=False)
                 if self.uses_mps:
-                    self.last_fault = time.monotonic()
+                    self._poisoned(w.group)
                 if self.uses_mps and task.get("task_id") not in self.retried:
                     # under MPS a neighbour's fault poisons this context too: the task is not judged by it
                     self.retried.add(task.get("task_id"))
-                    self.again.append(task)
+                    self.again[w.group].append(task)
                     return None
             return msg["result"]
         return None
+
+    def _poisoned(self, group: str) -> None:
+        """A fatal fault under MPS reached every client of this GPU: replace those not running a task (their
+        next task would fail); those running one report it poisoned in turn."""
+        self.last_fault = time.monotonic()
+        for x in [x for x in self.workers if x.group == group and x.task is None]:
+            self._retire(x, kill=True)
 
     def _dead(self, w: _Worker, task: dict) -> dict:
         w.task = None

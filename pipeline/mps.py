@@ -10,8 +10,9 @@ The executor starts a private control daemon per GPU (its pipe and log folders i
 passed to that GPU's workers in CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY; the daemon sees that GPU alone)
 and stops it when it closes, so a run leaves no daemon behind and never touches one an administrator runs. What MPS
 changes for faults: a fatal GPU fault of one client (an illegal memory access) is reported to every client of that
-GPU, and its server takes no new client until they have all exited, so the executor measures again, once, each task
-whose worker saw its CUDA context poisoned (pipeline.executors); a daemon per GPU keeps the other GPUs out of it.
+GPU, and its server takes no new client until they have all exited, so the executor replaces that GPU's idle workers
+and measures again, once and alone on the GPU, each task whose worker saw its CUDA context poisoned
+(pipeline.executors); a daemon per GPU keeps the other GPUs out of it.
 Stdlib only.
 """
 

@@ -25,30 +25,45 @@ fi
 """
 
 # speaks the worker protocol: a task whose id starts with "fault" reports a poisoned context the first time any
-# worker runs it (a file marks it), as a neighbour's GPU fault would under MPS; "culprit" faults every time
+# worker runs it (a file marks it), as a neighbour's GPU fault would under MPS; "culprit" faults every time. Under
+# MPS (the pipe folder in its environment) a fault poisons every worker alive then, as the real server does: each
+# reports its next result poisoned. Every run is logged: task, start, end
 FAKE_HARNESS = """
-import json, os, sys
-down = os.path.join(os.environ["FAKE_MARKS"], "server-down")  # starts the server still refuses after a fault
+import json, os, sys, time
+marks = os.environ["FAKE_MARKS"]
+down = os.path.join(marks, "server-down")  # starts the server still refuses after a fault
 if os.path.exists(down):
     left = int(open(down).read())
     if left > 0:
         open(down, "w").write(str(left - 1))
         sys.exit("cudaErrorMpsServerNotReady: the MPS server is recovering")
+epochs = os.path.join(marks, "faults")
+def faults():
+    return len(open(epochs).read()) if os.path.exists(epochs) else 0
+born = faults()
+under_mps = bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY"))
 cfg = json.loads(sys.stdin.readline())
 print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
 for line in sys.stdin:
     task = json.loads(line)
-    mark = os.path.join(os.environ["FAKE_MARKS"], task["task_id"])
+    t0 = time.time()
+    time.sleep(float(os.environ.get("FAKE_TASK_S", "0")))
+    mark = os.path.join(marks, task["task_id"])
     first = not os.path.exists(mark)
     open(mark, "a").write("run\\n")
     fault = task["task_id"].startswith("culprit") or (task["task_id"].startswith("fault") and first)
+    poisoned = under_mps and faults() > born
+    if fault:
+        open(epochs, "a").write("x")
     if fault and task["task_id"].endswith("-recovering"):
         open(down, "w").write("5")
-    result = {"task_id": task["task_id"], "status": "crashed" if fault else "ok",
-              "error": "AcceleratorError: CUDA error: an illegal memory access was encountered" if fault else "",
+    open(os.path.join(marks, "log"), "a").write(task["task_id"] + " " + str(t0) + " " + str(time.time()) + "\\n")
+    bad = fault or poisoned
+    result = {"task_id": task["task_id"], "status": "crashed" if bad else "ok",
+              "error": "AcceleratorError: CUDA error: an illegal memory access was encountered" if bad else "",
               "device": "cuda", "mps_pipe": os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "")}
-    print(json.dumps({"result": result, "fatal": fault}), flush=True)
-    if fault:
+    print(json.dumps({"result": result, "fatal": bad}), flush=True)
+    if bad:
         os._exit(3)
 """
 
@@ -176,3 +191,23 @@ def test_without_mps_workers_that_cannot_start_stop_the_run_with_one_line(tmp_pa
 
     with pytest.raises(OpsynthError, match="profile workers fail to start .*MpsServerNotReady"):
         _run(_executor(mps=False), ["fault-a-recovering", "ok-b", "ok-c"])
+
+
+def test_under_mps_retries_run_alone_so_only_the_culprit_is_recorded(tmp_path, monkeypatch, fake_workers):
+    """The culprit faults every time and each fault poisons every worker alive: run beside other retries, its second
+    fault would cost them their second try too. Retries run alone on the GPU, so every good task is measured."""
+    _control(tmp_path, monkeypatch)
+    monkeypatch.setenv("FAKE_TASK_S", "0.15")
+    ids = ["ok-0", "ok-1", "culprit-x", "ok-2", "ok-3", "ok-4", "ok-5", "ok-6"]
+    out = _run(_executor(mps=True, workers=3), ids)
+    assert {t: r["status"] for t, r in out.items()} == {t: "crashed" if t == "culprit-x" else "ok" for t in ids}
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for line in (fake_workers / "log").read_text().splitlines():
+        t, a, b = line.split()
+        runs.setdefault(t, []).append((float(a), float(b)))
+    assert len(runs["culprit-x"]) == 2  # measured once more, then recorded
+    retries = [(t, ivs[1]) for t, ivs in runs.items() if len(ivs) == 2]
+    assert len(retries) >= 2, "a fault under MPS poisons the neighbours in flight"
+    every = [(t, iv) for t, ivs in runs.items() for iv in ivs]
+    for t, (a, b) in retries:  # nothing else ran while a retry did
+        assert all((u, iv) == (t, (a, b)) or iv[1] <= a or iv[0] >= b for u, iv in every), t
