@@ -423,10 +423,12 @@ class LocalExecutor(Executor):
         return None
 
     def _poisoned(self, group: str) -> None:
-        """A fatal fault under MPS reached every client of this GPU: replace those not running a task (their
-        next task would fail); those running one report it poisoned in turn."""
+        """A fatal fault under MPS reached every client of this GPU: replace the ready ones not running a task
+        (their next task would fail); those running one report it poisoned in turn, and those still starting fail
+        to start or report their first task poisoned. A worker ready after this fault cannot be poisoned by it: the
+        server takes no new client until every poisoned one has exited, so none is replaced needlessly."""
         self.last_fault = time.monotonic()
-        for x in [x for x in self.workers if x.group == group and x.task is None]:
+        for x in [x for x in self.workers if x.group == group and x.ready and x.task is None]:
             self._retire(x, kill=True)
 
     def _dead(self, w: _Worker, task: dict) -> dict:
