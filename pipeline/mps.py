@@ -39,17 +39,16 @@ class MpsDaemon:
     def running(self) -> bool:
         return self.exe is not None
 
-    def env(self) -> dict[str, str]:
-        """What a worker's environment needs to be a client of this daemon ({} when it is not running)."""
-        if not self.running:
-            return {}
+    def _folders(self) -> dict[str, str]:
         return {"CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
 
+    def env(self) -> dict[str, str]:
+        """What a worker's environment needs to be a client of this daemon ({} when it is not running)."""
+        return self._folders() if self.running else {}
+
     def _env(self) -> dict[str, str]:
-        env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe), "CUDA_MPS_LOG_DIRECTORY": str(self.log)}
-        if self.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.gpu
-        return env
+        """The control program's environment: ours, its folders, and the one GPU its server may use."""
+        return {**os.environ, **self._folders(), **({"CUDA_VISIBLE_DEVICES": self.gpu} if self.gpu is not None else {})}
 
     def start(self) -> str | None:
         """Start the daemon; None when it runs, else why not (the workers then take turns on the GPU)."""
