@@ -2,7 +2,10 @@
 measures exactly those (with other `--set` settings, or the same ones to see the run-to-run noise), and
 `benchmarks/pipeline_yield.py --run DIR --since-index A --until-index B --repeat COPY` sets the two side by side.
 
-    python benchmarks/remeasure_copy.py --run DIR --out COPY --index A:B
+    python benchmarks/remeasure_copy.py --run DIR --out COPY --index A:B [--rows MEASUREMENTS.parquet]
+
+`--rows` puts measurement rows kept from an earlier re-measure (benchmarks/results/gpu_runs/callNN_remeasure) in
+place of the removed ones, so that copy, and the side-by-side figures drawn from it, can be made again without a GPU.
 
 pyarrow and stdlib only (it runs on a bare GPU image). Measurement shards keep their other rows and their
 completion markers: the profile stage measures what a done shard lacks. COPY must not exist.
@@ -22,6 +25,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.schema import MEASUREMENTS, conform  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
 
 
@@ -51,14 +55,39 @@ def remeasure_copy(run: Path, out: Path, first: int, end: int) -> int:
     return removed
 
 
+def restore_rows(copy: Path, rows: list[dict]) -> int:
+    """Put measurement rows of tasks the copy lacks into their shards (shard k: the tasks at positions
+    [k*S, (k+1)*S)), in task order, each shard with its marker; how many rows went in."""
+    rd = RunDir(copy)
+    pos = {r["task_id"]: i for i, r in enumerate(rd.read_rows("tasks", ["task_id"]))}
+    size = rd.load_config().run.shard_size
+    missing = {r["task_id"]: r for r in rows if r["task_id"] in pos}
+    have = {r["task_id"] for r in rd.read_rows("measurements", ["task_id"])}
+    if unknown := [r["task_id"] for r in rows if r["task_id"] not in pos or r["task_id"] in have]:
+        sys.exit(f"error: {len(unknown)} rows name tasks the copy does not lack (e.g. {unknown[0]}); give the rows "
+                 "of the tasks --index removed")
+    for k in sorted({pos[t] // size for t in missing}):
+        old = pq.read_table(rd.shard_path("measurements", k)).to_pylist() if rd.is_done("measurements", k) else []
+        new = [r for t, r in missing.items() if pos[t] // size == k]
+        merged = sorted(old + new, key=lambda r: pos[r["task_id"]])
+        rd.write_shard("measurements", k, conform(merged, MEASUREMENTS), MEASUREMENTS)
+    return len(missing)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--index", required=True, help="A:B, the task indices to measure again")
+    ap.add_argument("--rows", type=Path, help="measurement rows kept from an earlier re-measure of those tasks")
     a = ap.parse_args()
     first, _, end = a.index.partition(":")
     n = remeasure_copy(a.run, a.out, int(first), int(end))
+    if a.rows:
+        back = restore_rows(a.out, pq.read_table(a.rows).to_pylist())
+        print(f"{a.out}: {n} measurements of tasks {first}-{end} replaced by {back} rows of {a.rows}; run `opsynth "
+              f"filter {a.out} && opsynth dedupe {a.out}` before comparing")
+        return
     print(f"{a.out}: {n} measurements of tasks {first}-{end} removed; `opsynth profile {a.out}` measures them again")
 
 

@@ -203,3 +203,28 @@ def test_an_arm_names_profile_settings_and_workers_only():
     for bad in ("x=run.seed=3", "x=workers=0", "x=profile.mps", "a b=profile.mps=true"):
         with pytest.raises(SystemExit, match="give NAME or NAME=ITEM"):
             parse_arm(bad)
+
+
+def test_a_remeasure_copy_takes_back_kept_rows_in_their_shards(tmp_path, tanh_tasks):
+    """benchmarks/remeasure_copy.py --rows: rows kept from an earlier re-measure go back into the shards of their
+    tasks, in task order with markers, so the copy is whole again without a GPU; rows of tasks it has are refused."""
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from remeasure_copy import remeasure_copy, restore_rows
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
+    profile.run(rd, cfg)
+    rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
+    kept = [dict(rows[t], eager_ms=100.0 + i) for i, t in enumerate(["t3", "t1", "t2"])]  # any order
+    remeasure_copy(rd.path, tmp_path / "copy", 1, 4)
+    assert restore_rows(tmp_path / "copy", kept) == 3
+    copy = RunDir(tmp_path / "copy")
+    assert _shards(copy) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
+    got = {m["task_id"]: m["eager_ms"] for m in copy.read_rows("measurements")}
+    assert got == {"t0": rows["t0"]["eager_ms"], "t1": 101.0, "t2": 102.0, "t3": 100.0, "t4": rows["t4"]["eager_ms"]}
+    with pytest.raises(SystemExit, match="does not lack"):
+        restore_rows(tmp_path / "copy", [rows["t0"]])
