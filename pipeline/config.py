@@ -125,6 +125,13 @@ class ProfileSection:
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
     mps: bool = False
+    # the memory a GPU task reserves (its hard allocator cap) over its peak: the sampler's prediction times
+    # reserve_margin_predicted before the first forward, the measured peak beside the reference output times
+    # reserve_margin_measured after it, plus reserve_slack_gb each. A task that outgrows its share runs again with
+    # the worker's whole cap (a rerun, never a wrong result); larger margins let fewer tasks hold the GPU at once
+    reserve_margin_predicted: float = 1.1
+    reserve_margin_measured: float = 1.15
+    reserve_slack_gb: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -267,6 +274,10 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.median_precision >= 0, where, f"profile.median_precision must be >= 0, 0 for the IQR rule alone (got {p.median_precision})")
     _check(p.autotune_benchmark_ms >= 0, where,
            f"profile.autotune_benchmark_ms must be >= 0, 0 for inductor's own (got {p.autotune_benchmark_ms})")
+    for name in ("reserve_margin_predicted", "reserve_margin_measured"):
+        _check(getattr(p, name) >= 1, where, f"profile.{name} must be >= 1, a reservation under the peak OOMs "
+               f"(got {getattr(p, name)})")
+    _check(p.reserve_slack_gb >= 0, where, f"profile.reserve_slack_gb must be >= 0 (got {p.reserve_slack_gb})")
     _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
     return p
 

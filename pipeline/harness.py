@@ -67,13 +67,10 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
 # what inductor may allocate on the device while it compiles (constants, RNG state), beside what is alive
 COMPILE_SLACK = 512 * 1024 * 1024
-# Reservations over a task's peak (plus 0.5 GiB each). Since the GPU calibration (operators/calibration.json),
-# measured over predicted peak is p99 1.07 on the H200 (call 19: 2 of 898 tasks above 1.1x + 0.5 GiB); the
-# earlier 1.5x (and 1.25x once measured) let about 14 of 16 workers hold ~6 GiB tasks at once: the rest waited
-# for memory. A task that outgrows its reservation is retried with the worker's whole cap, so a low margin
-# costs a rerun, never a wrong result.
-PREDICTED_MARGIN = 1.1
-MEASURED_MARGIN = 1.15
+# Reservations over a task's peak: profile.reserve_margin_predicted / _measured and reserve_slack_gb. Since the GPU
+# calibration (operators/calibration.json), measured over predicted peak is p99 1.07 on the H200 (call 19: 2 of
+# 898 tasks above 1.1x + 0.5 GiB); the earlier 1.5x (and 1.25x once measured) let about 14 of 16 workers hold ~6 GiB
+# tasks at once: the rest waited for memory.
 # a slow quick run is confirmed by one run alone on the GPU: over this many times the window's upper bound, the
 # task is too slow whatever its timed median (a single uncontended run of a >100 ms task is within a few % of it)
 EARLY_REJECT_ALONE = 1.5
@@ -454,7 +451,7 @@ class Harness:
     def profile(self, task: dict) -> dict:
         """One measurement dict (MEASUREMENTS names plus roofline fields); never raises for task faults.
         `_fatal` is set when the CUDA context is poisoned and the worker must exit."""
-        t0, cpu0 = time.perf_counter(), _cpu_s()
+        t0, cpu0, started_at = time.perf_counter(), _cpu_s(), time.time()
         self.lock.held_s = self.lock.exclusive_s = self.lock.wait_s = self.lock.wait_exclusive_s = 0.0
         self.lock.gather_s_spent = 0.0
         self.budget.wait_s = self.regrow_wait_s = 0.0
@@ -472,6 +469,7 @@ class Harness:
             m = self._attempt(task, dict(base), self.task_cap)
             m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
         m["wall_s"] = time.perf_counter() - t0
+        m["started_at"] = started_at
         m["gpu_busy_s"] = self.lock.held_s
         m["gpu_exclusive_s"] = self.lock.exclusive_s
         m["lock_wait_s"], m["budget_wait_s"] = self.lock.wait_s, self.budget.wait_s
@@ -552,16 +550,17 @@ class Harness:
 
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with
-        MEASURED_MARGIN for the compiled graph's own buffers and allocator slack; before the first forward, the
-        sampler's prediction with PREDICTED_MARGIN; when nothing predicts the peak (imported tasks), the filter's
-        peak cap: a task that needs more is rejected for its peak anyway (the worker's whole cap, 3x the filter's,
+        profile.reserve_margin_measured for the compiled graph's own buffers and allocator slack; before the first
+        forward, the sampler's prediction with reserve_margin_predicted; reserve_slack_gb beside either; when
+        nothing predicts the peak (imported tasks), the filter's peak cap: a task that needs more is rejected for its peak anyway (the worker's whole cap, 3x the filter's,
         let only about four such tasks run at once). A task that outgrows its share is retried with the whole cap."""
         if not self.task_cap:
             return 0
+        p = self.s.profile
         if not peak:
-            return min(self.task_cap, int(self.s.filter.max_peak_memory_gb * 2**30 + 2**29))
-        need = MEASURED_MARGIN * (peak + out_bytes) if measured else PREDICTED_MARGIN * peak
-        return min(self.task_cap, int(need + 2**29))
+            return min(self.task_cap, int((self.s.filter.max_peak_memory_gb + p.reserve_slack_gb) * 2**30))
+        need = p.reserve_margin_measured * (peak + out_bytes) if measured else p.reserve_margin_predicted * peak
+        return min(self.task_cap, int(need + p.reserve_slack_gb * 2**30))
 
     def _device_ctx(self) -> Any:
         """Where weights and inputs are created: on the GPU directly (far faster than a CPU draw of GBs

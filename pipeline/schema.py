@@ -74,6 +74,7 @@ MEASUREMENTS = pa.schema([
     ("aten_ops", STR_LIST),
     ("gpu_busy_s", pa.float64()),         # time this task held the device lock
     ("wall_s", pa.float64()),
+    ("started_at", pa.float64()),  # when the worker took the task (Unix seconds): lines a run up with nvidia-smi
     # where a worker's wall time went (GPU runs; not published): the worker's own CPU seconds, waits for the
     # device lock (of which waiting to time alone) and for the memory budget (of which growing back after
     # compiling), and the time it held the GPU alone for timed runs

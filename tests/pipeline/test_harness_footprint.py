@@ -1,15 +1,18 @@
 """The memory a profile worker reserves for a task before and after its first forward (pipeline.harness)."""
 
-from pipeline.config import Config, FilterSection
-from pipeline.harness import MEASURED_MARGIN, PREDICTED_MARGIN, Harness
+import pytest
+
+from pipeline.config import Config, ConfigError, FilterSection, ProfileSection, load_file
+from pipeline.harness import Harness
 from pipeline.worker_settings import WorkerSettings
 
 GIB = 2**30
 
 
-def _harness(task_cap_gib: float, max_peak_gb: float) -> Harness:
+def _harness(task_cap_gib: float, max_peak_gb: float, **profile) -> Harness:
     h = Harness.__new__(Harness)  # no device, no rlimit: only the sizing rule is under test
-    h.s = WorkerSettings.from_config(Config(filter=FilterSection(max_peak_memory_gb=max_peak_gb)))
+    h.s = WorkerSettings.from_config(Config(filter=FilterSection(max_peak_memory_gb=max_peak_gb),
+                                            profile=ProfileSection(**profile)))
     h.task_cap = int(task_cap_gib * GIB)
     return h
 
@@ -17,9 +20,24 @@ def _harness(task_cap_gib: float, max_peak_gb: float) -> Harness:
 def test_a_predicted_peak_is_reserved_with_its_margin_and_never_beyond_the_workers_cap():
     h = _harness(26, 8)
     six = 6 * GIB
-    assert h._footprint(six) == int(PREDICTED_MARGIN * six + GIB // 2)
-    assert h._footprint(six, out_bytes=GIB, measured=True) == int(MEASURED_MARGIN * 7 * GIB + GIB // 2)
+    assert h._footprint(six) == int(1.1 * six + GIB // 2)
+    assert h._footprint(six, out_bytes=GIB, measured=True) == int(1.15 * 7 * GIB + GIB // 2)
     assert h._footprint(40 * GIB) == 26 * GIB
+
+
+def test_the_reservation_margins_are_the_profile_sections():
+    h = _harness(26, 8, reserve_margin_predicted=1.0, reserve_margin_measured=1.05, reserve_slack_gb=0.25)
+    six = 6 * GIB
+    assert h._footprint(six) == six + GIB // 4
+    assert h._footprint(six, out_bytes=GIB, measured=True) == int(1.05 * 7 * GIB + GIB // 4)
+    assert h._footprint(None) == 8 * GIB + GIB // 4
+
+
+def test_a_reservation_margin_under_one_is_refused_at_load(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[profile]\nreserve_margin_measured = 0.9\n")
+    with pytest.raises(ConfigError, match="reserve_margin_measured must be >= 1"):
+        load_file(cfg)
 
 
 def test_an_unpredicted_peak_reserves_the_filters_cap_not_the_whole_worker():
