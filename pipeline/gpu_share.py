@@ -191,6 +191,9 @@ class MemoryBudget:
         self.fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.reserved = 0
         self.wait_s = 0.0
+        # OPSYNTH_BUDGET_TRACE=FILE: every worker appends each change of its reservation there (when, who, what,
+        # what the others held, how many held and waited): where admission waits come from, lined up with nvidia-smi
+        self.trace = os.environ.get("OPSYNTH_BUDGET_TRACE") or None
 
     def _entries(self) -> list[list]:
         out: list[list] = []
@@ -225,9 +228,12 @@ class MemoryBudget:
             mine = next((e for e in entries if e[0] == self.owner), None)
             if nbytes == 0:
                 self._write([e for e in entries if e[0] != self.owner])
+                if self.trace:
+                    self._trace(time.time(), "release", self.reserved, 0, entries, [], True)
                 self.reserved = 0
                 return True
             now = time.time()
+            changed = mine is None or (mine[2] == "held" and mine[1] != nbytes)
             if mine is None:
                 mine = [self.owner, nbytes, "wait", 0, now]
                 entries.append(mine)
@@ -248,9 +254,19 @@ class MemoryBudget:
                 mine[2], mine[3] = "held", 0
                 self.reserved = nbytes
             self._write(entries)
+            if self.trace and (changed or ok):
+                self._trace(now, "admit" if ok else "wait", nbytes, held, entries, ahead, passable)
             return ok
         finally:
             fcntl.flock(self.fd, fcntl.LOCK_UN)  # type: ignore[arg-type]
+
+    def _trace(self, now: float, event: str, nbytes: int, held: int, entries: list[list], ahead: list[list],
+               passable: bool) -> None:
+        held_all = sum(e[1] if e[2] == "held" else e[3] for e in entries)
+        waiting = sum(e[2] == "wait" for e in entries)
+        with contextlib.suppress(OSError), open(self.trace, "a") as f:  # type: ignore[arg-type]
+            f.write(f"{now:.3f} {self.owner} {event} {nbytes} {held} {held_all} {self.total} "
+                    f"{sum(e[2] == 'held' for e in entries)} {waiting} {len(ahead)} {int(passable)}\n")
 
     def reserve(self, nbytes: int, wait: bool = True) -> None:
         """Hold nbytes (replacing this worker's reservation); a shrink never waits, a growth waits in this
