@@ -108,6 +108,23 @@ def test_memory_budget_admits_by_room_and_frees_on_release(tmp_path, other_pid):
     assert events == ["lock_wait", "lock_held"]
 
 
+def test_memory_budget_trace_logs_each_reservation_change_not_each_poll(tmp_path, other_pid, monkeypatch):
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("OPSYNTH_BUDGET_TRACE", str(trace))
+    path = str(tmp_path / "gpu.mem")
+    a, b = MemoryBudget(path, 10, lambda _: None, owner=other_pid), MemoryBudget(path, 10, lambda _: None)
+    a.reserve(6)
+    _, got = _in_thread(lambda: b.reserve(6))
+    assert not got.wait(0.3)  # polled every 20 ms meanwhile: one "wait" line, not fifteen
+    a.release()
+    assert got.wait(5)
+    rows = [line.split() for line in trace.read_text().splitlines()]
+    # when, who, event, bytes, held by the others, held in all, budget, holders, waiters, ahead, passable
+    assert [(int(r[1]), r[2], int(r[3])) for r in rows] == [
+        (other_pid, "admit", 6), (b.owner, "wait", 6), (other_pid, "release", 6), (b.owner, "admit", 6)]
+    assert [int(r[4]) for r in rows] == [0, 6, 0, 0] and [int(r[8]) for r in rows] == [0, 1, 1, 0]
+
+
 def test_memory_budget_never_blocks_a_lone_task_or_a_raise_without_wait(tmp_path, other_pid):
     path = str(tmp_path / "gpu.mem")
     a, b = MemoryBudget(path, 10, lambda _: None, owner=other_pid), MemoryBudget(path, 10, lambda _: None)
