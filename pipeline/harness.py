@@ -99,6 +99,10 @@ def one_line(e: BaseException) -> str:
         allowed = re.search(r"([\d.]+ [KMGT]?i?B) allowed", first)
         first = f"CUDA out of memory: tried to allocate {asked.group(1)}" + (
             f" with {allowed.group(1)} allowed (the task's reserved cap)" if allowed else "")
+        # what torch held: allocated, and reserved but unallocated (fragmentation of its cached segments)
+        held = [re.search(p, str(e)) for p in (r"[\d.]+ [KMGT]?i?B is allocated by PyTorch",
+                                               r"[\d.]+ [KMGT]?i?B is reserved by PyTorch but unallocated")]
+        first += "".join(f"; {h.group(0)}" for h in held if h)
     return f"{type(e).__name__}: {first}"[:300]
 
 
@@ -460,13 +464,17 @@ class Harness:
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
         self.retrying = False
         m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
+        first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
         if self._outgrew_reservation(m):
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
             # again with the worker's whole cap, so an OOM or a disturbed timing is the task's own. (Reserving the
             # whole GPU instead drained every worker for each retry: 0.70 GPU-s per task instead of 0.44 on the
             # H200, call 7.)
             self.retrying = True
+            first = (f"{m['status']}: {m['error']}" if m["status"] != "ok"
+                     else f"timing alloc retries {m.get('timing_alloc_retries')}")
             m = self._attempt(task, dict(base), self.task_cap)
+            m["reservation_retry"] = f"{first_cap / 2**30:.2f} GiB: {first}"[:300]
             m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
         m["wall_s"] = time.perf_counter() - t0
         m["started_at"] = started_at

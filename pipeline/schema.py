@@ -75,6 +75,9 @@ MEASUREMENTS = pa.schema([
     ("gpu_busy_s", pa.float64()),         # time this task held the device lock
     ("wall_s", pa.float64()),
     ("started_at", pa.float64()),  # when the worker took the task (Unix seconds): lines a run up with nvidia-smi
+    # "" or why the first attempt was run again with the worker's whole cap: its reservation and its outcome
+    # (an OOM, or the allocator retrying inside timed runs)
+    ("reservation_retry", pa.string()),
     # where a worker's wall time went (GPU runs; not published): the worker's own CPU seconds, waits for the
     # device lock (of which waiting to time alone) and for the memory budget (of which growing back after
     # compiling), and the time it held the GPU alone for timed runs

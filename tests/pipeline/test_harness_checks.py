@@ -235,9 +235,11 @@ def test_eager_rejection_compiles_when_told_to():
 def test_oom_line_keeps_the_request_and_the_cap():
     procs = " ".join(f"Process {i} has 9.23 GiB memory in use." for i in range(40))
     msg = (f"CUDA out of memory. Tried to allocate 3.00 GiB. GPU 0 has a total capacity of 139.80 GiB of which "
-           f"37.15 GiB is free. {procs} Of the allocated memory 5.1 GiB is allocated by PyTorch, 6.50 GiB allowed;")
+           f"37.15 GiB is free. {procs} Of the allocated memory 5.1 GiB is allocated by PyTorch, 6.50 GiB allowed; "
+           "and 1.25 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large ...")
     line = one_line(RuntimeError(msg))
     assert "tried to allocate 3.00 GiB" in line and "6.50 GiB allowed" in line
+    assert "5.1 GiB is allocated by PyTorch" in line and "1.25 GiB is reserved by PyTorch but unallocated" in line
     assert len(line) <= 300
 
 

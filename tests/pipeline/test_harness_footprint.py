@@ -72,12 +72,13 @@ def test_timing_disturbed_by_allocator_retries_is_measured_again_with_the_worker
     h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 1})
     m = h.profile({"task_id": "t"})
     assert reserves == [7 * GIB, 26 * GIB] and m["status"] == "ok" and m["timing_alloc_retries"] == 0
-    assert m["error"] == ""
+    assert m["error"] == "" and m["reservation_retry"] == "7.00 GiB: timing alloc retries 1"
 
 
 def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
     h, reserves = _retrying_harness({"status": "oom", "error": "CUDA out of memory"})
-    assert h.profile({"task_id": "t"})["status"] == "ok" and len(reserves) == 2
+    m = h.profile({"task_id": "t"})
+    assert m["status"] == "ok" and len(reserves) == 2 and m["reservation_retry"] == "7.00 GiB: oom: CUDA out of memory"
     h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 0})
     h.profile({"task_id": "t"})
     assert len(reserves) == 1  # nothing to retry
