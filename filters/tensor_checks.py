@@ -11,6 +11,10 @@ from typing import Any
 import torch
 
 SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
+# elements per pass of a whole-output check: its temporaries (differences, masks) stay a few times 16 MiB instead
+# of a few times the output, which the task's memory reservation does not hold (on the H200, 312 of 704 tasks,
+# those with outputs of ~1.3 GiB, ran out of their reservation in these checks and ran again with the whole cap)
+CHUNK = 1 << 22
 
 
 def tensors(obj: Any) -> list:
@@ -31,6 +35,24 @@ def flatten(out: Any) -> Any:
         return None
     flat = [t.detach().reshape(-1).to(torch.float64 if t.dtype == torch.float64 else torch.float32) for t in ts]
     return flat[0] if len(flat) == 1 else torch.cat(flat)
+
+
+def _chunks(*ts: Any) -> Any:
+    """Matching flat slices of equally long tensors, CHUNK elements at a time (views where the tensors are flat)."""
+    flat = [t.reshape(-1) for t in ts]
+    n = flat[0].numel()
+    for i in range(0, n, CHUNK):
+        yield tuple(f[i:i + CHUNK] for f in flat)
+
+
+def _worst(values: Any) -> float:
+    """The largest of per-chunk maxima as one torch max over the whole would give it: NaN if any is NaN."""
+    out = 0.0
+    for v in values:
+        if math.isnan(v):
+            return math.nan
+        out = max(out, v)
+    return out
 
 
 def sample_stride(numel: int) -> int:
@@ -54,14 +76,14 @@ def degenerate(flat: Any) -> str:
     """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
     if flat.numel() == 0:
         return "empty"
-    if not bool(torch.isfinite(flat).all()):
+    if not all(bool(torch.isfinite(c).all()) for (c,) in _chunks(flat)):
         return "nonfinite"
-    amax = float(flat.abs().max())
+    amax = max(float(c.abs().max()) for (c,) in _chunks(flat))
     if amax == 0.0:
         return "zero"
     if amax < 1e-4:
         return "tiny"
-    if flat.numel() > 1 and float(flat.max()) == float(flat.min()):
+    if flat.numel() > 1 and max(float(c.max()) for (c,) in _chunks(flat)) == min(float(c.min()) for (c,) in _chunks(flat)):
         return "constant"
     # share of the most common value, exact up to 1M elements, on an even stride above that
     sample = flat[:: max(1, flat.numel() // 1_000_000)]
@@ -74,10 +96,14 @@ def degenerate(flat: Any) -> str:
 def max_diff(a: Any, b: Any) -> float:
     if a.shape != b.shape:
         return math.inf
+    return _worst(_max_diff(x, y) for x, y in _chunks(a, b))
+
+
+def _max_diff(a: Any, b: Any) -> float:
     d = (a - b).abs()
     # equal values (an inf of one sign in both: inf - inf is NaN) and NaN at the same place count as equal
     d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), torch.zeros_like(d), d)
-    return float(d.max()) if d.numel() else 0.0
+    return float(d.max())
 
 
 def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
@@ -87,8 +113,10 @@ def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
     another shape, is inf."""
     if fixed.shape != ref.shape:
         return math.inf
-    if not fixed.numel():
-        return 0.0
+    return _worst(_tolerance_ratio(f, r, tol) for f, r in _chunks(fixed, ref))
+
+
+def _tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
     r = (fixed - ref).abs() / (tol + tol * ref.abs())
     same = (fixed == ref) | (torch.isnan(fixed) & torch.isnan(ref))
     # what is left NaN compares a NaN or an inf with something else (inf / inf): the verifier fails it
@@ -100,11 +128,16 @@ def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
     """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
     if out.shape != ref.shape:
         return math.inf, math.inf, False, False
-    err = (out - ref).abs()
-    abs_err = float(err.max()) if err.numel() else 0.0
-    rel_err = float((err / ref.abs().clamp_min(1e-8)).max()) if err.numel() else 0.0
-    return (abs_err, rel_err, bool(torch.allclose(out, ref, atol=1e-4, rtol=1e-4)),
-            bool(torch.allclose(out, ref, atol=1e-2, rtol=1e-2)))
+    abs_errs, rel_errs = [], []
+    close4 = close2 = True
+    for o, r in _chunks(out, ref):
+        err = (o - r).abs()
+        abs_errs.append(float(err.max()))
+        rel_errs.append(float((err / r.abs().clamp_min(1e-8)).max()))
+        del err
+        close4 = close4 and bool(torch.allclose(o, r, atol=1e-4, rtol=1e-4))
+        close2 = close2 and bool(torch.allclose(o, r, atol=1e-2, rtol=1e-2))
+    return _worst(abs_errs), _worst(rel_errs), close4, close2
 
 
 def quantiles(xs: list[float]) -> tuple[float, float]:
