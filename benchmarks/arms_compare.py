@@ -3,7 +3,7 @@ worker time per task and where it went, the throughput it implies, and each arm'
 over the first arm's on the same tasks (eager: run-to-run noise, as no setting changes eager code; compiled:
 that noise plus what the setting changed in inductor's choices).
 
-    python benchmarks/arms_compare.py --arm base=DIR_A --arm mps=DIR_B [--workers 16] [--out JSON]
+    python benchmarks/arms_compare.py --arm base=DIR_A --arm mps=DIR_B [--workers 16 | --workers base=16,w20=20] [--out JSON]
 
 Each DIR holds measurement parquet files (a run's `measurements/`, or the rows kept of it). Only tasks measured
 in every arm count, so an arm cut short by its time limit compares on what all arms finished. pyarrow and stdlib.
@@ -59,7 +59,7 @@ def compare(arms: dict[str, dict[str, dict]], workers: int | dict[str, int]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", action="append", required=True, help="NAME=DIR of measurement parquet files")
-    ap.add_argument("--workers", type=int, default=16, help="workers per GPU in every arm")
+    ap.add_argument("--workers", default="16", help="workers per GPU: N in every arm, or NAME=N,... per arm")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
@@ -69,8 +69,16 @@ def main() -> None:
         if not folder or not Path(folder).is_dir():
             sys.exit(f"error: --arm {spec!r}: give NAME=DIR with DIR a folder of measurement parquet files")
         arms[name] = read_arm(Path(folder))
+    workers: int | dict[str, int]
+    try:
+        workers = int(a.workers) if "=" not in a.workers else {
+            k: int(v) for k, _, v in (item.partition("=") for item in a.workers.split(","))}
+    except ValueError:
+        sys.exit(f"error: --workers {a.workers!r}: give N or NAME=N,NAME=N")
+    if isinstance(workers, dict) and set(workers) != set(arms):
+        sys.exit(f"error: --workers names {sorted(workers)}, the arms are {sorted(arms)}")
     res = {"label": a.label, "command": "benchmarks/arms_compare.py " + " ".join(sys.argv[1:]),
-           **compare(arms, a.workers)}
+           **compare(arms, workers)}
     print(f"{res['tasks']} tasks measured in every arm ({a.label})")
     print(f"{'arm':<10} {'wall/task':>9} {'s/task@full':>11} {'cpu':>6} {'lock':>6} {'budget':>6} {'busy':>6} "
           f"{'excl':>6} {'eager/1st':>9} {'|d| p90':>7} {'compile/1st':>11} {'|d| p90':>7}")

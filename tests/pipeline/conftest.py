@@ -1,5 +1,8 @@
 """Fixtures shared by the pipeline tests: tiny KernelBench-format tasks that run in milliseconds on the CPU."""
 
+import subprocess
+import sys
+
 import pytest
 
 TANH_CODE = '''import torch
@@ -23,3 +26,12 @@ def tanh_tasks():
     def make(n: int) -> list[dict]:
         return [{"task_id": f"t{i}", "name": "Tanh", "code": TANH_CODE.format(k=i + 2)} for i in range(n)]
     return make
+
+
+@pytest.fixture
+def other_pid():
+    """A live process standing in for a second worker (entries are keyed by worker pid)."""
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield p.pid
+    p.kill()
+    p.wait()

@@ -87,15 +87,6 @@ def test_switching_modes_releases_first_and_syncs(tmp_path):
     assert len(syncs) == 2  # once per release: the shared hold, then the exclusive one
 
 
-@pytest.fixture
-def other_pid():
-    """A live process standing in for a second worker (entries are keyed by worker pid)."""
-    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    yield p.pid
-    p.kill()
-    p.wait()
-
-
 def test_memory_budget_admits_by_room_and_frees_on_release(tmp_path, other_pid):
     path = str(tmp_path / "gpu.mem")
     events: list[str] = []

@@ -228,3 +228,36 @@ def test_a_remeasure_copy_takes_back_kept_rows_in_their_shards(tmp_path, tanh_ta
     assert got == {"t0": rows["t0"]["eager_ms"], "t1": 101.0, "t2": 102.0, "t3": 100.0, "t4": rows["t4"]["eager_ms"]}
     with pytest.raises(SystemExit, match="does not lack"):
         restore_rows(tmp_path / "copy", [rows["t0"]])
+
+
+def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_pid, monkeypatch):
+    """benchmarks/budget_trace.py on a trace the real MemoryBudget wrote: one worker's task outgrows its share and
+    runs again with the whole cap, which waits for the other worker's task to end."""
+    import sys
+    import threading
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from budget_trace import read_trace, tasks_of, waits
+
+    from pipeline.gpu_share import MemoryBudget
+
+    trace = tmp_path / "trace.txt"
+    monkeypatch.setenv("OPSYNTH_BUDGET_TRACE", str(trace))
+    path = str(tmp_path / "gpu.mem")
+    a, b = MemoryBudget(path, 10, lambda _: None, owner=other_pid), MemoryBudget(path, 10, lambda _: None)
+    a.reserve(4)
+    b.reserve(3)
+    b.release()  # b's first attempt failed: it asks for the whole cap (8), more than the 6 left beside a's 4
+    t = threading.Thread(target=lambda: b.reserve(8))
+    t.start()
+    t.join(0.3)
+    assert t.is_alive()
+    a.release()
+    t.join(5)
+    b.release()
+    rows = read_trace(trace)
+    tasks = tasks_of(rows)
+    assert sorted((t["whole_cap"], t["retried"]) for t in tasks) == [(False, False), (False, True), (True, False)]
+    w = waits(rows, cap=8)
+    assert w["whole_cap"]["waits"] == 1 and w["whole_cap"]["seconds"] >= 0.3 and w["other"]["waits"] == 0

@@ -1,0 +1,152 @@
+"""Where a profile call's memory-budget waits came from, read from the trace its workers wrote with
+OPSYNTH_BUDGET_TRACE=FILE (pipeline/gpu_share.py: one line per change of a worker's reservation). Prints a table
+and writes JSON: tasks, how many were run again with the worker's whole cap (a request of the cap right after the
+same worker released a smaller one), the seconds waited for each kind of request, and the room the others held
+when a request had to wait. With --measurements, each traced task is matched to its measurement row by start time
+(the worker reserves within milliseconds of starting it) to compare what the retried tasks look like.
+
+    python benchmarks/budget_trace.py --trace TRACE[.gz] [--measurements DIR] [--label TEXT] [--out JSON]
+
+pyarrow and stdlib.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+GIB = 2**30
+
+
+def read_trace(path: Path) -> list[tuple[float, str, str, int, int, int]]:
+    """(time, worker, event, bytes, held by the others, budget) per line."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt") as f:
+        for line in f:
+            p = line.split()
+            if len(p) >= 7:
+                rows.append((float(p[0]), p[1], p[2], int(p[3]), int(p[4]), int(p[6])))
+    return sorted(rows)
+
+
+def tasks_of(rows: list[tuple]) -> list[dict]:
+    """Each worker's tasks (events from its first request to its release), marked whole-cap (a retry) or not."""
+    by: dict[str, list[tuple]] = defaultdict(list)
+    for r in rows:
+        by[r[1]].append(r)
+    cap = max(r[3] for r in rows if r[2] in ("admit", "wait"))
+    out = []
+    for worker, seq in by.items():
+        cur: list[tuple] = []
+        for r in seq:
+            cur.append(r)
+            if r[2] == "release":
+                out.append({"worker": worker, "start": cur[0][0], "end": r[0], "events": cur})
+                cur = []
+    for worker in by:
+        mine = sorted((t for t in out if t["worker"] == worker), key=lambda t: t["start"])
+        for k, t in enumerate(mine):
+            first = next((e[3] for e in t["events"] if e[2] in ("admit", "wait")), 0)
+            t["whole_cap"] = first >= cap
+            t["retried"] = k + 1 < len(mine) and not t["whole_cap"] and bool(
+                next((e for e in mine[k + 1]["events"] if e[2] in ("admit", "wait")), (0, 0, 0, 0))[3] >= cap)
+    return out
+
+
+def waits(rows: list[tuple], cap: int) -> dict:
+    """Seconds from each wait to the same worker's next admission, for whole-cap requests and the others, and
+    what the others held at those waits."""
+    pending: dict[str, tuple] = {}
+    got = {"whole_cap": [], "other": []}
+    held_at_wait = []
+    for r in rows:
+        if r[2] == "wait":
+            pending[r[1]] = r
+            held_at_wait.append(r[4] / GIB)
+        elif r[2] == "admit" and r[1] in pending:
+            w = pending.pop(r[1])
+            got["whole_cap" if w[3] >= cap else "other"].append(r[0] - w[0])
+    return {k: {"waits": len(v), "seconds": round(sum(v), 1)} for k, v in got.items()} | {
+        "held_by_others_at_a_wait_gib_q50": round(statistics.median(held_at_wait), 1) if held_at_wait else None}
+
+
+def quartiles(xs: list[float]) -> list[float] | None:
+    xs = sorted(x for x in xs if x is not None)
+    return [round(xs[int(q * (len(xs) - 1))], 2) for q in (0.1, 0.5, 0.9)] if xs else None
+
+
+def match_measurements(tasks: list[dict], folder: Path) -> dict:
+    """Output and peak GiB (q10/q50/q90) of the retried tasks and of the others, matched by start time."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for f in sorted(folder.glob("*.parquet")):
+        t = pq.read_table(f)
+        if "started_at" in t.column_names:
+            rows += [r for r in t.select(["task_id", "started_at", "output_numel", "peak_memory_bytes"]).to_pylist()
+                     if r["started_at"] is not None]
+    rows.sort(key=lambda r: r["started_at"])
+    starts = [r["started_at"] for r in rows]
+    import bisect
+
+    out: dict[str, dict] = {}
+    for kind in ("retried", "not_retried"):
+        chosen = [t for t in tasks if not t["whole_cap"] and t["retried"] == (kind == "retried")]
+        found = []
+        for t in chosen:
+            i = bisect.bisect_left(starts, t["start"])
+            near = [rows[j] for j in (i - 1, i) if 0 <= j < len(rows) and abs(rows[j]["started_at"] - t["start"]) < 0.01]
+            if near:
+                found.append(near[0])
+        out[kind] = {"tasks": len(chosen), "matched": len(found),
+                     "output_gib_q10_q50_q90": quartiles([(r["output_numel"] or 0) * 4 / GIB for r in found]),
+                     "peak_gib_q10_q50_q90": quartiles([(r["peak_memory_bytes"] or 0) / GIB for r in found])}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", type=Path, required=True)
+    ap.add_argument("--measurements", type=Path, help="the run's measurements/ (rows with started_at)")
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args()
+    if not a.trace.is_file():
+        sys.exit(f"error: {a.trace} is not a file; give the trace a profile call wrote with OPSYNTH_BUDGET_TRACE")
+    rows = read_trace(a.trace)
+    if not rows:
+        sys.exit(f"error: {a.trace} holds no trace lines")
+    tasks = tasks_of(rows)
+    cap = max(r[3] for r in rows if r[2] in ("admit", "wait"))
+    first = [t for t in tasks if not t["whole_cap"]]
+    res = {"label": a.label, "command": "benchmarks/budget_trace.py " + " ".join(sys.argv[1:]),
+           "budget_gib": round(rows[0][5] / GIB, 1), "whole_cap_gib": round(cap / GIB, 1),
+           # attempts other than whole-cap ones (a task's reservation can also end and start again mid-task, so
+           # this may count a few more than the tasks measured)
+           "first_attempts": len(first), "whole_cap_attempts": sum(t["whole_cap"] for t in tasks),
+           "run_again_with_whole_cap": sum(t["retried"] for t in first),
+           "worker_s_in_whole_cap_attempts": round(sum(t["end"] - t["start"] for t in tasks if t["whole_cap"]), 1),
+           **waits(rows, cap)}
+    if a.measurements:
+        res["by_retry"] = match_measurements(tasks, a.measurements)
+    print(f"{res['first_attempts']} first attempts, {res['whole_cap_attempts']} attempts with the whole cap "
+          f"({res['whole_cap_gib']} GiB of a {res['budget_gib']} GiB budget; {res['run_again_with_whole_cap']} right "
+          f"after the same worker's smaller one), {res['worker_s_in_whole_cap_attempts']} worker-s waiting for or "
+          f"holding it; waits: whole-cap {res['whole_cap']}, others {res['other']}; held by the others at a wait "
+          f"(q50) {res['held_by_others_at_a_wait_gib_q50']} GiB")
+    for kind, v in res.get("by_retry", {}).items():
+        print(f"  {kind:<12} {v['tasks']:>5} tasks ({v['matched']} matched): output GiB q10/q50/q90 "
+              f"{v['output_gib_q10_q50_q90']}, peak {v['peak_gib_q10_q50_q90']}")
+    if a.out:
+        a.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
