@@ -15,6 +15,7 @@ SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensit
 # of a few times the output, which the task's memory reservation does not hold (on the H200, 312 of 704 tasks,
 # those with outputs of ~1.3 GiB, ran out of their reservation in these checks and ran again with the whole cap)
 CHUNK = 1 << 22
+SATURATION_SAMPLE = 1_000_000  # elements the saturated-output check counts values over
 
 
 def tensors(obj: Any) -> list:
@@ -85,8 +86,8 @@ def degenerate(flat: Any) -> str:
         return "tiny"
     if flat.numel() > 1 and max(float(c.max()) for (c,) in _chunks(flat)) == min(float(c.min()) for (c,) in _chunks(flat)):
         return "constant"
-    # share of the most common value, exact up to 1M elements, on an even stride above that
-    sample = flat[:: max(1, flat.numel() // 1_000_000)]
+    # share of the most common value, exact up to SATURATION_SAMPLE elements, on an even stride above that
+    sample = flat[:: max(1, flat.numel() // SATURATION_SAMPLE)]
     counts = torch.unique(sample, return_counts=True)[1]
     if sample.numel() > 1 and float(counts.max()) / sample.numel() > 0.99:
         return "saturated"
