@@ -172,19 +172,21 @@ def test_profile_arms_measure_the_same_tasks_with_each_arms_settings(tmp_path, t
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_arms.py"
     out = tmp_path / "arms"
     r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--index", "1:3", "--out", str(out),
-                        "--arm", "base", "--arm", "more_runs=profile.min_runs=9,profile.iqr_target=1.0,workers=2",
+                        "--arm", "base",
+                        "--arm", "more_runs=profile.min_runs=9,profile.iqr_target=1.0,profile.max_runs=9,workers=2",
                         "--set", "profile.max_runs=20", "--workers", "1"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads((out / "arms.json").read_text())
     assert res["tasks"] == 2 and [a["arm"] for a in res["arms"]] == ["base", "more_runs"]
-    assert [x["measured"] for x in res["runs"]] == [2, 2] and res["runs"][1]["settings"][-1] == "profile.iqr_target=1.0"
+    assert [x["measured"] for x in res["runs"]] == [2, 2] and res["runs"][1]["settings"][-1] == "profile.max_runs=9"
     assert [x["workers"] for x in res["runs"]] == [1, 2] and [x["workers"] for x in res["arms"]] == [1, 2]
     more_wall = res["arms"][1]["wall_s"]
     assert res["arms"][1]["s_per_task_at_full_occupancy"] == round(more_wall / 2, 4)
     base, more = (RunDir(out / n) for n in ("base", "more_runs"))
     runs = {n: {m["task_id"]: m["eager_runs"] for m in d.read_rows("measurements")} for n, d in
             (("base", base), ("more", more))}
-    assert runs["more"]["t1"] == runs["more"]["t2"] == 9  # the arm's settings were the ones measured with
+    # the arm's settings were the ones measured with (min = max: a loaded CPU's spread cannot add a batch)
+    assert runs["more"]["t1"] == runs["more"]["t2"] == 9
     assert runs["more"]["t0"] == before["t0"] and runs["base"]["t3"] == before["t3"]  # the others kept
     assert {m["task_id"]: m["eager_runs"] for m in rd.read_rows("measurements")} == before
 
