@@ -174,6 +174,15 @@ def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
             fixed)
 
 
+def reservation_retries(rows: list[dict]) -> dict:
+    """How many tasks ran out of their memory reservation and ran again with the worker's whole cap, of those
+    measured since measurements record it (`reservation_retry`), with the first few reasons."""
+    known = [r for r in rows if r.get("reservation_retry") is not None]  # "" once recorded, None before
+    retried = [r for r in known if r.get("reservation_retry")]
+    return {"tasks_recorded": len(known), "retried": len(retried),
+            "examples": [f"{r['task_id']}: {r['reservation_retry'][:200]}" for r in retried[:3]]}
+
+
 def quick_over_median(rows: list[dict]) -> dict:
     """How far the untimed quick eager run (which early_reject_factor judges) strays from the timed median:
     quantiles of quick_eager_ms / eager_ms over the tasks that have both."""
@@ -242,6 +251,7 @@ def main() -> None:
         "since_index": a.since_index, "until_index": a.until_index, "profile_settings": settings,
         "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
+        "reservation_retries": reservation_retries([m for t, m in meas_rows.items() if t in judged]),
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
@@ -267,6 +277,10 @@ def main() -> None:
         b = result["worker_time_per_task_s"]
         print("worker time per task (s): " + ", ".join(f"{k} {b[k]}" for k in WAITS)
               + f"; CPU cores busy {b.get('cpu_cores_busy')}")
+    rr = result["reservation_retries"]
+    if rr["tasks_recorded"]:
+        print(f"run again with the worker's whole cap (out of their reservation): {rr['retried']} of "
+              f"{rr['tasks_recorded']} tasks that record it" + "".join(f"\n  {e}" for e in rr["examples"]))
     print("funnel:", result["funnel"])
     print(f"\n{'stage':<14} {'tasks':>5}  reason  (example)")
     for r in result["top_reasons"]:

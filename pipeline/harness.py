@@ -476,6 +476,7 @@ class Harness:
             m = self._attempt(task, dict(base), self.task_cap)
             m["reservation_retry"] = f"{first_cap / 2**30:.2f} GiB: {first}"[:300]
             m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
+        m.setdefault("reservation_retry", "")
         m["wall_s"] = time.perf_counter() - t0
         m["started_at"] = started_at
         m["gpu_busy_s"] = self.lock.held_s

@@ -80,7 +80,7 @@ def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
     m = h.profile({"task_id": "t"})
     assert m["status"] == "ok" and len(reserves) == 2 and m["reservation_retry"] == "7.00 GiB: oom: CUDA out of memory"
     h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 0})
-    h.profile({"task_id": "t"})
+    assert h.profile({"task_id": "t"})["reservation_retry"] == ""  # recorded: not run again
     assert len(reserves) == 1  # nothing to retry
     h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 3}, reserved_gib=26)
     assert h.profile({"task_id": "t"})["timing_alloc_retries"] == 3 and len(reserves) == 1  # no larger cap left

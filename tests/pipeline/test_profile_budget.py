@@ -263,3 +263,16 @@ def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_p
     assert sorted((t["whole_cap"], t["retried"]) for t in tasks) == [(False, False), (False, True), (True, False)]
     w = waits(rows, cap=8)
     assert w["whole_cap"]["waits"] == 1 and w["whole_cap"]["seconds"] >= 0.3 and w["other"]["waits"] == 0
+
+
+def test_pipeline_yield_counts_reservation_retries_only_where_rows_record_them():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import reservation_retries
+
+    rows = [{"task_id": "old"}, {"task_id": "old2", "reservation_retry": None},  # measured before the column
+            {"task_id": "a", "reservation_retry": ""}, {"task_id": "b", "reservation_retry": "7.00 GiB: oom: CUDA"}]
+    got = reservation_retries(rows)
+    assert got["tasks_recorded"] == 2 and got["retried"] == 1 and got["examples"] == ["b: 7.00 GiB: oom: CUDA"]
