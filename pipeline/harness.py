@@ -561,8 +561,9 @@ class Harness:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with
         profile.reserve_margin_measured for the compiled graph's own buffers and allocator slack; before the first
         forward, the sampler's prediction with reserve_margin_predicted; reserve_slack_gb beside either; when
-        nothing predicts the peak (imported tasks), the filter's peak cap: a task that needs more is rejected for its peak anyway (the worker's whole cap, 3x the filter's,
-        let only about four such tasks run at once). A task that outgrows its share is retried with the whole cap."""
+        nothing predicts the peak (imported tasks), the filter's peak cap: a task that needs more is rejected for its
+        peak anyway (the worker's whole cap, 3x the filter's, let only about four such tasks run at once). A task that
+        outgrows its share is retried with the whole cap."""
         if not self.task_cap:
             return 0
         p = self.s.profile
