@@ -24,7 +24,8 @@ GIB = 2**30
 
 
 def read_trace(path: Path) -> list[tuple[float, str, str, int, int, int]]:
-    """(time, worker, event, bytes, held by the others, budget) per line."""
+    """(time, worker, event, bytes, held by the others, budget) per line, in the file's order: workers write it
+    under the budget's lock, so that is the order of the changes (times to the millisecond tie)."""
     opener = gzip.open if path.suffix == ".gz" else open
     rows = []
     with opener(path, "rt") as f:
@@ -32,7 +33,7 @@ def read_trace(path: Path) -> list[tuple[float, str, str, int, int, int]]:
             p = line.split()
             if len(p) >= 7:
                 rows.append((float(p[0]), p[1], p[2], int(p[3]), int(p[4]), int(p[6])))
-    return sorted(rows)
+    return rows
 
 
 def tasks_of(rows: list[tuple]) -> list[dict]:
@@ -127,8 +128,6 @@ def main() -> None:
     first = [t for t in tasks if not t["whole_cap"]]
     res = {"label": a.label, "command": "benchmarks/budget_trace.py " + " ".join(sys.argv[1:]),
            "budget_gib": round(rows[0][5] / GIB, 1), "whole_cap_gib": round(cap / GIB, 1),
-           # attempts other than whole-cap ones (a task's reservation can also end and start again mid-task, so
-           # this may count a few more than the tasks measured)
            "first_attempts": len(first), "whole_cap_attempts": sum(t["whole_cap"] for t in tasks),
            "run_again_with_whole_cap": sum(t["retried"] for t in first),
            "worker_s_in_whole_cap_attempts": round(sum(t["end"] - t["start"] for t in tasks if t["whole_cap"]), 1),

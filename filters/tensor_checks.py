@@ -12,7 +12,7 @@ import torch
 
 SAMPLE = 4_000_000  # elements of each further draw's output kept for the sensitivity and compile checks
 # elements per pass of a whole-output check: its temporaries (differences, masks) stay a few times 16 MiB instead
-# of a few times the output, which the task's memory reservation does not hold (on the H200, 291 of ~704 tasks,
+# of a few times the output, which the task's memory reservation does not hold (on the H200, 312 of 704 tasks,
 # those with outputs of ~1.3 GiB, ran out of their reservation in these checks and ran again with the whole cap)
 CHUNK = 1 << 22
 SATURATION_SAMPLE = 1_000_000  # elements the saturated-output check counts values over

@@ -276,3 +276,19 @@ def test_pipeline_yield_counts_reservation_retries_only_where_rows_record_them()
             {"task_id": "a", "reservation_retry": ""}, {"task_id": "b", "reservation_retry": "7.00 GiB: oom: CUDA"}]
     got = reservation_retries(rows)
     assert got["tasks_recorded"] == 2 and got["retried"] == 1 and got["examples"] == ["b: 7.00 GiB: oom: CUDA"]
+
+
+def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
+    """A worker's release and its next task's first request within one millisecond: the file's order (written under
+    the budget's lock) says which came first, not the event names."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from budget_trace import read_trace, tasks_of
+
+    trace = tmp_path / "trace.txt"
+    trace.write_text("1.000 7 admit 5 0 5 10 1 0 0 1\n2.000 7 release 5 0 5 10 1 0 0 1\n"
+                     "2.000 7 admit 6 0 6 10 1 0 0 1\n3.000 7 release 6 0 6 10 1 0 0 1\n")
+    tasks = tasks_of(read_trace(trace))
+    assert [[e[3] for e in t["events"] if e[2] == "admit"] for t in tasks] == [[5], [6]]
