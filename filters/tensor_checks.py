@@ -46,14 +46,10 @@ def _chunks(*ts: Any) -> Any:
         yield tuple(f[i:i + CHUNK] for f in flat)
 
 
-def _worst(values: Any) -> float:
-    """The largest of per-chunk maxima as one torch max over the whole would give it: NaN if any is NaN."""
-    out = 0.0
-    for v in values:
-        if math.isnan(v):
-            return math.nan
-        out = max(out, v)
-    return out
+def _worst(maxima: list) -> float:
+    """One number from per-chunk maxima (0-d tensors) as one torch max over the whole gives it (NaN if any is
+    NaN), read back once rather than once per chunk; 0.0 for no chunk (an empty output)."""
+    return float(torch.stack(maxima).max()) if maxima else 0.0
 
 
 def sample_stride(numel: int) -> int:
@@ -77,15 +73,15 @@ def degenerate(flat: Any) -> str:
     """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
     if flat.numel() == 0:
         return "empty"
-    if not all(bool(torch.isfinite(c).all()) for (c,) in _chunks(flat)):
+    if not bool(torch.stack([torch.isfinite(c).all() for (c,) in _chunks(flat)]).all()):
         return "nonfinite"
-    amax = max(float(c.abs().max()) for (c,) in _chunks(flat))
+    amax = _worst([c.abs().max() for (c,) in _chunks(flat)])
     if amax == 0.0:
         return "zero"
     if amax < 1e-4:
         return "tiny"
-    if flat.numel() > 1 and (max(float(c.max()) for (c,) in _chunks(flat))
-                             == min(float(c.min()) for (c,) in _chunks(flat))):
+    if flat.numel() > 1 and (_worst([c.max() for (c,) in _chunks(flat)])
+                             == -_worst([-c.min() for (c,) in _chunks(flat)])):
         return "constant"
     # share of the most common value, exact up to SATURATION_SAMPLE elements, on an even stride above that
     sample = flat[:: max(1, flat.numel() // SATURATION_SAMPLE)]
@@ -98,14 +94,14 @@ def degenerate(flat: Any) -> str:
 def max_diff(a: Any, b: Any) -> float:
     if a.shape != b.shape:
         return math.inf
-    return _worst(_max_diff(x, y) for x, y in _chunks(a, b))
+    return _worst([_max_diff(x, y) for x, y in _chunks(a, b)])
 
 
-def _max_diff(a: Any, b: Any) -> float:
+def _max_diff(a: Any, b: Any) -> Any:
     d = (a - b).abs()
     # equal values (an inf of one sign in both: inf - inf is NaN) and NaN at the same place count as equal
     d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), torch.zeros_like(d), d)
-    return float(d.max())
+    return d.max()
 
 
 def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
@@ -115,31 +111,31 @@ def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
     another shape, is inf."""
     if fixed.shape != ref.shape:
         return math.inf
-    return _worst(_tolerance_ratio(f, r, tol) for f, r in _chunks(fixed, ref))
+    return _worst([_tolerance_ratio(f, r, tol) for f, r in _chunks(fixed, ref)])
 
 
-def _tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
+def _tolerance_ratio(fixed: Any, ref: Any, tol: float) -> Any:
     r = (fixed - ref).abs() / (tol + tol * ref.abs())
     same = (fixed == ref) | (torch.isnan(fixed) & torch.isnan(ref))
     # what is left NaN compares a NaN or an inf with something else (inf / inf): the verifier fails it
     r = torch.where(same, torch.zeros_like(r), torch.nan_to_num(r, nan=math.inf, posinf=math.inf))
-    return float(r.max())
+    return r.max()
 
 
 def agreement(out: Any, ref: Any) -> tuple[float, float, bool, bool]:
     """(max abs err, max rel err, allclose at 1e-4, allclose at 1e-2) of out against ref."""
     if out.shape != ref.shape:
         return math.inf, math.inf, False, False
-    abs_errs, rel_errs = [], []
-    close4 = close2 = True
+    abs_errs, rel_errs, close4, close2 = [], [], [], []
     for o, r in _chunks(out, ref):
         err = (o - r).abs()
-        abs_errs.append(float(err.max()))
-        rel_errs.append(float((err / r.abs().clamp_min(1e-8)).max()))
+        abs_errs.append(err.max())
+        rel_errs.append((err / r.abs().clamp_min(1e-8)).max())
         del err
-        close4 = close4 and bool(torch.allclose(o, r, atol=1e-4, rtol=1e-4))
-        close2 = close2 and bool(torch.allclose(o, r, atol=1e-2, rtol=1e-2))
-    return _worst(abs_errs), _worst(rel_errs), close4, close2
+        close4.append(torch.isclose(o, r, atol=1e-4, rtol=1e-4).all())  # allclose, chunk by chunk
+        close2.append(torch.isclose(o, r, atol=1e-2, rtol=1e-2).all())
+    return (_worst(abs_errs), _worst(rel_errs), not close4 or bool(torch.stack(close4).all()),
+            not close2 or bool(torch.stack(close2).all()))
 
 
 def quantiles(xs: list[float]) -> tuple[float, float]:
