@@ -13,6 +13,7 @@ pyarrow and stdlib.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gzip
 import json
 import statistics
@@ -36,28 +37,30 @@ def read_trace(path: Path) -> list[tuple[float, str, str, int, int, int]]:
     return rows
 
 
-def tasks_of(rows: list[tuple]) -> list[dict]:
-    """Each worker's tasks (events from its first request to its release), marked whole-cap (a retry) or not."""
-    by: dict[str, list[tuple]] = defaultdict(list)
-    for r in rows:
-        by[r[1]].append(r)
-    cap = max(r[3] for r in rows if r[2] in ("admit", "wait"))
-    out = []
-    for worker, seq in by.items():
-        cur: list[tuple] = []
-        for r in seq:
-            cur.append(r)
-            if r[2] == "release":
-                out.append({"worker": worker, "start": cur[0][0], "end": r[0], "events": cur})
-                cur = []
-    for worker in by:
-        mine = sorted((t for t in out if t["worker"] == worker), key=lambda t: t["start"])
-        for k, t in enumerate(mine):
-            first = next((e[3] for e in t["events"] if e[2] in ("admit", "wait")), 0)
-            t["whole_cap"] = first >= cap
-            t["retried"] = k + 1 < len(mine) and not t["whole_cap"] and bool(
-                next((e for e in mine[k + 1]["events"] if e[2] in ("admit", "wait")), (0, 0, 0, 0))[3] >= cap)
-    return out
+def whole_cap(rows: list[tuple]) -> int:
+    """The largest request in the trace: a worker's whole cap, which only a retry asks for."""
+    return max(r[3] for r in rows if r[2] in ("admit", "wait"))
+
+
+def _first_request(events: list[tuple]) -> int:
+    return next((e[3] for e in events if e[2] in ("admit", "wait")), 0)
+
+
+def tasks_of(rows: list[tuple], cap: int) -> list[dict]:
+    """Each worker's attempts (its events from a first request to its release), marked whole-cap (a retry) or not,
+    and an attempt followed by the same worker's whole-cap one as retried."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    cur: dict[str, list[tuple]] = defaultdict(list)
+    for r in rows:  # the file's order: each worker's attempts come in the order it made them
+        cur[r[1]].append(r)
+        if r[2] == "release":
+            events = cur.pop(r[1])
+            by[r[1]].append({"worker": r[1], "start": events[0][0], "end": r[0], "events": events,
+                             "whole_cap": _first_request(events) >= cap})
+    for mine in by.values():
+        for t, after in zip(mine, [*mine[1:], None], strict=True):
+            t["retried"] = not t["whole_cap"] and after is not None and after["whole_cap"]
+    return [t for mine in by.values() for t in mine]
 
 
 def waits(rows: list[tuple], cap: int) -> dict:
@@ -77,13 +80,14 @@ def waits(rows: list[tuple], cap: int) -> dict:
         "held_by_others_at_a_wait_gib_q50": round(statistics.median(held_at_wait), 1) if held_at_wait else None}
 
 
-def quartiles(xs: list[float]) -> list[float] | None:
+def q10_q50_q90(xs: list[float]) -> list[float] | None:
     xs = sorted(x for x in xs if x is not None)
     return [round(xs[int(q * (len(xs) - 1))], 2) for q in (0.1, 0.5, 0.9)] if xs else None
 
 
 def match_measurements(tasks: list[dict], folder: Path) -> dict:
-    """Output and peak GiB (q10/q50/q90) of the retried tasks and of the others, matched by start time."""
+    """Output (as float32, which the checks compare in) and peak GiB, q10/q50/q90, of the retried tasks and of
+    the others, matched by start time."""
     import pyarrow.parquet as pq
 
     rows = []
@@ -94,8 +98,6 @@ def match_measurements(tasks: list[dict], folder: Path) -> dict:
                      if r["started_at"] is not None]
     rows.sort(key=lambda r: r["started_at"])
     starts = [r["started_at"] for r in rows]
-    import bisect
-
     out: dict[str, dict] = {}
     for kind in ("retried", "not_retried"):
         chosen = [t for t in tasks if not t["whole_cap"] and t["retried"] == (kind == "retried")]
@@ -106,8 +108,8 @@ def match_measurements(tasks: list[dict], folder: Path) -> dict:
             if near:
                 found.append(near[0])
         out[kind] = {"tasks": len(chosen), "matched": len(found),
-                     "output_gib_q10_q50_q90": quartiles([(r["output_numel"] or 0) * 4 / GIB for r in found]),
-                     "peak_gib_q10_q50_q90": quartiles([(r["peak_memory_bytes"] or 0) / GIB for r in found])}
+                     "output_gib_q10_q50_q90": q10_q50_q90([(r["output_numel"] or 0) * 4 / GIB for r in found]),
+                     "peak_gib_q10_q50_q90": q10_q50_q90([(r["peak_memory_bytes"] or 0) / GIB for r in found])}
     return out
 
 
@@ -123,8 +125,8 @@ def main() -> None:
     rows = read_trace(a.trace)
     if not rows:
         sys.exit(f"error: {a.trace} holds no trace lines")
-    tasks = tasks_of(rows)
-    cap = max(r[3] for r in rows if r[2] in ("admit", "wait"))
+    cap = whole_cap(rows)
+    tasks = tasks_of(rows, cap)
     first = [t for t in tasks if not t["whole_cap"]]
     res = {"label": a.label, "command": "benchmarks/budget_trace.py " + " ".join(sys.argv[1:]),
            "budget_gib": round(rows[0][5] / GIB, 1), "whole_cap_gib": round(cap / GIB, 1),

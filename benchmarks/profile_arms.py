@@ -105,11 +105,11 @@ def main() -> None:
         sys.exit(f"error: {a.out} exists; give a new folder")
     a.out.mkdir(parents=True)
     ids = {r["task_id"] for r in RunDir(a.run).read_rows("tasks", ["task_id"])[first_i:end_i]}
+    n = end_i - first_i  # tasks the run has measured (each copy forgets them) or not yet (pending in the copy too)
     runs, measured = [], {}
     for name, sets, workers in arms:
         copy = a.out / name
         remeasure_copy(a.run, copy, first_i, end_i)
-        n = end_i - first_i  # tasks not yet measured in the run count too (pending ones: none was removed)
         cmd = profile_command(copy, n, [*a.set, *sets], workers or a.workers, a.gpus)
         wall, rc = run_arm(cmd, a.out / f"{name}.caches", a.max_seconds)
         rows = read_arm(copy / "measurements")

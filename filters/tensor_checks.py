@@ -81,7 +81,7 @@ def degenerate(flat: Any) -> str:
     if amax < 1e-4:
         return "tiny"
     if flat.numel() > 1 and (_worst([c.max() for (c,) in _chunks(flat)])
-                             == -_worst([-c.min() for (c,) in _chunks(flat)])):
+                             == float(torch.stack([c.min() for (c,) in _chunks(flat)]).min())):
         return "constant"
     # share of the most common value, exact up to SATURATION_SAMPLE elements, on an even stride above that
     sample = flat[:: max(1, flat.numel() // SATURATION_SAMPLE)]

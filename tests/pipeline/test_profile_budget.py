@@ -240,7 +240,7 @@ def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_p
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from budget_trace import read_trace, tasks_of, waits
+    from budget_trace import read_trace, tasks_of, waits, whole_cap
 
     from pipeline.gpu_share import MemoryBudget
 
@@ -259,7 +259,8 @@ def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_p
     t.join(5)
     b.release()
     rows = read_trace(trace)
-    tasks = tasks_of(rows)
+    assert whole_cap(rows) == 8
+    tasks = tasks_of(rows, 8)
     assert sorted((t["whole_cap"], t["retried"]) for t in tasks) == [(False, False), (False, True), (True, False)]
     w = waits(rows, cap=8)
     assert w["whole_cap"]["waits"] == 1 and w["whole_cap"]["seconds"] >= 0.3 and w["other"]["waits"] == 0
@@ -290,5 +291,5 @@ def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
     trace = tmp_path / "trace.txt"
     trace.write_text("1.000 7 admit 5 0 5 10 1 0 0 1\n2.000 7 release 5 0 5 10 1 0 0 1\n"
                      "2.000 7 admit 6 0 6 10 1 0 0 1\n3.000 7 release 6 0 6 10 1 0 0 1\n")
-    tasks = tasks_of(read_trace(trace))
+    tasks = tasks_of(read_trace(trace), cap=6)
     assert [[e[3] for e in t["events"] if e[2] == "admit"] for t in tasks] == [[5], [6]]
