@@ -155,6 +155,19 @@ def time_breakdown(rows: list[dict], profile_s: float) -> dict | None:
     return out
 
 
+STALL_S = 10.0  # a first compiled run (inductor's autotuning) that kept the GPU busy this long stalls the pool
+
+
+def long_first_compiled_runs(rows: list[dict], over_s: float = STALL_S) -> dict:
+    """Tasks whose compiled graph's first run (inductor's autotuning, under the shared GPU lock) kept the GPU busy
+    over `over_s` seconds: while it ran, every worker that came to time waited, and every shared section behind
+    those (call 45: one 48 s such run, 40 s with no task finishing)."""
+    long = sorted((r for r in rows if (r.get("gpu_busy_compile_s") or 0) > over_s),
+                  key=lambda r: -r["gpu_busy_compile_s"])
+    return {"over_s": over_s, "tasks": len(long), "gpu_busy_s": round(sum(r["gpu_busy_compile_s"] for r in long), 1),
+            "examples": [f"{r['task_id']}: {r['gpu_busy_compile_s']:.1f} s" for r in long[:3]]}
+
+
 def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
     """(first index, end index, seconds, settings, fixed costs) of the tasks one profile call measured: profile
     takes pending tasks in index order, so a call measured the indices between the previous call's count of measured
@@ -252,6 +265,7 @@ def main() -> None:
         "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
         "reservation_retries": reservation_retries([m for t, m in meas_rows.items() if t in judged]),
+        "long_first_compiled_runs": long_first_compiled_runs([m for t, m in meas_rows.items() if t in judged]),
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
@@ -281,6 +295,10 @@ def main() -> None:
     if rr["tasks_recorded"]:
         print(f"run again with the worker's whole cap (out of their reservation): {rr['retried']} of "
               f"{rr['tasks_recorded']} tasks that record it" + "".join(f"\n  {e}" for e in rr["examples"]))
+    lf = result["long_first_compiled_runs"]
+    if lf["tasks"]:
+        print(f"first compiled runs over {lf['over_s']:g} s of GPU (the pool waits behind them): {lf['tasks']} tasks, "
+              f"{lf['gpu_busy_s']} s: " + ", ".join(lf["examples"]))
     print("funnel:", result["funnel"])
     print(f"\n{'stage':<14} {'tasks':>5}  reason  (example)")
     for r in result["top_reasons"]:

@@ -1,11 +1,12 @@
 """Profile settings as arms on the same tasks, one after another on this machine: for each arm a copy of the run
-with the tasks at indices [A, B) unmeasured (benchmarks/remeasure_copy.py), its own empty inductor and Triton
+with the tasks at indices [A, B) (or only those --ids names) unmeasured (benchmarks/remeasure_copy.py), its own empty inductor and Triton
 caches, and `opsynth profile COPY --set ...` (the common settings, then the arm's); then the arms side by side
 (benchmarks/arms_compare.py). Host CPUs differ between GPU machines, so settings compare only on one machine.
 
     python benchmarks/profile_arms.py --run DIR --index A:B --out OUTDIR \\
         --arm base --arm mps=profile.mps=true --arm w20=workers=20,profile.mps=true \\
         [--set profile.median_precision=0.015 ...] [--workers 16] [--gpus 0] [--max-seconds 180]
+    python benchmarks/profile_arms.py --run DIR --ids ID,ID,... --out OUTDIR --arm base --arm cap=profile.KEY=VALUE
 
 An arm's items are `profile.KEY=VALUE` settings (passed as --set) and `workers=N` (that arm's workers per GPU).
 
@@ -30,9 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from arms_compare import compare, read_arm  # noqa: E402
-from remeasure_copy import remeasure_copy  # noqa: E402
-
-from pipeline.store import RunDir  # noqa: E402
+from remeasure_copy import remeasure_copy, select_tasks  # noqa: E402
 
 
 def parse_arm(spec: str) -> tuple[str, list[str], int | None]:
@@ -84,7 +83,8 @@ def run_arm(cmd: list[str], caches: Path, max_seconds: float) -> tuple[float, in
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
-    ap.add_argument("--index", required=True, help="A:B, the task indices every arm measures")
+    ap.add_argument("--index", help="A:B, the task indices every arm measures")
+    ap.add_argument("--ids", help="ID,ID,...: only these tasks (within --index when both are given)")
     ap.add_argument("--out", type=Path, required=True, help="a new folder: the arms' copies and arms.json")
     ap.add_argument("--arm", action="append", required=True, help="NAME[=profile.KEY=VALUE,...]; the first is the "
                     "reference")
@@ -94,22 +94,18 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=600.0, help="per arm")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
-    first, _, end = a.index.partition(":")
-    if not (first.isdigit() and end.isdigit()):
-        sys.exit(f"error: --index {a.index!r}: give A:B, two task indices")
-    first_i, end_i = int(first), int(end)
+    first_i, end_i, ids = select_tasks(a.run, a.index, a.ids)
     arms = [parse_arm(s) for s in a.arm]
     if len({n for n, _, _ in arms}) != len(arms):
         sys.exit("error: two arms share a name")
     if a.out.exists():
         sys.exit(f"error: {a.out} exists; give a new folder")
     a.out.mkdir(parents=True)
-    ids = {r["task_id"] for r in RunDir(a.run).read_rows("tasks", ["task_id"])[first_i:end_i]}
-    n = end_i - first_i  # tasks the run has measured (each copy forgets them) or not yet (pending in the copy too)
+    n = len(ids)  # tasks the run has measured (each copy forgets them) or not yet (pending in the copy too)
     runs, measured = [], {}
     for name, sets, workers in arms:
         copy = a.out / name
-        remeasure_copy(a.run, copy, first_i, end_i)
+        remeasure_copy(a.run, copy, first_i, end_i, ids)
         cmd = profile_command(copy, n, [*a.set, *sets], workers or a.workers, a.gpus)
         wall, rc = run_arm(cmd, a.out / f"{name}.caches", a.max_seconds)
         rows = read_arm(copy / "measurements")
@@ -118,7 +114,7 @@ def main() -> None:
                      "wall_s": round(wall, 1), "exit_code": rc, "measured": len(measured[name]), "of": n})
         print(f"arm {name}: {len(measured[name])} of {n} tasks measured in {wall:.1f} s (exit {rc})", flush=True)
     res = {"label": a.label, "command": "benchmarks/profile_arms.py " + " ".join(sys.argv[1:]), "run": str(a.run),
-           "index": a.index, "runs": runs,
+           "index": a.index, "ids": sorted(ids) if a.ids else None, "runs": runs,
            **compare(measured, {r["arm"]: r["workers"] or 1 for r in runs})}
     (a.out / "arms.json").write_text(json.dumps(res, indent=1) + "\n")
     for r in res["arms"]:

@@ -1,8 +1,10 @@
-"""A copy of a run directory in which the tasks at indices [A, B) are unmeasured again, so `opsynth profile COPY`
-measures exactly those (with other `--set` settings, or the same ones to see the run-to-run noise), and
-`benchmarks/pipeline_yield.py --run DIR --since-index A --until-index B --repeat COPY` sets the two side by side.
+"""A copy of a run directory in which the tasks at indices [A, B) (or only the named ones) are unmeasured again, so
+`opsynth profile COPY` measures exactly those (with other `--set` settings, or the same ones to see the run-to-run
+noise), and `benchmarks/pipeline_yield.py --run DIR --since-index A --until-index B --repeat COPY` sets the two side
+by side.
 
     python benchmarks/remeasure_copy.py --run DIR --out COPY --index A:B [--rows MEASUREMENTS.parquet]
+    python benchmarks/remeasure_copy.py --run DIR --out COPY --ids TASK_ID,TASK_ID,...   # e.g. the tasks that stalled
 
 `--rows` puts measurement rows kept from an earlier re-measure (benchmarks/results/gpu_runs/callNN_remeasure) in
 place of the removed ones, so that copy, and the side-by-side figures drawn from it, can be made again without a GPU.
@@ -29,14 +31,37 @@ from pipeline.schema import MEASUREMENTS, conform  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
 
 
-def remeasure_copy(run: Path, out: Path, first: int, end: int) -> int:
-    """Copy `run` to `out` without the measurements of the tasks at indices [first, end); how many were removed."""
+def select_tasks(run: Path, index: str | None, ids: str | None) -> tuple[int, int, set[str]]:
+    """(A, B, task ids) that --index A:B and/or --ids ID,ID,... name in `run` (--ids alone: anywhere in the run);
+    exits with one line when they name nothing, an index outside the run or an id it lacks."""
+    tasks = [r["task_id"] for r in RunDir(run).read_rows("tasks", ["task_id"])]
+    first, _, end = (index or f"0:{len(tasks)}").partition(":")
+    if not (index or ids) or not (first.isdigit() and end.isdigit()):
+        sys.exit(f"error: --index {index!r} / --ids {ids!r}: give A:B, two task indices, and/or ID,ID,... task ids")
+    a, b = int(first), int(end)
+    if not 0 <= a < b <= len(tasks):
+        sys.exit(f"error: --index {a}:{b} is not within the run's {len(tasks)} tasks")
+    chosen = set(tasks[a:b])
+    if ids:
+        named = set(filter(None, (t.strip() for t in ids.split(","))))
+        if missing := sorted(named - chosen):
+            sys.exit(f"error: --ids: {len(missing)} not among the run's tasks {a}-{b} (e.g. {missing[0]}); give ids "
+                     "from its tasks table")
+        chosen = named
+    return a, b, chosen
+
+
+def remeasure_copy(run: Path, out: Path, first: int, end: int, only: set[str] | None = None) -> int:
+    """Copy `run` to `out` without the measurements of the tasks at indices [first, end) (only those in `only` when
+    given); how many were removed."""
     if out.exists():
         sys.exit(f"error: {out} exists; give a new folder for the copy")
     ids = RunDir(run).read_rows("tasks", ["task_id"])
     if not 0 <= first < end <= len(ids):
         sys.exit(f"error: --index {first}:{end} is not within the run's {len(ids)} tasks")
     gone = {r["task_id"] for r in ids[first:end]}
+    if only is not None:
+        gone &= only
     shutil.copytree(run, out)
     rd, removed = RunDir(out), 0
     for k in rd.done_shards("measurements"):
@@ -78,11 +103,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--index", required=True, help="A:B, the task indices to measure again")
+    ap.add_argument("--index", help="A:B, the task indices to measure again")
+    ap.add_argument("--ids", help="ID,ID,...: only these tasks (within --index when both are given)")
     ap.add_argument("--rows", type=Path, help="measurement rows kept from an earlier re-measure of those tasks")
     a = ap.parse_args()
-    first, _, end = a.index.partition(":")
-    n = remeasure_copy(a.run, a.out, int(first), int(end))
+    first, end, chosen = select_tasks(a.run, a.index, a.ids)
+    n = remeasure_copy(a.run, a.out, first, end, chosen)
     if a.rows:
         back = restore_rows(a.out, pq.read_table(a.rows).to_pylist())
         print(f"{a.out}: {n} measurements of tasks {first}-{end} replaced by {back} rows of {a.rows}; run `opsynth "

@@ -119,8 +119,8 @@ class ProfileSection:
     # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
     autotune_pointwise: bool = True
     # a config of a new kernel whose first run in inductor's autotuning takes longer than this many ms is not
-    # benchmarked further (it counts as infinitely slow): one config of a trapz over a transposed 76x3x1030x1030 input
-    # held the GPU lock 84 s while every neighbour waited to time (call 33); 0: off
+    # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
+    # input held the GPU lock 84 s while every neighbour waited to time (call 33), a batch norm's 48 s (call 45); 0: off
     autotune_config_cap_ms: float = 0.0
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way

@@ -256,14 +256,17 @@ def require_autotuning_bound(ms: float) -> None:
 
 
 class _SlowConfig(Exception):
-    """Raised inside inductor's benchmark of a config whose first run took longer than the cap."""
+    """Raised inside inductor's benchmark of a config whose first run took longer than the cap (args: its ms)."""
 
 
 def _cap_autotune_configs(cap_ms: float) -> bool:
     """A config whose first run (the benchmarker's warm-up, which it synchronizes before anything else) took over
-    `cap_ms` is not benchmarked further: it counts as infinitely slow, so inductor picks another (the first config
-    when all are that slow). Its further runs (five estimates, warm-ups, timed iterations) held the GPU lock for
-    84 s on a pathological reduction config (call 33). False when this torch has no benchmarker or it is capped already."""
+    `cap_ms` is not benchmarked further: that first run's time is its result, so inductor still ranks such
+    configs by how slow they are and picks a faster one where there is one. Their further runs (five estimates,
+    warm-ups, timed iterations) held the GPU lock for 84 s on a pathological reduction config (call 33); a batch
+    norm over 25x4x128^3 kept the GPU busy 48 s in its compiled first run (call 45) while every worker waiting to
+    time waited. False when this torch
+    has no benchmarker or it is capped already."""
     bench = _inductor_benchmarker()
     fn = getattr(bench, "benchmark_gpu", None)
     if fn is None or getattr(fn, "_capped_at", None) is not None:
@@ -277,15 +280,15 @@ def _cap_autotune_configs(cap_ms: float) -> bool:
 
         def watched() -> Any:
             # the second call starts after the first one's synchronize: their distance is the first run's time
-            if len(seen) == 1 and (time.perf_counter() - seen[0]) * 1e3 > cap_ms:
-                raise _SlowConfig
+            if len(seen) == 1 and (first_ms := (time.perf_counter() - seen[0]) * 1e3) > cap_ms:
+                raise _SlowConfig(first_ms)
             seen.append(time.perf_counter())
             return inner()
 
         try:
             return fn(watched, *args, **kwargs)
-        except _SlowConfig:
-            return float("inf")
+        except _SlowConfig as slow:
+            return slow.args[0]
 
     capped._capped_at = cap_ms  # type: ignore[attr-defined]
     bench.benchmark_gpu = capped

@@ -157,10 +157,16 @@ def test_a_config_whose_first_run_is_over_the_cap_is_not_benchmarked_further(mon
     assert not _cap_autotune_configs(20.0)  # capped once
     runs = []
 
-    def slow():
-        runs.append(1)
-        time.sleep(0.05)
+    def slow(seconds):
+        def run():
+            runs.append(1)
+            time.sleep(seconds)
+        return run
 
-    assert fake.benchmark_gpu(slow, rep=40) == float("inf") and len(runs) == 1  # its warm-up alone ran
+    slower_ms = fake.benchmark_gpu(slow(0.15), rep=40)
+    assert len(runs) == 1 and 150 <= slower_ms < 5000  # its warm-up alone ran, and its time is the result
+    runs.clear()
+    slow_ms = fake.benchmark_gpu(slow(0.03), rep=40)
+    assert len(runs) == 1 and 30 <= slow_ms < slower_ms  # slow configs stay ranked: inductor picks the faster one
     runs.clear()
     assert fake.benchmark_gpu(_callable=lambda: runs.append(1), rep=40) == 11 and len(runs) == 10  # fast: untouched

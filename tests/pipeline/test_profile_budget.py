@@ -128,6 +128,27 @@ def test_a_remeasure_copy_measures_exactly_the_given_indices_again(tmp_path, tan
     assert {m["task_id"]: m["eager_ms"] for m in rd.read_rows("measurements")} == before
 
 
+def test_a_remeasure_copy_of_named_tasks_forgets_only_those(tmp_path, tanh_tasks):
+    """benchmarks/remeasure_copy.py --ids: only the named tasks (e.g. the ones that stalled a call) are unmeasured
+    in the copy; an id the run lacks is one error line naming it, and no copy is made."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "remeasure_copy.py"
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
+    profile.run(rd, cfg)
+    r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--out", str(tmp_path / "copy"),
+                        "--ids", "t3,t1"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    copy = RunDir(tmp_path / "copy")
+    assert sorted(m["task_id"] for m in copy.read_rows("measurements")) == ["t0", "t2", "t4"]
+    assert profile.run(copy, copy.load_config())["measured_now"] == 2
+    bad = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--out", str(tmp_path / "c2"),
+                          "--index", "0:2", "--ids", "t3"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "t3" in bad.stderr and not (tmp_path / "c2").exists()
+
+
 def test_arms_compare_pairs_only_tasks_every_arm_measured(tmp_path):
     """benchmarks/arms_compare.py: an arm cut short compares on what all arms finished; throughput is the worker
     time per task over the workers; timings are each arm's over the first arm's on tasks ok in both."""
@@ -277,6 +298,20 @@ def test_pipeline_yield_counts_reservation_retries_only_where_rows_record_them()
             {"task_id": "a", "reservation_retry": ""}, {"task_id": "b", "reservation_retry": "7.00 GiB: oom: CUDA"}]
     got = reservation_retries(rows)
     assert got["tasks_recorded"] == 2 and got["retried"] == 1 and got["examples"] == ["b: 7.00 GiB: oom: CUDA"]
+
+
+def test_pipeline_yield_names_the_first_compiled_runs_that_held_the_gpu_longest():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import long_first_compiled_runs
+
+    rows = [{"task_id": "old"}, {"task_id": "a", "gpu_busy_compile_s": 0.4}, {"task_id": "b", "gpu_busy_compile_s": 48.5},
+            {"task_id": "c", "gpu_busy_compile_s": 12.0}, {"task_id": "d", "gpu_busy_compile_s": 10.0}]
+    got = long_first_compiled_runs(rows)
+    assert got["tasks"] == 2 and got["gpu_busy_s"] == 60.5 and got["examples"] == ["b: 48.5 s", "c: 12.0 s"]
+    assert long_first_compiled_runs(rows, over_s=0.1)["tasks"] == 4
 
 
 def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
