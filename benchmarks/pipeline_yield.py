@@ -214,6 +214,7 @@ def main() -> None:
     ap.add_argument("--smi", type=Path)
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--label", default="")
+    ap.add_argument("--commit", help="the tree the GPU measured, where its manifest has none (a checkout without git)")
     ap.add_argument("--since-index", type=int, default=0, help="judge only tasks sampled at this index or later")
     ap.add_argument("--until-index", type=int, help="judge only tasks sampled before this index")
     ap.add_argument("--profile-seconds", type=float, help="profile seconds of the judged tasks (default: manifest)")
@@ -254,7 +255,7 @@ def main() -> None:
     machine = Counter((m["gpu"], m["torch_version"]) for t, m in meas_rows.items() if t in judged and m["gpu"]).most_common(1)
     result = {
         "label": a.label, "command": " ".join(sys.argv), "run": str(a.run),
-        "gpu": machine[0][0][0] if machine else None, "torch": machine[0][0][1] if machine else None, "commit": manifest.get("versions", {}).get("git_commit")
+        "gpu": machine[0][0][0] if machine else None, "torch": machine[0][0][1] if machine else None, "commit": a.commit or manifest.get("versions", {}).get("git_commit")
         or manifest.get("commit"), "sampled": n, "published": len(published),
         "published_over_sampled": round(len(published) / n, 4) if n else None,
         "profile_seconds": profile.get("seconds"), "gpus": a.gpus,
