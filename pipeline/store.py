@@ -133,8 +133,8 @@ class RunDir:
         t = self.read_table(table, columns)
         return [] if t is None else t.to_pylist()
 
-    def require_table(self, table: str, stage_hint: str) -> pa.Table:
-        t = self.read_table(table)
+    def require_table(self, table: str, stage_hint: str, columns: list[str] | None = None) -> pa.Table:
+        t = self.read_table(table, columns)
         if t is None:
             raise OpsynthError(f"{self.path} has no {table}/ table yet; run `opsynth {stage_hint} {self.path}` first")
         return t

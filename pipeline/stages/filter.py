@@ -18,7 +18,7 @@ def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:
 
 def run(rd: RunDir, cfg: Config) -> dict[str, Any]:
     t0 = time.time()
-    rd.require_table("measurements", "profile")
+    rd.require_table("measurements", "profile", ["task_id"])  # presence only: the rows are read below
     ops = {r["task_id"]: r["ops"] for r in rd.read_rows("tasks", ["task_id", "ops"])}
     foreign = "audit_source" in rd.manifest()  # an audited dataset's labels are judged by kind (filters/labels.py)
     rows = []
