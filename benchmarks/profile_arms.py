@@ -1,7 +1,7 @@
 """Profile settings as arms on the same tasks, one after another on this machine: for each arm a copy of the run
-with the tasks at indices [A, B) (or only those --ids names) unmeasured (benchmarks/remeasure_copy.py), its own empty inductor and Triton
-caches, and `opsynth profile COPY --set ...` (the common settings, then the arm's); then the arms side by side
-(benchmarks/arms_compare.py). Host CPUs differ between GPU machines, so settings compare only on one machine.
+with the tasks at indices [A, B) (or only those --ids names) unmeasured (benchmarks/remeasure_copy.py), its own
+empty inductor and Triton caches, and `opsynth profile COPY --set ...` (the common settings, then the arm's); then
+the arms side by side (benchmarks/arms_compare.py). Host CPUs differ between GPU machines, so settings compare only on one machine.
 
     python benchmarks/profile_arms.py --run DIR --index A:B --out OUTDIR \\
         --arm base --arm mps=profile.mps=true --arm w20=workers=20,profile.mps=true \\

@@ -265,8 +265,7 @@ def _cap_autotune_configs(cap_ms: float) -> bool:
     configs by how slow they are and picks a faster one where there is one. Their further runs (five estimates,
     warm-ups, timed iterations) held the GPU lock for 84 s on a pathological reduction config (call 33); a batch
     norm over 25x4x128^3 kept the GPU busy 48 s in its compiled first run (call 45) while every worker waiting to
-    time waited. False when this torch
-    has no benchmarker or it is capped already."""
+    time waited. False when this torch has no benchmarker or it is capped already."""
     bench = _inductor_benchmarker()
     fn = getattr(bench, "benchmark_gpu", None)
     if fn is None or getattr(fn, "_capped_at", None) is not None:
