@@ -168,6 +168,33 @@ def long_first_compiled_runs(rows: list[dict], over_s: float = STALL_S) -> dict:
             "examples": [f"{r['task_id']}: {r['gpu_busy_compile_s']:.1f} s" for r in long[:3]]}
 
 
+def finish_timeline(rows: list[dict], bin_s: float = 20.0, gap_s: float = 120.0) -> dict | None:
+    """Tasks finished per `bin_s` seconds, one list per profile call (rows that record `started_at`; a call starts
+    where a task starts over `gap_s` after every earlier one finished), and the seconds in bins under a quarter of
+    the median bin: a pool stalled behind one long shared section (call 45: two bins of 5 and 0 among bins of
+    60-97) shows there, not in per-task means. A call's last bin is partial: it counts only as its only bin."""
+    spans = sorted((float(r["started_at"]), float(r["started_at"]) + float(r.get("wall_s") or 0.0))
+                   for r in rows if r.get("started_at"))
+    if len(spans) < 2:
+        return None
+    calls: list[list[tuple[float, float]]] = []
+    for start, end in spans:
+        if not calls or start > max(e for _, e in calls[-1]) + gap_s:
+            calls.append([])
+        calls[-1].append((start, end))
+    finished = []
+    for call in calls:
+        t0 = call[0][0]
+        counts = [0] * (int((max(e for _, e in call) - t0) // bin_s) + 1)
+        for _, end in call:
+            counts[int((end - t0) // bin_s)] += 1
+        finished.append(counts)
+    full = [c for counts in finished for c in (counts[:-1] or counts)]
+    median = statistics.median(full)
+    return {"bin_s": bin_s, "finished": finished, "median": median,
+            "stalled_s": bin_s * sum(c < median / 4 for c in full)}
+
+
 def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
     """(first index, end index, seconds, settings, fixed costs) of the tasks one profile call measured: profile
     takes pending tasks in index order, so a call measured the indices between the previous call's count of measured
@@ -267,6 +294,7 @@ def main() -> None:
         "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
         "reservation_retries": reservation_retries([m for t, m in meas_rows.items() if t in judged]),
         "long_first_compiled_runs": long_first_compiled_runs([m for t, m in meas_rows.items() if t in judged]),
+        "finish_timeline": finish_timeline([m for t, m in meas_rows.items() if t in judged]),
         "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
@@ -300,6 +328,9 @@ def main() -> None:
     if lf["tasks"]:
         print(f"first compiled runs over {lf['over_s']:g} s of GPU (the pool waits behind them): {lf['tasks']} tasks, "
               f"{lf['gpu_busy_s']} s: " + ", ".join(lf["examples"]))
+    if tl := result["finish_timeline"]:
+        print(f"tasks finished per {tl['bin_s']:g} s: median {tl['median']}, {tl['stalled_s']:g} s in bins under a quarter "
+              f"of it: {tl['finished']}")
     print("funnel:", result["funnel"])
     print(f"\n{'stage':<14} {'tasks':>5}  reason  (example)")
     for r in result["top_reasons"]:

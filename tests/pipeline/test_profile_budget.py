@@ -314,6 +314,25 @@ def test_pipeline_yield_names_the_first_compiled_runs_that_held_the_gpu_longest(
     assert long_first_compiled_runs(rows, over_s=0.1)["tasks"] == 4
 
 
+def test_pipeline_yield_finish_timeline_shows_a_stalled_pool():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import finish_timeline
+
+    # four tasks finish in each 10 s bin except the third, where the pool waited behind one long shared section
+    rows = [{"task_id": f"t{b}{i}", "started_at": str(1000.0 + b * 10 + i), "wall_s": 0.5}
+            for b in (0, 1, 3, 4) for i in range(4)] + [{"task_id": "old"}]
+    got = finish_timeline(rows, bin_s=10.0)
+    assert got["finished"] == [[4, 4, 0, 4, 4]] and got["median"] == 4 and got["stalled_s"] == 10.0
+    # a second call an hour later is its own list: the hour between them is no stall
+    later = [{"task_id": f"u{i}", "started_at": str(4600.0 + i), "wall_s": 0.5} for i in range(8)]
+    got = finish_timeline(rows + later, bin_s=10.0)
+    assert got["finished"] == [[4, 4, 0, 4, 4], [8]] and got["stalled_s"] == 10.0
+    assert finish_timeline([{"task_id": "old"}]) is None
+
+
 def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
     """A worker's release and its next task's first request within one millisecond: the file's order (written under
     the budget's lock) says which came first, not the event names."""
