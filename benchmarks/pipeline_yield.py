@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import re
 import statistics
 import sys
@@ -178,10 +179,12 @@ def finish_timeline(rows: list[dict], bin_s: float = 20.0, gap_s: float = 120.0)
     if len(spans) < 2:
         return None
     calls: list[list[tuple[float, float]]] = []
+    last_end = -math.inf
     for start, end in spans:
-        if not calls or start > max(e for _, e in calls[-1]) + gap_s:
+        if start > last_end + gap_s:
             calls.append([])
         calls[-1].append((start, end))
+        last_end = max(last_end, end)
     finished = []
     for call in calls:
         t0 = call[0][0]

@@ -94,7 +94,7 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=600.0, help="per arm")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
-    first_i, end_i, ids = select_tasks(a.run, a.index, a.ids)
+    _, _, ids = select_tasks(a.run, a.index, a.ids)
     arms = [parse_arm(s) for s in a.arm]
     if len({n for n, _, _ in arms}) != len(arms):
         sys.exit("error: two arms share a name")
@@ -105,7 +105,7 @@ def main() -> None:
     runs, measured = [], {}
     for name, sets, workers in arms:
         copy = a.out / name
-        remeasure_copy(a.run, copy, first_i, end_i, ids)
+        remeasure_copy(a.run, copy, ids)
         cmd = profile_command(copy, n, [*a.set, *sets], workers or a.workers, a.gpus)
         wall, rc = run_arm(cmd, a.out / f"{name}.caches", a.max_seconds)
         rows = read_arm(copy / "measurements")

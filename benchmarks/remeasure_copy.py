@@ -51,17 +51,11 @@ def select_tasks(run: Path, index: str | None, ids: str | None) -> tuple[int, in
     return a, b, chosen
 
 
-def remeasure_copy(run: Path, out: Path, first: int, end: int, only: set[str] | None = None) -> int:
-    """Copy `run` to `out` without the measurements of the tasks at indices [first, end) (only those in `only` when
-    given); how many were removed."""
+def remeasure_copy(run: Path, out: Path, gone: set[str]) -> int:
+    """Copy `run` to `out` without the measurements of the tasks `gone` (select_tasks names them); how many were
+    removed."""
     if out.exists():
         sys.exit(f"error: {out} exists; give a new folder for the copy")
-    ids = RunDir(run).read_rows("tasks", ["task_id"])
-    if not 0 <= first < end <= len(ids):
-        sys.exit(f"error: --index {first}:{end} is not within the run's {len(ids)} tasks")
-    gone = {r["task_id"] for r in ids[first:end]}
-    if only is not None:
-        gone &= only
     shutil.copytree(run, out)
     rd, removed = RunDir(out), 0
     for k in rd.done_shards("measurements"):
@@ -108,7 +102,7 @@ def main() -> None:
     ap.add_argument("--rows", type=Path, help="measurement rows kept from an earlier re-measure of those tasks")
     a = ap.parse_args()
     first, end, chosen = select_tasks(a.run, a.index, a.ids)
-    n = remeasure_copy(a.run, a.out, first, end, chosen)
+    n = remeasure_copy(a.run, a.out, chosen)
     if a.rows:
         back = restore_rows(a.out, pq.read_table(a.rows).to_pylist())
         print(f"{a.out}: {n} measurements of tasks {first}-{end} replaced by {back} rows of {a.rows}; run `opsynth "

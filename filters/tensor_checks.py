@@ -73,15 +73,20 @@ def degenerate(flat: Any) -> str:
     """'' or the first of nonfinite | zero | tiny | constant | saturated that the output shows."""
     if flat.numel() == 0:
         return "empty"
-    if not bool(torch.stack([torch.isfinite(c).all() for (c,) in _chunks(flat)]).all()):
+    finite, highs, lows = [], [], []
+    for (c,) in _chunks(flat):  # one pass: the largest magnitude and constancy both follow from max and min
+        finite.append(torch.isfinite(c).all())
+        highs.append(c.max())
+        lows.append(c.min())
+    if not bool(torch.stack(finite).all()):
         return "nonfinite"
-    amax = _worst([c.abs().max() for (c,) in _chunks(flat)])
+    high, low = float(torch.stack(highs).max()), float(torch.stack(lows).min())
+    amax = max(abs(high), abs(low))
     if amax == 0.0:
         return "zero"
     if amax < 1e-4:
         return "tiny"
-    if flat.numel() > 1 and (_worst([c.max() for (c,) in _chunks(flat)])
-                             == float(torch.stack([c.min() for (c,) in _chunks(flat)]).min())):
+    if flat.numel() > 1 and high == low:
         return "constant"
     # share of the most common value, exact up to SATURATION_SAMPLE elements, on an even stride above that
     sample = flat[:: max(1, flat.numel() // SATURATION_SAMPLE)]

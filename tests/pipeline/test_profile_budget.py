@@ -115,12 +115,12 @@ def test_a_remeasure_copy_measures_exactly_the_given_indices_again(tmp_path, tan
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from remeasure_copy import remeasure_copy
+    from remeasure_copy import remeasure_copy, select_tasks
 
     rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
     profile.run(rd, cfg)
     before = {m["task_id"]: m["eager_ms"] for m in rd.read_rows("measurements")}
-    assert remeasure_copy(rd.path, tmp_path / "copy", 1, 4) == 3
+    assert remeasure_copy(rd.path, tmp_path / "copy", select_tasks(rd.path, "1:4", None)[2]) == 3
     copy = RunDir(tmp_path / "copy")
     assert sorted(m["task_id"] for m in copy.read_rows("measurements")) == ["t0", "t4"]
     out = profile.run(copy, copy.load_config())
@@ -237,13 +237,13 @@ def test_a_remeasure_copy_takes_back_kept_rows_in_their_shards(tmp_path, tanh_ta
     import pytest
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from remeasure_copy import remeasure_copy, restore_rows
+    from remeasure_copy import remeasure_copy, restore_rows, select_tasks
 
     rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
     profile.run(rd, cfg)
     rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
     kept = [dict(rows[t], eager_ms=100.0 + i) for i, t in enumerate(["t3", "t1", "t2"])]  # any order
-    remeasure_copy(rd.path, tmp_path / "copy", 1, 4)
+    remeasure_copy(rd.path, tmp_path / "copy", select_tasks(rd.path, "1:4", None)[2])
     assert restore_rows(tmp_path / "copy", kept) == 3
     copy = RunDir(tmp_path / "copy")
     assert _shards(copy) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
