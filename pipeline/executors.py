@@ -203,9 +203,12 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int) -> dict[str, Any]:
-    """The first line a worker reads (pipeline.harness.read_worker_config is its other side)."""
-    return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads}
+def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
+                  kernel_share: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `kernel_share`
+    (k, n): the worker's part of the runtime-compiled kernels warm-up (pipeline.kernel_warmup)."""
+    return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads,
+            "kernel_share": list(kernel_share) if kernel_share else None}
 
 
 class LocalExecutor(Executor):
@@ -248,6 +251,7 @@ class LocalExecutor(Executor):
         self.last_fault = -MPS_RECOVERY_S  # monotonic time of the last poisoned context under MPS
         self.started = time.monotonic()
         self.ready_s: float | None = None  # seconds from start until every worker was first ready (warm)
+        self.kernel_warmup: dict[str, float] = {}  # the workers' kernel warm-up (pipeline.kernel_warmup), summed
         self.sel = selectors.DefaultSelector()
         self.workers: list[_Worker] = []
         self.startup_failures = 0
@@ -255,13 +259,14 @@ class LocalExecutor(Executor):
         self.closed = False
         try:
             for g in groups:
-                for _ in range(workers):
-                    self._spawn(g)
+                for k in range(workers):
+                    # the first workers of each GPU split the kernel warm-up; a replacement finds it on disk
+                    self._spawn(g, kernel_share=(k, workers))
         except BaseException:
             self.close()  # no worker and no daemon left behind
             raise
 
-    def _spawn(self, group: str) -> _Worker:
+    def _spawn(self, group: str, kernel_share: tuple[int, int] | None = None) -> _Worker:
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
@@ -273,7 +278,8 @@ class LocalExecutor(Executor):
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
         if group in self.mps:
             env.update(self.mps[group].env())
-        cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads)
+        cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads,
+                            kernel_share if group != "cpu" else None)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
         os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -396,6 +402,10 @@ class LocalExecutor(Executor):
         if msg.get("ready"):
             w.ready = True
             self.startup_failures = 0
+            for k, v in (msg.get("kernel_warmup") or {}).items():
+                # ran and failed add up; seconds: the longest share (the shares run side by side)
+                self.kernel_warmup[k] = max(self.kernel_warmup.get(k, 0), v) if k == "seconds" else (
+                    self.kernel_warmup.get(k, 0) + v)
             if self.ready_s is None and all(x.ready for x in self.workers):
                 self.ready_s = time.monotonic() - self.started
         elif msg.get("event") == "lock_wait":

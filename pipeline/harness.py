@@ -5,7 +5,7 @@ operators.trace's ATen naming, so the ops it records are the vocabulary the labe
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
-"settings": WorkerSettings.to_json(), "lock_path", "threads"}), then one task per line; it answers {"ready": ...} once torch and the device are
+"settings": WorkerSettings.to_json(), "lock_path", "threads", "kernel_share"}), then one task per line; it answers {"ready": ...} once torch and the device are
 up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
 clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
 original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
@@ -61,6 +61,7 @@ from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
 from pipeline.config import ConfigError
 from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
+from pipeline.kernel_warmup import run_codes, warmup_codes
 from pipeline.worker_settings import WorkerSettings
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
@@ -345,6 +346,7 @@ class Harness:
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
         self.regrow_wait_s = 0.0
+        self.kernel_warmup: dict[str, float] = {}  # what warm() ran of its kernel share (pipeline.kernel_warmup)
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -425,9 +427,11 @@ class Harness:
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
 
-    def warm(self) -> float:
+    def warm(self, kernel_share: tuple[int, int] | None = None) -> float:
         """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
-        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock."""
+        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. On cuda, with
+        `kernel_share` (k, n), also run share k of n of the pointwise operators (pipeline.kernel_warmup), so the
+        kernels torch compiles at first use are on disk before any task needs one."""
         t0 = time.perf_counter()
         import torch._dynamo as dynamo
 
@@ -441,6 +445,15 @@ class Harness:
             x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
             with self.lock.hold():
                 fn(x, y)
+            if self.cuda and kernel_share is not None:
+                try:
+                    codes = warmup_codes(*kernel_share)  # CPU work: rendered before the lock is taken
+                except Exception as e:  # noqa: BLE001 - an optimisation only: the tasks compile what they use
+                    print(f"kernel warm-up skipped: {one_line(e)}", file=sys.stderr)
+                    codes = []
+                # held shared: the first workers warm up together, before any of them times
+                with self.lock.hold():
+                    self.kernel_warmup = run_codes(codes, self.device)
             if self.s.profile.compile:
                 def compile_once() -> None:
                     dynamo.reset()
@@ -801,11 +814,13 @@ class Harness:
             m["roofline_fraction"] = floor_s / sec
 
 
-def read_worker_config(line: str) -> tuple[str, WorkerSettings, str | None, int]:
-    """(device, settings, lock_path, threads) from the first line a worker reads (pipeline.executors.worker_config
-    writes it); settings that do not fit the contract raise ConfigError."""
+def read_worker_config(line: str) -> tuple[str, WorkerSettings, str | None, int, tuple[int, int] | None]:
+    """(device, settings, lock_path, threads, kernel_share) from the first line a worker reads
+    (pipeline.executors.worker_config writes it); settings that do not fit the contract raise ConfigError."""
     cfg = json.loads(line)
-    return cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"), int(cfg.get("threads") or 0)
+    share = cfg.get("kernel_share")
+    return (cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"),
+            int(cfg.get("threads") or 0), (int(share[0]), int(share[1])) if share else None)
 
 
 def serve() -> None:
@@ -821,14 +836,15 @@ def serve() -> None:
         proto.write(json.dumps(msg, default=str) + "\n")
         proto.flush()
 
-    device, settings, lock_path, threads = read_worker_config(sys.stdin.readline())
+    device, settings, lock_path, threads, kernel_share = read_worker_config(sys.stdin.readline())
     if threads:
         torch.set_num_threads(threads)
     h = Harness(device, settings, lock_path, notify=lambda ev: send({"event": ev}))
-    warm_s = h.warm() if settings.profile.warm_worker else 0.0
+    warm_s = h.warm(kernel_share) if settings.profile.warm_worker else 0.0
     gc.collect()
     gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
-    send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s})
+    send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s,
+          "kernel_warmup": h.kernel_warmup})
     for line in sys.stdin:
         if not line.strip():
             continue

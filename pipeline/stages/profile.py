@@ -152,7 +152,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     uses_mps: bool | None = None  # whether this call's workers ran under MPS (local executor on cuda)
     # where a call's fixed costs go: starting and warming the workers, and the drain after the last task was handed
     # out (workers fall idle one by one); a time-boxed call pays both each time
-    timing: dict[str, float] = {}
+    timing: dict[str, Any] = {}
     handed = [0.0]
     with bar:
         for k in list(results):
@@ -176,6 +176,8 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                         flush_ready()
                     if getattr(ex, "ready_s", None) is not None:
                         timing["workers_ready_s"] = round(ex.ready_s, 1)
+                    if warmed := getattr(ex, "kernel_warmup", None):
+                        timing["kernel_warmup"] = {k: round(v, 1) for k, v in warmed.items()}
                     if handed[0]:
                         timing["tail_s"] = round(time.monotonic() - handed[0], 1)
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))

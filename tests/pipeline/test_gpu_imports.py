@@ -66,3 +66,10 @@ def test_profile_runs_without_the_cpu_side_packages(tmp_path):
     assert p.returncode == 0, p.stderr
     rows = rd.read_rows("measurements")
     assert [(m["task_id"], m["status"]) for m in rows] == [("t0", "ok")], rows
+
+
+def test_the_kernel_warmup_renders_without_the_cpu_side_packages(tmp_path):
+    code = "from pipeline.kernel_warmup import warmup_codes; print(len(warmup_codes(0, 4)))"
+    p = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert int(p.stdout) > 0
