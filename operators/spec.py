@@ -110,6 +110,14 @@ def out_domain(spec: OpSpec, have: str) -> str:
     return spec.out
 
 
+def widest(domains: list[str]) -> str:
+    """The domain of values drawn from any of `domains`: positive and unit values together are non-negative."""
+    kinds = set(domains)
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "any" if "any" in kinds else "nonneg"
+
+
 def accepts(spec: OpSpec, rank: int, domain: str) -> bool:
     """The op may take an input of this rank and value domain: its needs are met, and its output would not be
     the same for every draw (a task whose output ignores its input is rejected on the GPU, after profiling)."""

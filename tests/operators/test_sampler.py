@@ -147,3 +147,25 @@ def test_an_operator_that_cannot_run_on_meta_is_named():
 def test_impossible_sample_configs_fail_at_load(sample, fragment):
     with pytest.raises(ConfigError, match=fragment):
         from_dict({"sample": sample}, "test.toml")
+
+
+def test_a_join_takes_the_widest_domain_of_what_it_joins():
+    """Softmax values (unit) hstacked with a randn input are not unit: nn.BCELoss must not be offered them (its
+    range assert fires on the GPU, where under MPS it restarts every worker)."""
+    import random as _random
+
+    from operators.catalog import sampleable
+    from operators.graph import GraphBuilder
+    from operators.spec import accepts
+
+    specs = {s.name: s for s in sampleable()}
+    b = GraphBuilder(_random.Random(0))
+    x = b.add_input(("batch_size", "features"), [4, 8], "randn")
+    unit = b.try_op(specs["Tensor.softmax"], x)
+    assert b.domain[unit] == "unit"
+    y = b.add_input(("batch_size", "features"), [4, 8], "randn")
+    joined = b.try_op(specs["torch.hstack"], unit, join_with=y)
+    assert b.domain[joined] == "any"
+    assert not accepts(specs["nn.BCELoss"], 2, b.domain[joined])
+    same = b.try_op(specs["torch.hstack"], unit, join_with=b.try_op(specs["torch.sigmoid"], x))
+    assert b.domain[same] == "unit"  # unit with unit stays unit
