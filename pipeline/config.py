@@ -90,7 +90,9 @@ class ProfileSection:
     # quick run shares the GPU: 4.3x the median at q50, call 33)
     early_reject_factor: float = 10.0
     max_timing_s: float = 10.0  # bound on the timed loop of one task
-    warm_worker: bool = True  # pay each worker's one-time compile cost at startup, not on its first task
+    # pay each worker's one-time compile cost (inductor and Triton imports, first kernels) at startup, before its
+    # first task; false: in its first task's compile, which holds no lock, while the other workers use the GPU
+    warm_worker: bool = True
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True

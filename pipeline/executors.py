@@ -91,6 +91,7 @@ class _Worker:
                                      start_new_session=True)  # own process group: kill takes compilers too
         self.buf = b""
         self.ready = False
+        self.warm_compiled = False  # its ready message says it compiled in its warm-up
         self.started = time.monotonic()
         self.task: dict | None = None
         self.task_start = 0.0
@@ -204,11 +205,12 @@ def visible_gpus() -> list[str]:
 
 
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
-                  kernel_share: tuple[int, int] | None = None) -> dict[str, Any]:
+                  kernel_share: tuple[int, int] | None = None, replacement: bool = False) -> dict[str, Any]:
     """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `kernel_share`
-    (k, n): the worker's part of the runtime-compiled kernels warm-up (pipeline.kernel_warmup)."""
+    (k, n): the worker's part of the runtime-compiled kernels warm-up (pipeline.kernel_warmup); `replacement`:
+    it starts in place of a worker that died (no compile warm-up)."""
     return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads,
-            "kernel_share": list(kernel_share) if kernel_share else None}
+            "kernel_share": list(kernel_share) if kernel_share else None, "replacement": replacement}
 
 
 class LocalExecutor(Executor):
@@ -266,7 +268,7 @@ class LocalExecutor(Executor):
             self.close()  # no worker and no daemon left behind
             raise
 
-    def _spawn(self, group: str, kernel_share: tuple[int, int] | None = None) -> _Worker:
+    def _spawn(self, group: str, kernel_share: tuple[int, int] | None = None, replacement: bool = False) -> _Worker:
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
@@ -279,7 +281,7 @@ class LocalExecutor(Executor):
         if group in self.mps:
             env.update(self.mps[group].env())
         cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads,
-                            kernel_share if group != "cpu" else None)
+                            kernel_share if group != "cpu" else None, replacement)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
         os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -300,7 +302,7 @@ class LocalExecutor(Executor):
             rc = w.reap()
         self.workers.remove(w)
         if not self.closed:
-            self._spawn(w.group)
+            self._spawn(w.group, replacement=True)
         return rc
 
     def _startup_failed(self, w: _Worker, why: str) -> None:
@@ -401,6 +403,7 @@ class LocalExecutor(Executor):
     def _on_message(self, w: _Worker, msg: dict) -> dict | None:
         if msg.get("ready"):
             w.ready = True
+            w.warm_compiled = bool(msg.get("warm_compiled"))
             self.startup_failures = 0
             for k, v in (msg.get("kernel_warmup") or {}).items():
                 # ran and failed add up; seconds: the longest share (the shares run side by side)

@@ -44,6 +44,16 @@ class GpuLock:
         self.wait_exclusive_s = 0.0  # part of wait_s: waiting to time alone (neighbours' shared sections drain)
         self.gather_s_spent = 0.0  # part of wait_exclusive_s: waiting for others to come to time (gather_s)
         self._since = 0.0
+        # OPSYNTH_LOCK_TRACE=FILE: every worker appends each change of its hold there (when, who, what: `want`
+        # exclusive, the gate closes for new shared holders; `hold`/`free` shared or exclusive), so the seconds
+        # nvidia-smi reads idle can be laid beside who held the GPU then (benchmarks/lock_trace.py)
+        self.trace = os.environ.get("OPSYNTH_LOCK_TRACE") or None
+        self.pid = os.getpid()
+
+    def _trace(self, event: str, mode: str) -> None:
+        if self.trace:
+            with contextlib.suppress(OSError), open(self.trace, "a") as f:
+                f.write(f"{time.time():.4f} {self.pid} {event} {mode}\n")  # one short line: appended whole
 
     @property
     def held(self) -> bool:
@@ -98,6 +108,7 @@ class GpuLock:
                 if self.gather_s > 0:
                     self._gather()
                 self._flock(self.intent, fcntl.LOCK_SH)  # announced: the gate below closes for new shared holders
+                self._trace("want", mode)
             while True:
                 self._flock(self.turnstile, fcntl.LOCK_EX)
                 if exclusive or self.intent is None or not self._announced():
@@ -111,6 +122,7 @@ class GpuLock:
             finally:
                 fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         self.mode, self._since = mode, time.perf_counter()
+        self._trace("hold", mode)
 
     def release(self) -> None:
         if self.mode is None:
@@ -118,6 +130,7 @@ class GpuLock:
         with contextlib.suppress(Exception):  # a poisoned context fails here too; the task has its status
             self.sync()
         dt = time.perf_counter() - self._since
+        self._trace("free", self.mode)
         self.held_s += dt
         if self.mode == "exclusive":
             self.exclusive_s += dt

@@ -5,7 +5,7 @@ operators.trace's ATen naming, so the ops it records are the vocabulary the labe
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
-"settings": WorkerSettings.to_json(), "lock_path", "threads", "kernel_share"}), then one task per line; it answers {"ready": ...} once torch and the device are
+"settings": WorkerSettings.to_json(), "lock_path", "threads", "kernel_share", "replacement"}), then one task per line; it answers {"ready": ...} once torch and the device are
 up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
 clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
 original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
@@ -41,7 +41,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -347,6 +347,7 @@ class Harness:
         self.retrying = False
         self.regrow_wait_s = 0.0
         self.kernel_warmup: dict[str, float] = {}  # what warm() ran of its kernel share (pipeline.kernel_warmup)
+        self.warm_compiled = False  # whether warm() compiled (a replacement does not)
         if self.cuda:
             torch.cuda.init()
             props = torch.cuda.get_device_properties(self.device)
@@ -427,11 +428,13 @@ class Harness:
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
 
-    def warm(self, kernel_share: tuple[int, int] | None = None) -> float:
+    def warm(self, kernel_share: tuple[int, int] | None = None, compile: bool = True) -> float:
         """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
         launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. On cuda, with
         `kernel_share` (k, n), also run share k of n of the pointwise operators (pipeline.kernel_warmup), so the
-        kernels torch compiles at first use are on disk before any task needs one."""
+        kernels torch compiles at first use are on disk before any task needs one. Without `compile` (a
+        replacement: a fault under MPS replaces every worker of the GPU at once, and the GPU idles until they
+        are ready) the compile warm-up is left to the first task, which compiles with warm caches outside the lock."""
         t0 = time.perf_counter()
         import torch._dynamo as dynamo
 
@@ -454,7 +457,7 @@ class Harness:
                 # held shared: the first workers warm up together, before any of them times
                 with self.lock.hold():
                     self.kernel_warmup = run_codes(codes, self.device)
-            if self.s.profile.compile:
+            if self.s.profile.compile and compile:
                 def compile_once() -> None:
                     dynamo.reset()
                     inner = torch._TorchCompileInductorWrapper(None, None, None)
@@ -462,6 +465,7 @@ class Harness:
                     self.lock.release()
 
                 self._with_cache_repair(compile_once, "warm-up")  # raises only when compiling itself fails
+                self.warm_compiled = True
                 self.cache.use_shared()
                 dynamo.reset()
         self._sync()
@@ -814,13 +818,24 @@ class Harness:
             m["roofline_fraction"] = floor_s / sec
 
 
-def read_worker_config(line: str) -> tuple[str, WorkerSettings, str | None, int, tuple[int, int] | None]:
-    """(device, settings, lock_path, threads, kernel_share) from the first line a worker reads
-    (pipeline.executors.worker_config writes it); settings that do not fit the contract raise ConfigError."""
+class WorkerConfig(NamedTuple):
+    """What the first line a worker reads says (pipeline.executors.worker_config writes it)."""
+
+    device: str
+    settings: WorkerSettings
+    lock_path: str | None
+    threads: int
+    kernel_share: tuple[int, int] | None  # its part of the kernel warm-up (pipeline.kernel_warmup)
+    replacement: bool  # started in place of a worker that died: the caches are warm, no compile warm-up
+
+
+def read_worker_config(line: str) -> WorkerConfig:
+    """The worker config from its JSON line; settings that do not fit the contract raise ConfigError."""
     cfg = json.loads(line)
     share = cfg.get("kernel_share")
-    return (cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"),
-            int(cfg.get("threads") or 0), (int(share[0]), int(share[1])) if share else None)
+    return WorkerConfig(cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"),
+                        int(cfg.get("threads") or 0), (int(share[0]), int(share[1])) if share else None,
+                        bool(cfg.get("replacement")))
 
 
 def serve() -> None:
@@ -836,15 +851,17 @@ def serve() -> None:
         proto.write(json.dumps(msg, default=str) + "\n")
         proto.flush()
 
-    device, settings, lock_path, threads, kernel_share = read_worker_config(sys.stdin.readline())
-    if threads:
-        torch.set_num_threads(threads)
-    h = Harness(device, settings, lock_path, notify=lambda ev: send({"event": ev}))
-    warm_s = h.warm(kernel_share) if settings.profile.warm_worker else 0.0
+    cfg = read_worker_config(sys.stdin.readline())
+    settings = cfg.settings
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    h = Harness(cfg.device, settings, cfg.lock_path, notify=lambda ev: send({"event": ev}))
+    # the device part of the warm-up always runs (handles, the kernel share); the compile part is the setting's
+    warm_s = h.warm(cfg.kernel_share, compile=settings.profile.warm_worker and not cfg.replacement)
     gc.collect()
     gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
     send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s,
-          "kernel_warmup": h.kernel_warmup})
+          "kernel_warmup": h.kernel_warmup, "warm_compiled": h.warm_compiled})
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -45,3 +45,18 @@ def test_inline_executor_gives_the_same_measurements():
     with make_executor("inline", device="cpu", settings=settings()) as ex:
         (r,) = list(ex.imap_unordered(tasks(1)))
     assert r["status"] == "ok" and r["aten_ops"] == ["aten.cos", "aten.mul"] and "_fatal" not in r
+
+
+def test_a_replacement_worker_leaves_the_compile_warmup_to_its_first_task():
+    """Under MPS one fault replaces every worker of a GPU at once and the GPU idles until they are ready: a
+    replacement starts without the compile warm-up (the caches are warm by then); a first worker compiles."""
+    crash = {"task_id": "boom", "code": CODE.replace("torch.cos(x) * {k}", "__import__('os')._exit(3)"),
+             "flops": 0, "bytes_moved": 0}
+    with make_executor("local", device="cpu", workers=1, settings=settings().with_profile(compile=True)) as ex:
+        assert ex.wait_ready() == 1 and ex.workers[0].warm_compiled
+        (r,) = list(ex.imap_unordered([crash]))
+        assert r["status"] != "ok"
+        assert ex.wait_ready() == 1
+        assert not ex.workers[0].warm_compiled
+        (ok,) = list(ex.imap_unordered(tasks(1)))
+        assert ok["status"] == "ok" and ok["compile_ok"]  # its first task compiles without the warm-up

@@ -401,3 +401,49 @@ def test_a_killed_timer_ends_its_phase(tmp_path):
     assert got.wait(5) and other.mode == "shared"
     other.release()
     holder.release()
+
+
+def _lock_trace_module():
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import lock_trace
+
+    return lock_trace
+
+
+def test_the_lock_trace_records_who_held_the_gpu_and_reads_back_as_states(tmp_path, monkeypatch):
+    """OPSYNTH_LOCK_TRACE: a shared holder, a timer that announces and waits for it (drain), then times alone;
+    benchmarks/lock_trace.py reads the lines back as shared -> drain -> timing -> none."""
+    trace = tmp_path / "lock.trace"
+    monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
+    path = str(tmp_path / "gpu.lock")
+    holder, timer = _phase_lock(path), _phase_lock(path)
+    holder.pid, timer.pid = "holder", "timer"
+    holder.acquire()
+    _, done = _in_thread(lambda: (timer.acquire(exclusive=True), time.sleep(0.1), timer.release()))
+    time.sleep(0.2)
+    holder.release()
+    assert done.wait(5)
+    rows = _lock_trace_module().read_trace(trace)
+    assert [(who, ev, mode) for _, who, ev, mode in rows] == [
+        ("holder", "hold", "shared"), ("timer", "want", "exclusive"), ("holder", "free", "shared"),
+        ("timer", "hold", "exclusive"), ("timer", "free", "exclusive")]
+    states = [s for _, s in _lock_trace_module().state_changes(rows)]
+    assert states[:2] == ["shared", "drain"] and states[-2:] == ["timing", "none"]
+
+
+def test_lock_trace_shares_idle_gpu_seconds_out_by_the_lock_state():
+    """One second each of shared work at 100%, a drain at 50% and timing at 90%: 0.5 idle GPU-s carried by
+    the drain, 0.1 by timing, 80% over the span."""
+    lt = _lock_trace_module()
+    trace = [(100.0, "a", "hold", "shared"), (101.0, "b", "want", "exclusive"), (102.0, "a", "free", "shared"),
+             (102.0, "b", "hold", "exclusive"), (103.0, "b", "free", "exclusive")]
+    utils = [0, 100, 100, 50, 50, 90, 90]  # a sample reads the interval that ends at its time
+    smi = [(100.0 + 0.5 * k, u) for k, u in enumerate(utils)]
+    res = lt.analyse(trace, smi)
+    st = res["states"]
+    assert (st["shared"]["seconds"], st["drain"]["seconds"], st["timing"]["seconds"]) == (1.0, 1.0, 1.0)
+    assert (st["shared"]["idle_s"], st["drain"]["idle_s"], st["timing"]["idle_s"]) == (0.0, 0.5, 0.1)
+    assert res["utilisation"] == 80.0 and res["span_s"] == 3.0
+    assert st["drain"]["mean_utilisation_when_it_fills_a_sample"] == 50.0

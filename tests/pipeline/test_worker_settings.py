@@ -40,9 +40,9 @@ def _other(name: str, value):
     raise AssertionError(f"no other value for {name}={value!r}")
 
 
-def _through_the_pipe(settings: WorkerSettings, kernel_share=None) -> tuple:
+def _through_the_pipe(settings: WorkerSettings, kernel_share=None, replacement=False):
     """What a worker reads: the executor's first line, as JSON text, decoded by the harness."""
-    line = json.dumps(worker_config("cpu", settings, "/tmp/lock", 3, kernel_share))
+    line = json.dumps(worker_config("cpu", settings, "/tmp/lock", 3, kernel_share, replacement))
     return read_worker_config(line)
 
 
@@ -52,20 +52,21 @@ def test_every_field_reaches_the_worker_unchanged(section, cls):
         changed = dataclasses.replace(cls(), **{f.name: _other(f.name, getattr(cls(), f.name))})
         cfg = Config(**{section: changed})
         sent = WorkerSettings.from_config(cfg, workers_per_gpu=5)
-        device, got, lock, threads, share = _through_the_pipe(sent)
-        assert got == sent and (device, lock, threads, share) == ("cpu", "/tmp/lock", 3, None)
+        device, got, lock, threads, share, replacement = _through_the_pipe(sent)
+        assert got == sent and (device, lock, threads, share, replacement) == ("cpu", "/tmp/lock", 3, None, False)
         assert getattr(getattr(got, section), f.name) == getattr(changed, f.name) != getattr(cls(), f.name), f.name
 
 
 def test_seed_peaks_and_workers_come_from_the_config():
     cfg = Config(run=RunSection(seed=123, workers=7), sample=SampleSection(tflops_fp32=55.0, bandwidth_gbps=3350.0))
-    _, got, _, _, _ = _through_the_pipe(WorkerSettings.from_config(cfg))
+    got = _through_the_pipe(WorkerSettings.from_config(cfg)).settings
     assert (got.seed, got.peaks, got.workers_per_gpu) == (123, (55.0, 3.35), 7)
     assert got.filter.max_peak_memory_gb == cfg.filter.max_peak_memory_gb  # the cap travels once, in filter
 
 
-def test_the_kernel_warmup_share_reaches_the_worker():
-    assert _through_the_pipe(WorkerSettings.from_config(Config()), (3, 16))[4] == (3, 16)
+def test_the_kernel_warmup_share_and_replacement_reach_the_worker():
+    got = _through_the_pipe(WorkerSettings.from_config(Config()), (3, 16), replacement=True)
+    assert (got.kernel_share, got.replacement) == ((3, 16), True)
 
 
 def test_settings_are_frozen():

@@ -1,0 +1,162 @@
+"""Where a profile call's idle GPU time goes: nvidia-smi's utilisation laid beside who held the GPU lock.
+
+The workers of a call run with OPSYNTH_LOCK_TRACE=FILE (pipeline/gpu_share.py: one line per change of a worker's
+hold: `want` exclusive, `hold` / `free` shared or exclusive). Each nvidia-smi sample interval (`nvidia-smi
+--query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500`, same clock) is split by the lock's
+state over it:
+
+  timing    a worker holds the GPU alone (timed runs, KernelBench-style: launch gaps count, the GPU idles in them)
+  drain     a worker waits to time: no new shared section starts while the ones in flight finish
+  handover  a worker waits to time and nobody holds the GPU (the gap between one holder and the next)
+  shared    untimed work side by side (setup, checks, the first compiled run), no one waiting to time
+  none      nobody holds or waits for the GPU (every worker compiles, waits for memory, or starts)
+
+and the idle GPU-seconds of the interval (100 - utilisation, times its length) are shared out in proportion.
+Prints a table and writes JSON: per state its seconds, its share of the busy span, the idle seconds it carries
+and the mean utilisation of the intervals it fills (over 80%).
+
+    python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--label TEXT] [--out JSON]
+
+stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import gzip
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+STATES = ("timing", "drain", "handover", "shared", "none")
+
+
+def read_trace(path: Path) -> list[tuple[float, str, str, str]]:
+    """(time, worker, event, mode) per line, sorted by time."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt") as f:
+        for line in f:
+            p = line.split()
+            if len(p) == 4 and p[2] in ("want", "hold", "free"):
+                rows.append((float(p[0]), p[1], p[2], p[3]))
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def read_smi(path: Path) -> list[tuple[float, int]]:
+    """(time, utilisation %) per sample; timestamps are the GPU host's local time, as the trace's."""
+    out = []
+    with open(path) as f:
+        for row in csv.reader(f):
+            if len(row) < 3 or not row[2].strip().split(" ")[0].isdigit():
+                continue
+            t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+            out.append((t, int(row[2].strip().split(" ")[0])))
+    return out
+
+
+def state_changes(rows: list[tuple[float, str, str, str]]) -> list[tuple[float, str]]:
+    """(time, state from then on) each time the lock's state changes."""
+    shared: set[str] = set()
+    exclusive: set[str] = set()
+    waiting: set[str] = set()  # announced, not yet holding
+    out: list[tuple[float, str]] = []
+    for t, who, event, mode in rows:
+        if event == "want":
+            waiting.add(who)
+        elif event == "hold":
+            (exclusive if mode == "exclusive" else shared).add(who)
+            if mode == "exclusive":
+                waiting.discard(who)
+        else:
+            (exclusive if mode == "exclusive" else shared).discard(who)
+        if exclusive:
+            state = "timing"
+        elif waiting:
+            state = "drain" if shared else "handover"
+        else:
+            state = "shared" if shared else "none"
+        if not out or out[-1][1] != state:
+            out.append((t, state))
+    return out
+
+
+def split(changes: list[tuple[float, str]], a: float, b: float, start: int) -> tuple[dict[str, float], int]:
+    """Seconds of each state within [a, b), from the change index `start` on (the caller walks forward)."""
+    i = start
+    while i + 1 < len(changes) and changes[i + 1][0] <= a:
+        i += 1
+    got: dict[str, float] = defaultdict(float)
+    j = i
+    while j < len(changes) and changes[j][0] < b:
+        lo = max(a, changes[j][0])
+        hi = min(b, changes[j + 1][0]) if j + 1 < len(changes) else b
+        if hi > lo:
+            got[changes[j][1]] += hi - lo
+        j += 1
+    return got, i
+
+
+def analyse(trace: list[tuple[float, str, str, str]], smi: list[tuple[float, int]]) -> dict:
+    changes = state_changes(trace)
+    if not changes or len(smi) < 2:
+        raise SystemExit("lock_trace: no lock changes or too few nvidia-smi samples to compare")
+    first, last = changes[0][0], trace[-1][0]
+    seconds: dict[str, float] = defaultdict(float)
+    idle: dict[str, float] = defaultdict(float)
+    full: dict[str, list[int]] = defaultdict(list)
+    span = busy = 0.0
+    i = 0
+    for (t0, _), (t1, u) in zip(smi, smi[1:], strict=False):
+        if t1 <= first or t0 >= last:
+            continue
+        a, b = max(t0, first), min(t1, last)
+        parts, i = split(changes, a, b, i)
+        dt = b - a
+        span += dt
+        busy += dt * u / 100
+        for state, s in parts.items():
+            seconds[state] += s
+            idle[state] += s * (100 - u) / 100
+            if s > 0.8 * dt:
+                full[state].append(u)
+    return {
+        "span_s": round(span, 1),
+        "utilisation": round(100 * busy / span, 1) if span else None,
+        "idle_s": round(span - busy, 1),
+        "states": {s: {"seconds": round(seconds[s], 1), "share": round(seconds[s] / span, 3) if span else None,
+                       "idle_s": round(idle[s], 1),
+                       "mean_utilisation_when_it_fills_a_sample": round(sum(full[s]) / len(full[s]), 1)
+                       if full[s] else None, "samples_filled": len(full[s])}
+                   for s in STATES},
+        "workers": len({r[1] for r in trace}),
+        "lock_events": len(trace),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trace", type=Path, required=True)
+    ap.add_argument("--smi", type=Path, required=True)
+    ap.add_argument("--label", default="")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    res = {"label": args.label, "command": "benchmarks/lock_trace.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           **analyse(read_trace(args.trace), read_smi(args.smi))}
+    print(f"{args.label or args.trace}: utilisation {res['utilisation']}% over {res['span_s']} s between the first "
+          f"and last lock event; idle {res['idle_s']} GPU-s")
+    print(f"{'state':10} {'seconds':>8} {'share':>6} {'idle s':>7} {'util when filling':>18}")
+    for s, v in res["states"].items():
+        u = v["mean_utilisation_when_it_fills_a_sample"]
+        print(f"{s:10} {v['seconds']:8.1f} {v['share']:6.3f} {v['idle_s']:7.1f} {'' if u is None else u:>18}")
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1) + "\n")
+        print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
