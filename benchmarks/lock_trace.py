@@ -13,7 +13,9 @@ state over it:
 
 and the idle GPU-seconds of the interval (100 - utilisation, times its length) are shared out in proportion.
 Prints a table and writes JSON: per state its seconds, its share of the busy span, the idle seconds it carries
-and the mean utilisation of the intervals it fills (over 80%).
+and the mean utilisation of the intervals it fills (over 80%); and, where the trace names the holders' steps
+(eager, compiled-run, compile-check, free-memory...), which steps the drains waited for and the shared time
+held, each holder's share of a moment counted as 1 / the holders then.
 
     python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--label TEXT] [--out JSON]
 
@@ -34,15 +36,16 @@ from pathlib import Path
 STATES = ("timing", "drain", "handover", "shared", "none")
 
 
-def read_trace(path: Path) -> list[tuple[float, str, str, str]]:
-    """(time, worker, event, mode) per line, sorted by time."""
+def read_trace(path: Path) -> list[tuple[float, str, str, str, str]]:
+    """(time, worker, event, mode, step) per line, sorted by time (stably: a relabelled hold's free and hold
+    share their time); step is "-" where the line names none."""
     opener = gzip.open if path.suffix == ".gz" else open
     rows = []
     with opener(path, "rt") as f:
         for line in f:
             p = line.split()
-            if len(p) == 4 and p[2] in ("want", "hold", "free"):
-                rows.append((float(p[0]), p[1], p[2], p[3]))
+            if len(p) in (4, 5) and p[2] in ("want", "hold", "free"):
+                rows.append((float(p[0]), p[1], p[2], p[3], p[4] if len(p) == 5 else "-"))
     rows.sort(key=lambda r: r[0])
     return rows
 
@@ -59,49 +62,57 @@ def read_smi(path: Path) -> list[tuple[float, int]]:
     return out
 
 
-def state_changes(rows: list[tuple[float, str, str, str]]) -> list[tuple[float, str]]:
-    """(time, state from then on) each time the lock's state changes."""
-    shared: set[str] = set()
+def state_changes(rows: list[tuple[float, str, str, str, str]]) -> list[tuple[float, str, tuple[str, ...]]]:
+    """(time, state from then on, the steps of the shared holders then) each time either changes."""
+    shared: dict[str, str] = {}
     exclusive: set[str] = set()
     waiting: set[str] = set()  # announced, not yet holding
-    out: list[tuple[float, str]] = []
-    for t, who, event, mode in rows:
+    out: list[tuple[float, str, tuple[str, ...]]] = []
+    for t, who, event, mode, step in rows:
         if event == "want":
             waiting.add(who)
+        elif event == "hold" and mode == "exclusive":
+            exclusive.add(who)
+            waiting.discard(who)
         elif event == "hold":
-            (exclusive if mode == "exclusive" else shared).add(who)
-            if mode == "exclusive":
-                waiting.discard(who)
+            shared[who] = step
+        elif mode == "exclusive":
+            exclusive.discard(who)
         else:
-            (exclusive if mode == "exclusive" else shared).discard(who)
+            shared.pop(who, None)
         if exclusive:
             state = "timing"
         elif waiting:
             state = "drain" if shared else "handover"
         else:
             state = "shared" if shared else "none"
-        if not out or out[-1][1] != state:
-            out.append((t, state))
+        steps = tuple(sorted(shared.values()))
+        if out and out[-1][0] == t:
+            out.pop()  # several lines at one instant: the state after the last of them
+        if not out or out[-1][1:] != (state, steps):
+            out.append((t, state, steps))
     return out
 
 
-def split(changes: list[tuple[float, str]], a: float, b: float, start: int) -> tuple[dict[str, float], int]:
-    """Seconds of each state within [a, b), from the change index `start` on (the caller walks forward)."""
+def split(changes: list[tuple[float, str, tuple[str, ...]]], a: float, b: float,
+          start: int) -> tuple[list[tuple[str, tuple[str, ...], float]], int]:
+    """(state, shared holders' steps, seconds) of the pieces of [a, b), from the change index `start` on (the
+    caller walks forward), and the index to start from next."""
     i = start
     while i + 1 < len(changes) and changes[i + 1][0] <= a:
         i += 1
-    got: dict[str, float] = defaultdict(float)
+    got = []
     j = i
     while j < len(changes) and changes[j][0] < b:
         lo = max(a, changes[j][0])
         hi = min(b, changes[j + 1][0]) if j + 1 < len(changes) else b
         if hi > lo:
-            got[changes[j][1]] += hi - lo
+            got.append((changes[j][1], changes[j][2], hi - lo))
         j += 1
     return got, i
 
 
-def analyse(trace: list[tuple[float, str, str, str]], smi: list[tuple[float, int]]) -> dict:
+def analyse(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[float, int]]) -> dict:
     changes = state_changes(trace)
     if not changes or len(smi) < 2:
         raise SystemExit("lock_trace: no lock changes or too few nvidia-smi samples to compare")
@@ -109,6 +120,9 @@ def analyse(trace: list[tuple[float, str, str, str]], smi: list[tuple[float, int
     seconds: dict[str, float] = defaultdict(float)
     idle: dict[str, float] = defaultdict(float)
     full: dict[str, list[int]] = defaultdict(list)
+    # per state (drain, shared) and holder step: seconds and idle GPU-s, a moment shared out among its holders
+    by_step: dict[str, dict[str, list[float]]] = {"drain": defaultdict(lambda: [0.0, 0.0]),
+                                                  "shared": defaultdict(lambda: [0.0, 0.0])}
     span = busy = 0.0
     i = 0
     for (t0, _), (t1, u) in zip(smi, smi[1:], strict=False):
@@ -119,9 +133,17 @@ def analyse(trace: list[tuple[float, str, str, str]], smi: list[tuple[float, int
         dt = b - a
         span += dt
         busy += dt * u / 100
-        for state, s in parts.items():
-            seconds[state] += s
+        per_state: dict[str, float] = defaultdict(float)
+        for state, steps, s in parts:
+            per_state[state] += s
             idle[state] += s * (100 - u) / 100
+            if state in by_step:
+                for step in steps:
+                    acc = by_step[state][step]
+                    acc[0] += s / len(steps)
+                    acc[1] += s * (100 - u) / 100 / len(steps)
+        for state, s in per_state.items():
+            seconds[state] += s
             if s > 0.8 * dt:
                 full[state].append(u)
     return {
@@ -133,6 +155,9 @@ def analyse(trace: list[tuple[float, str, str, str]], smi: list[tuple[float, int
                        "mean_utilisation_when_it_fills_a_sample": round(sum(full[s]) / len(full[s]), 1)
                        if full[s] else None, "samples_filled": len(full[s])}
                    for s in STATES},
+        "by_step": {state: {step: {"seconds": round(v[0], 1), "idle_s": round(v[1], 1)}
+                            for step, v in sorted(steps.items(), key=lambda kv: -kv[1][1])}
+                    for state, steps in by_step.items()},
         "workers": len({r[1] for r in trace}),
         "lock_events": len(trace),
     }
@@ -153,6 +178,10 @@ def main(argv: list[str] | None = None) -> None:
     for s, v in res["states"].items():
         u = v["mean_utilisation_when_it_fills_a_sample"]
         print(f"{s:10} {v['seconds']:8.1f} {v['share']:6.3f} {v['idle_s']:7.1f} {'' if u is None else u:>18}")
+    for state, steps in res["by_step"].items():
+        if len(steps) > 1 or "-" not in steps:
+            print(f"{state} by the holders' step (seconds / idle GPU-s): "
+                  + ", ".join(f"{k} {v['seconds']}/{v['idle_s']}" for k, v in steps.items()))
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {args.out}")

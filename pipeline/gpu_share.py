@@ -49,11 +49,13 @@ class GpuLock:
         # nvidia-smi reads idle can be laid beside who held the GPU then (benchmarks/lock_trace.py)
         self.trace = os.environ.get("OPSYNTH_LOCK_TRACE") or None
         self.pid = os.getpid()
+        self.label = ""  # what the holder does (the harness's step: eager, compiled-run, timing...), for the trace
 
     def _trace(self, event: str, mode: str) -> None:
         if self.trace:
             with contextlib.suppress(OSError), open(self.trace, "a") as f:
-                f.write(f"{time.time():.4f} {self.pid} {event} {mode}\n")  # one short line: appended whole
+                # one short line, appended whole
+                f.write(f"{time.time():.4f} {self.pid} {event} {mode} {self.label or '-'}\n")
 
     @property
     def held(self) -> bool:
@@ -97,11 +99,16 @@ class GpuLock:
         self.gather_s_spent += time.perf_counter() - t0
         self._count_wait(t0)
 
-    def acquire(self, exclusive: bool = False) -> None:
+    def acquire(self, exclusive: bool = False, label: str = "") -> None:
         mode = "exclusive" if exclusive else "shared"
         if self.mode == mode:
+            if label and label != self.label:  # the same hold goes on to another step: the trace says so
+                self._trace("free", mode)
+                self.label = label
+                self._trace("hold", mode)
             return
         self.release()
+        self.label = label
         self._want_exclusive = exclusive
         if self.fd is not None and self.turnstile is not None:
             if exclusive and self.intent is not None:
@@ -144,12 +151,13 @@ class GpuLock:
         """Between steps of a shared section: let a waiting exclusive holder in (the turnstile queues this
         worker behind it), so a timed run waits for one step of each neighbour, not a whole section."""
         if self.mode == "shared":
+            label = self.label
             self.release()
-            self.acquire()
+            self.acquire(label=label)
 
     @contextlib.contextmanager
-    def hold(self, exclusive: bool = False):
-        self.acquire(exclusive)
+    def hold(self, exclusive: bool = False, label: str = ""):
+        self.acquire(exclusive, label)
         try:
             yield
         finally:
@@ -171,7 +179,7 @@ def guard_benchmarks(obj: Any, name: str, lock: GpuLock, yield_first: bool = Tru
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
         if lock.mode is None:
-            with lock.hold():
+            with lock.hold(label="benchmark"):
                 return fn(*args, **kwargs)
         if yield_first:
             lock.yield_()

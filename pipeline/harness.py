@@ -178,7 +178,7 @@ class _LockedBackend:
             self.compile_s += time.perf_counter() - t0
             if shrunk:
                 self._around[1]()
-            self._lock.acquire()
+            self._lock.acquire(label="compiled-run")
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -446,7 +446,7 @@ class Harness:
 
         with torch.no_grad():
             x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
-            with self.lock.hold():
+            with self.lock.hold(label="warm-up"):
                 fn(x, y)
             if self.cuda and kernel_share is not None:
                 try:
@@ -455,7 +455,7 @@ class Harness:
                     print(f"kernel warm-up skipped: {one_line(e)}", file=sys.stderr)
                     codes = []
                 # held shared: the first workers warm up together, before any of them times
-                with self.lock.hold():
+                with self.lock.hold(label="warm-up"):
                     self.kernel_warmup = run_codes(codes, self.device)
             if self.s.profile.compile and compile:
                 def compile_once() -> None:
@@ -549,7 +549,7 @@ class Harness:
         return m
 
     def _empty_cache(self) -> None:
-        with self.lock.hold(), contextlib.suppress(Exception):
+        with self.lock.hold(label="free-memory"), contextlib.suppress(Exception):
             torch.cuda.empty_cache()
 
     def _compile_hooks(self) -> tuple[Callable[[], None], Callable[[], None]] | None:
@@ -608,7 +608,7 @@ class Harness:
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
         exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
         draws = s.input_draws
-        with self.lock.hold():
+        with self.lock.hold(label="eager"):
             base = torch.cuda.memory_allocated(dev) if self.cuda else 0
             if self.cuda:
                 torch.cuda.reset_peak_memory_stats(dev)
@@ -662,7 +662,7 @@ class Harness:
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput. The input
         # is drawn inside it: a shared section of its own would wait out a whole phase of timed runs first
-        with self.lock.hold(exclusive=True):
+        with self.lock.hold(exclusive=True, label="timing"):
             x0 = self._draw(ns, 0)  # the same values: draws are seeded
             retries0 = self._alloc_retries()
             med, iqr, n = self._time(model, x0, done_runs=s.warmup - 1)
@@ -708,11 +708,11 @@ class Harness:
 
     def _alone_ms(self, model: Any, x: tuple) -> float:
         """One timed eager run with the GPU held alone, from inside a shared hold, which it takes back after."""
-        self.lock.acquire(exclusive=True)
+        self.lock.acquire(exclusive=True, label="alone")
         try:
             return self._run_ms(model, x)
         finally:
-            self.lock.acquire()
+            self.lock.acquire(label="eager")
 
     def _reject_memory(self, m: dict) -> None:
         cap = self.s.filter.max_peak_memory_gb
@@ -739,7 +739,7 @@ class Harness:
         m["gpu_busy_compile_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
             time.perf_counter() - self.lock._since if self.lock.held else 0.0)
         m["compile_wall_s"] = compile_s
-        with self.lock.hold():
+        with self.lock.hold(label="compile-check"):
             errs = [agreement(out, ref0)]
             del out
             for k in range(1, len(subs)):
@@ -797,7 +797,7 @@ class Harness:
             inner = dynamo.lookup_backend(backend_name)
         backend = _LockedBackend(inner, self.lock, self._compile_hooks())
         compiled = torch.compile(model, backend=backend)
-        with self.lock.hold():
+        with self.lock.hold(label="compiled-draw"):
             x0 = self._draw(ns, 0)
         out = _flat(compiled(*x0))  # compiles without the lock, runs with it
         del x0

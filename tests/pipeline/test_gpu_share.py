@@ -420,16 +420,17 @@ def test_the_lock_trace_records_who_held_the_gpu_and_reads_back_as_states(tmp_pa
     path = str(tmp_path / "gpu.lock")
     holder, timer = _phase_lock(path), _phase_lock(path)
     holder.pid, timer.pid = "holder", "timer"
-    holder.acquire()
-    _, done = _in_thread(lambda: (timer.acquire(exclusive=True), time.sleep(0.1), timer.release()))
+    holder.acquire(label="checks")
+    _, done = _in_thread(lambda: (timer.acquire(exclusive=True, label="timing"), time.sleep(0.1), timer.release()))
     time.sleep(0.2)
     holder.release()
     assert done.wait(5)
     rows = _lock_trace_module().read_trace(trace)
-    assert [(who, ev, mode) for _, who, ev, mode in rows] == [
-        ("holder", "hold", "shared"), ("timer", "want", "exclusive"), ("holder", "free", "shared"),
-        ("timer", "hold", "exclusive"), ("timer", "free", "exclusive")]
-    states = [s for _, s in _lock_trace_module().state_changes(rows)]
+    assert [(who, ev, mode, step) for _, who, ev, mode, step in rows] == [
+        ("holder", "hold", "shared", "checks"), ("timer", "want", "exclusive", "timing"),
+        ("holder", "free", "shared", "checks"), ("timer", "hold", "exclusive", "timing"),
+        ("timer", "free", "exclusive", "timing")]
+    states = [s for _, s, _ in _lock_trace_module().state_changes(rows)]
     assert states[:2] == ["shared", "drain"] and states[-2:] == ["timing", "none"]
 
 
@@ -437,8 +438,9 @@ def test_lock_trace_shares_idle_gpu_seconds_out_by_the_lock_state():
     """One second each of shared work at 100%, a drain at 50% and timing at 90%: 0.5 idle GPU-s carried by
     the drain, 0.1 by timing, 80% over the span."""
     lt = _lock_trace_module()
-    trace = [(100.0, "a", "hold", "shared"), (101.0, "b", "want", "exclusive"), (102.0, "a", "free", "shared"),
-             (102.0, "b", "hold", "exclusive"), (103.0, "b", "free", "exclusive")]
+    trace = [(100.0, "a", "hold", "shared", "eager"), (101.0, "b", "want", "exclusive", "timing"),
+             (102.0, "a", "free", "shared", "eager"), (102.0, "b", "hold", "exclusive", "timing"),
+             (103.0, "b", "free", "exclusive", "timing")]
     utils = [0, 100, 100, 50, 50, 90, 90]  # a sample reads the interval that ends at its time
     smi = [(100.0 + 0.5 * k, u) for k, u in enumerate(utils)]
     res = lt.analyse(trace, smi)
@@ -447,3 +449,16 @@ def test_lock_trace_shares_idle_gpu_seconds_out_by_the_lock_state():
     assert (st["shared"]["idle_s"], st["drain"]["idle_s"], st["timing"]["idle_s"]) == (0.0, 0.5, 0.1)
     assert res["utilisation"] == 80.0 and res["span_s"] == 3.0
     assert st["drain"]["mean_utilisation_when_it_fills_a_sample"] == 50.0
+    assert res["by_step"]["drain"] == {"eager": {"seconds": 1.0, "idle_s": 0.5}}  # the drain waited for eager
+
+
+def test_a_relabelled_hold_shows_in_the_trace_as_the_next_step(tmp_path, monkeypatch):
+    trace = tmp_path / "lock.trace"
+    monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
+    lock = _phase_lock(str(tmp_path / "gpu.lock"))
+    lock.acquire(label="compiled-run")
+    lock.acquire(label="compile-check")  # already held shared: the same hold, another step
+    lock.release()
+    rows = _lock_trace_module().read_trace(trace)
+    assert [(ev, step) for _, _, ev, _, step in rows] == [
+        ("hold", "compiled-run"), ("free", "compiled-run"), ("hold", "compile-check"), ("free", "compile-check")]
