@@ -28,7 +28,7 @@ TIERS: list[tuple[str, list[str]]] = [
                             "pipeline.worker_settings", "pipeline.progress", "pipeline.gpu_share",
                             "pipeline.compile_cache", "pipeline.mps", "pipeline.tensor_checks"]),
     ("pipeline store", ["pipeline.store", "pipeline.selection", "pipeline.completeness", "pipeline.reference"]),
-    ("pipeline worker", ["pipeline.harness", "pipeline.executors"]),
+    ("pipeline worker", ["pipeline.harness", "pipeline.kernel_warmup", "pipeline.executors"]),
     ("pipeline outputs", ["pipeline.card", "pipeline.plots", "pipeline.hub", "pipeline.publish", "pipeline.report",
                           "pipeline.audit_export", "pipeline.recheck"]),
     ("pipeline stages", ["pipeline.stages.*"]),
