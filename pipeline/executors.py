@@ -205,12 +205,11 @@ def visible_gpus() -> list[str]:
 
 
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
-                  kernel_share: tuple[int, int] | None = None, replacement: bool = False) -> dict[str, Any]:
-    """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `kernel_share`
-    (k, n): the worker's part of the runtime-compiled kernels warm-up (pipeline.kernel_warmup); `replacement`:
-    it starts in place of a worker that died (no compile warm-up)."""
+                  replacement: bool = False) -> dict[str, Any]:
+    """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `replacement`: it
+    starts in place of a worker that died (no compile warm-up)."""
     return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads,
-            "kernel_share": list(kernel_share) if kernel_share else None, "replacement": replacement}
+            "replacement": replacement}
 
 
 class LocalExecutor(Executor):
@@ -253,7 +252,6 @@ class LocalExecutor(Executor):
         self.last_fault = -MPS_RECOVERY_S  # monotonic time of the last poisoned context under MPS
         self.started = time.monotonic()
         self.ready_s: float | None = None  # seconds from start until every worker was first ready (warm)
-        self.kernel_warmup: dict[str, float] = {}  # the workers' kernel warm-up (pipeline.kernel_warmup), summed
         self.sel = selectors.DefaultSelector()
         self.workers: list[_Worker] = []
         self.startup_failures = 0
@@ -261,14 +259,13 @@ class LocalExecutor(Executor):
         self.closed = False
         try:
             for g in groups:
-                for k in range(workers):
-                    # the first workers of each GPU split the kernel warm-up; a replacement finds it on disk
-                    self._spawn(g, kernel_share=(k, workers))
+                for _ in range(workers):
+                    self._spawn(g)
         except BaseException:
             self.close()  # no worker and no daemon left behind
             raise
 
-    def _spawn(self, group: str, kernel_share: tuple[int, int] | None = None, replacement: bool = False) -> _Worker:
+    def _spawn(self, group: str, replacement: bool = False) -> _Worker:
         env = dict(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
@@ -281,7 +278,7 @@ class LocalExecutor(Executor):
         if group in self.mps:
             env.update(self.mps[group].env())
         cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads,
-                            kernel_share if group != "cpu" else None, replacement)
+                            replacement)
         self._serial += 1
         w = _Worker(group, env, cfg, self.tmp, self._serial)
         os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
@@ -405,10 +402,6 @@ class LocalExecutor(Executor):
             w.ready = True
             w.warm_compiled = bool(msg.get("warm_compiled"))
             self.startup_failures = 0
-            for k, v in (msg.get("kernel_warmup") or {}).items():
-                # ran and failed add up; seconds: the longest share (the shares run side by side)
-                self.kernel_warmup[k] = max(self.kernel_warmup.get(k, 0), v) if k == "seconds" else (
-                    self.kernel_warmup.get(k, 0) + v)
             if self.ready_s is None and all(x.ready for x in self.workers):
                 self.ready_s = time.monotonic() - self.started
         elif msg.get("event") == "lock_wait":

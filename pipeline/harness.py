@@ -5,7 +5,7 @@ operators.trace's ATen naming, so the ops it records are the vocabulary the labe
 
 Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
-"settings": WorkerSettings.to_json(), "lock_path", "threads", "kernel_share", "replacement"}), then one task per line; it answers {"ready": ...} once torch and the device are
+"settings": WorkerSettings.to_json(), "lock_path", "threads", "replacement"}), then one task per line; it answers {"ready": ...} once torch and the device are
 up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
 clock skips those waits), and one {"result": measurement} per task. The protocol uses a duplicate of the
 original stdout; fd 1 is pointed at stderr so a task that prints cannot corrupt it.
@@ -61,7 +61,7 @@ from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
 from pipeline.config import ConfigError
 from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
-from pipeline.kernel_warmup import run_codes, warmup_codes
+from pipeline.kernel_warmup import KernelWarmup
 from pipeline.worker_settings import WorkerSettings
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
@@ -346,7 +346,7 @@ class Harness:
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
         self.regrow_wait_s = 0.0
-        self.kernel_warmup: dict[str, float] = {}  # what warm() ran of its kernel share (pipeline.kernel_warmup)
+        self.kernels: KernelWarmup | None = KernelWarmup()  # the pointwise operators this worker has run once, unlocked, before a task
         self.warm_compiled = False  # whether warm() compiled (a replacement does not)
         if self.cuda:
             torch.cuda.init()
@@ -428,11 +428,9 @@ class Harness:
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
 
-    def warm(self, kernel_share: tuple[int, int] | None = None, compile: bool = True) -> float:
+    def warm(self, compile: bool = True) -> float:
         """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
-        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. On cuda, with
-        `kernel_share` (k, n), also run share k of n of the pointwise operators (pipeline.kernel_warmup), so the
-        kernels torch compiles at first use are on disk before any task needs one. Without `compile` (a
+        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. Without `compile` (a
         replacement: a fault under MPS replaces every worker of the GPU at once, and the GPU idles until they
         are ready) the compile warm-up is left to the first task, which compiles with warm caches outside the lock."""
         t0 = time.perf_counter()
@@ -448,15 +446,6 @@ class Harness:
             x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
             with self.lock.hold(label="warm-up"):
                 fn(x, y)
-            if self.cuda and kernel_share is not None:
-                try:
-                    codes = warmup_codes(*kernel_share)  # CPU work: rendered before the lock is taken
-                except Exception as e:  # noqa: BLE001 - an optimisation only: the tasks compile what they use
-                    print(f"kernel warm-up skipped: {one_line(e)}", file=sys.stderr)
-                    codes = []
-                # held shared: the first workers warm up together, before any of them times
-                with self.lock.hold(label="warm-up"):
-                    self.kernel_warmup = run_codes(codes, self.device)
             if self.s.profile.compile and compile:
                 def compile_once() -> None:
                     dynamo.reset()
@@ -608,6 +597,7 @@ class Harness:
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
         exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
         draws = s.input_draws
+        self._warm_kernels(task.get("ops") or [])
         with self.lock.hold(label="eager"):
             base = torch.cuda.memory_allocated(dev) if self.cuda else 0
             if self.cuda:
@@ -674,6 +664,17 @@ class Harness:
         # for the task) inflates them: recorded so such timings can be told apart
         m["timing_alloc_retries"] = self._alloc_retries() - retries0
         self._roofline(task, m)
+
+    def _warm_kernels(self, ops: list[str]) -> None:
+        """Run the task's pointwise operators this worker has not run yet, tiny and without the lock, so a kernel
+        torch compiles at first use compiles here (pipeline.kernel_warmup), not inside a locked step."""
+        if self.kernels is None:
+            return
+        try:
+            self.kernels.before(list(ops), self.device)
+        except Exception as e:  # noqa: BLE001 - an optimisation only: the task compiles what it uses
+            print(f"kernel warm-up off for this worker: {one_line(e)}", file=sys.stderr)
+            self.kernels = None
 
     def _alloc_retries(self) -> int:
         return int(torch.cuda.memory_stats(self.device).get("num_alloc_retries", 0)) if self.cuda else 0
@@ -825,17 +826,14 @@ class WorkerConfig(NamedTuple):
     settings: WorkerSettings
     lock_path: str | None
     threads: int
-    kernel_share: tuple[int, int] | None  # its part of the kernel warm-up (pipeline.kernel_warmup)
     replacement: bool  # started in place of a worker that died: the caches are warm, no compile warm-up
 
 
 def read_worker_config(line: str) -> WorkerConfig:
     """The worker config from its JSON line; settings that do not fit the contract raise ConfigError."""
     cfg = json.loads(line)
-    share = cfg.get("kernel_share")
     return WorkerConfig(cfg["device"], WorkerSettings.from_json(cfg["settings"]), cfg.get("lock_path"),
-                        int(cfg.get("threads") or 0), (int(share[0]), int(share[1])) if share else None,
-                        bool(cfg.get("replacement")))
+                        int(cfg.get("threads") or 0), bool(cfg.get("replacement")))
 
 
 def serve() -> None:
@@ -856,12 +854,12 @@ def serve() -> None:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     h = Harness(cfg.device, settings, cfg.lock_path, notify=lambda ev: send({"event": ev}))
-    # the device part of the warm-up always runs (handles, the kernel share); the compile part is the setting's
-    warm_s = h.warm(cfg.kernel_share, compile=settings.profile.warm_worker and not cfg.replacement)
+    # the device part of the warm-up always runs (handles); the compile part is the setting's
+    warm_s = h.warm(compile=settings.profile.warm_worker and not cfg.replacement)
     gc.collect()
     gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
     send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s,
-          "kernel_warmup": h.kernel_warmup, "warm_compiled": h.warm_compiled})
+          "warm_compiled": h.warm_compiled})
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -1,45 +1,76 @@
-"""CUDA kernels that torch compiles at their first use, compiled in the workers' warm-up instead of inside a task.
+"""CUDA kernels that torch compiles at their first use, compiled before a task takes the GPU lock.
 
 On CUDA a number of pointwise operators (special functions: erfcx, i0/i0e/i1/i1e, ndtri, log_ndtr, entr, sinc,
 exp2, erfc, erfinv, digamma/polygamma, Bessel functions, ...) are "jiterator" kernels: NVRTC compiles them the
 first time a process runs them, seconds of CPU each (erfcx 7.5-9.8 s on the H200 host, calls 43 and 45), and
-writes them to torch's kernel cache on disk, which every later process on the machine reads. Inside a task that
-compile ran under the GPU lock: a worker waiting to time had closed the gate, so no other worker could start GPU
-work and nvidia-smi read 0% for as long (the longest idle stretches of calls 43 and 45). Each of the first
-workers of a GPU runs a share of the catalog's pointwise operators once at tiny sizes, before its first task, so
-the shares together fill the disk cache in parallel while the workers warm up anyway. Which of them compile is
-torch's business (the operators that do not cost microseconds), so every pointwise operator is run, not a list
-that a torch upgrade would make stale.
+writes them to torch's kernel cache on disk, which later processes on the machine read. Inside a task that compile
+ran under the GPU lock: a worker waiting to time had closed the gate, so no other worker could start GPU work and
+nvidia-smi read 0% for as long. Compiled at the workers' start instead, held shared, it stalled the drains of the
+workers already timing (call 48: 11.5 idle GPU-s behind warm-ups still compiling).
+
+So a worker, before a task's first locked step, runs each of the task's pointwise operators it has not run yet
+alone at tiny sizes, without the lock: the compile (CPU) waits for no one and keeps no one waiting, and the kernel
+it then launches is a few elements long (microseconds beside a neighbour's timed run of at least a millisecond,
+once per operator per worker). Which operators compile is torch's business, so every pointwise operator of the
+catalog is run, not a list that a torch upgrade would make stale; the others cost a launch.
 """
 
 from __future__ import annotations
 
 import random
 import time
+from functools import cache
 from typing import Any
 
 # the catalog categories whose CUDA kernels include runtime-compiled ones (pointwise math and activations)
 CATEGORIES = ("elementwise", "activation")
 
 
-def warmup_codes(share: int, of: int) -> list[str]:
-    """The task modules of warm-up share `share` of `of`: the catalog's pointwise operators, each alone at
-    tiny sizes (one draw, deterministic), every `of`-th from `share` on, so `of` shares cover them all once."""
-    if not 0 <= share < of:
-        raise ValueError(f"share must be in [0, {of}) (got {share})")
+@cache
+def _specs() -> dict[str, Any]:
     from operators.catalog import sampleable
+
+    return {s.name: s for s in sampleable() if s.category in CATEGORIES}
+
+
+@cache
+def warmup_code(op: str) -> str | None:
+    """A task module of catalog operator `op` alone at tiny sizes (one deterministic draw), or None when `op` is no
+    pointwise operator of the catalog or no tiny draw fits it."""
+    spec = _specs().get(op)
+    if spec is None:
+        return None
     from operators.render import render
     from operators.sample import single_op_graph
 
-    specs = sorted((s for s in sampleable() if s.category in CATEGORIES), key=lambda s: s.name)
-    codes = []
-    for spec in specs[share::of]:
-        rng = random.Random(f"kernel-warmup:{spec.name}")
-        try:
-            codes.append(render(single_op_graph(spec, rng, spec.ranks[0])))
-        except Exception:  # noqa: BLE001 - a draw that does not fit; the warm-up is an optimisation only
-            continue
-    return codes
+    try:
+        return render(single_op_graph(spec, random.Random(f"kernel-warmup:{op}"), spec.ranks[0]))
+    except Exception:  # noqa: BLE001 - the warm-up is an optimisation only
+        return None
+
+
+class KernelWarmup:
+    """One worker's record of the operators it has warmed; `before(ops, device)` warms the new ones."""
+
+    def __init__(self) -> None:
+        self.done: set[str] = set()
+        self.stats = {"ran": 0, "failed": 0, "seconds": 0.0}
+
+    def pending(self, ops: list[str]) -> list[str]:
+        """The operators of `ops` this worker has not warmed and that have a warm-up module, in order, once each."""
+        return [op for op in dict.fromkeys(ops) if op not in self.done and warmup_code(op) is not None]
+
+    def before(self, ops: list[str], device: Any) -> int:
+        """Warm the pending operators of a task on `device` (none on a CPU: nothing compiles there at first use);
+        returns how many ran."""
+        todo = self.pending(ops)
+        self.done.update(todo)
+        if not todo or getattr(device, "type", str(device)) != "cuda":
+            return 0
+        got = run_codes([warmup_code(op) for op in todo], device)  # type: ignore[misc]
+        for k in self.stats:
+            self.stats[k] += got[k]
+        return int(got["ran"])
 
 
 def run_codes(codes: list[str], device: Any) -> dict[str, float]:

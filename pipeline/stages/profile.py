@@ -176,8 +176,6 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                         flush_ready()
                     if getattr(ex, "ready_s", None) is not None:
                         timing["workers_ready_s"] = round(ex.ready_s, 1)
-                    if warmed := getattr(ex, "kernel_warmup", None):
-                        timing["kernel_warmup"] = {k: round(v, 1) for k, v in warmed.items()}
                     if handed[0]:
                         timing["tail_s"] = round(time.monotonic() - handed[0], 1)
     statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))

@@ -40,9 +40,9 @@ def _other(name: str, value):
     raise AssertionError(f"no other value for {name}={value!r}")
 
 
-def _through_the_pipe(settings: WorkerSettings, kernel_share=None, replacement=False):
+def _through_the_pipe(settings: WorkerSettings, replacement=False):
     """What a worker reads: the executor's first line, as JSON text, decoded by the harness."""
-    line = json.dumps(worker_config("cpu", settings, "/tmp/lock", 3, kernel_share, replacement))
+    line = json.dumps(worker_config("cpu", settings, "/tmp/lock", 3, replacement))
     return read_worker_config(line)
 
 
@@ -52,8 +52,8 @@ def test_every_field_reaches_the_worker_unchanged(section, cls):
         changed = dataclasses.replace(cls(), **{f.name: _other(f.name, getattr(cls(), f.name))})
         cfg = Config(**{section: changed})
         sent = WorkerSettings.from_config(cfg, workers_per_gpu=5)
-        device, got, lock, threads, share, replacement = _through_the_pipe(sent)
-        assert got == sent and (device, lock, threads, share, replacement) == ("cpu", "/tmp/lock", 3, None, False)
+        device, got, lock, threads, replacement = _through_the_pipe(sent)
+        assert got == sent and (device, lock, threads, replacement) == ("cpu", "/tmp/lock", 3, False)
         assert getattr(getattr(got, section), f.name) == getattr(changed, f.name) != getattr(cls(), f.name), f.name
 
 
@@ -64,9 +64,8 @@ def test_seed_peaks_and_workers_come_from_the_config():
     assert got.filter.max_peak_memory_gb == cfg.filter.max_peak_memory_gb  # the cap travels once, in filter
 
 
-def test_the_kernel_warmup_share_and_replacement_reach_the_worker():
-    got = _through_the_pipe(WorkerSettings.from_config(Config()), (3, 16), replacement=True)
-    assert (got.kernel_share, got.replacement) == ((3, 16), True)
+def test_a_replacement_is_told_so():
+    assert _through_the_pipe(WorkerSettings.from_config(Config()), replacement=True).replacement
 
 
 def test_settings_are_frozen():
