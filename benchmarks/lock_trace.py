@@ -15,7 +15,8 @@ and the idle GPU-seconds of the interval (100 - utilisation, times its length) a
 Prints a table and writes JSON: per state its seconds, its share of the busy span, the idle seconds it carries
 and the mean utilisation of the intervals it fills (over 80%); and, where the trace names the holders' steps
 (eager, compiled-run, compile-check, free-memory...), which steps the drains waited for and the shared time
-held, each holder's share of a moment counted as 1 / the holders then.
+held, each holder's share of a moment counted as 1 / the holders then; how long holds last per step; and the drains
+one by one (how many, how long: each timing phase pays one).
 
     python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--label TEXT] [--out JSON]
 
@@ -112,6 +113,38 @@ def split(changes: list[tuple[float, str, tuple[str, ...]]], a: float, b: float,
     return got, i
 
 
+def _quantiles(v: list[float]) -> dict[str, float]:
+    v = sorted(v)
+    return {"n": len(v), "total_s": round(sum(v), 1), "p50_s": round(v[len(v) // 2], 3),
+            "p90_s": round(v[int(0.9 * len(v))], 3), "max_s": round(v[-1], 2)} if v else {"n": 0}
+
+
+def holds_by_step(trace: list[tuple[float, str, str, str, str]]) -> dict[str, dict[str, float]]:
+    """Per step, the holds' count and durations (hold to free of one worker), most held first."""
+    start: dict[str, tuple[float, str]] = {}
+    got: dict[str, list[float]] = defaultdict(list)
+    for t, who, event, _, step in trace:
+        if event == "hold":
+            start[who] = (t, step)
+        elif event == "free" and who in start:
+            t0, s = start.pop(who)
+            got[s].append(t - t0)
+    return {s: _quantiles(v) for s, v in sorted(got.items(), key=lambda kv: -sum(kv[1]))}
+
+
+def drain_episodes(changes: list[tuple[float, str, tuple[str, ...]]]) -> dict[str, float]:
+    """The drains one by one: from a worker's announcement to the first timed run of its phase."""
+    lengths, since = [], None
+    for t, state, _ in changes:
+        if state in ("drain", "handover") and since is None:
+            since = t
+        elif state not in ("drain", "handover") and since is not None:
+            lengths.append(t - since)
+            since = None
+    return {**_quantiles(lengths), "over_1s": sum(x > 1 for x in lengths),
+            "over_1s_total_s": round(sum(x for x in lengths if x > 1), 1)}
+
+
 def analyse(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[float, int]]) -> dict:
     changes = state_changes(trace)
     if not changes or len(smi) < 2:
@@ -158,6 +191,8 @@ def analyse(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[float
         "by_step": {state: {step: {"seconds": round(v[0], 1), "idle_s": round(v[1], 1)}
                             for step, v in sorted(steps.items(), key=lambda kv: -kv[1][1])}
                     for state, steps in by_step.items()},
+        "holds_by_step": holds_by_step(trace),
+        "drain_episodes": drain_episodes(changes),
         "workers": len({r[1] for r in trace}),
         "lock_events": len(trace),
     }
@@ -182,6 +217,12 @@ def main(argv: list[str] | None = None) -> None:
         if len(steps) > 1 or "-" not in steps:
             print(f"{state} by the holders' step (seconds / idle GPU-s): "
                   + ", ".join(f"{k} {v['seconds']}/{v['idle_s']}" for k, v in steps.items()))
+    print("holds by step (n, total s, p50 / p90 / max s): " + "; ".join(
+        f"{k} {v['n']}, {v['total_s']}, {v['p50_s']} / {v['p90_s']} / {v['max_s']}" for k, v in res["holds_by_step"].items()))
+    e = res["drain_episodes"]
+    if e["n"]:
+        print(f"drains: {e['n']}, {e['total_s']} s, p50 {e['p50_s']} s, p90 {e['p90_s']} s, max {e['max_s']} s; "
+              f"{e['over_1s']} over 1 s ({e['over_1s_total_s']} s)")
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {args.out}")

@@ -450,6 +450,8 @@ def test_lock_trace_shares_idle_gpu_seconds_out_by_the_lock_state():
     assert res["utilisation"] == 80.0 and res["span_s"] == 3.0
     assert st["drain"]["mean_utilisation_when_it_fills_a_sample"] == 50.0
     assert res["by_step"]["drain"] == {"eager": {"seconds": 1.0, "idle_s": 0.5}}  # the drain waited for eager
+    assert res["holds_by_step"]["eager"]["total_s"] == 2.0 and res["holds_by_step"]["timing"]["n"] == 1
+    assert (res["drain_episodes"]["n"], res["drain_episodes"]["total_s"]) == (1, 1.0)
 
 
 def test_a_relabelled_hold_shows_in_the_trace_as_the_next_step(tmp_path, monkeypatch):
