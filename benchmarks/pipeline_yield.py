@@ -282,7 +282,8 @@ def main() -> None:
         examples.setdefault((stage, reason_kind(reason)), f"{t} {name_of.get(t, '')}: {reason[:160]}")
     labels = [(t, r) for t, (s, r) in rejections.items() if r.startswith("label mismatch")]
     pairs = [p for p in dedupe_pairs(rd, ops_of) if p["dropped"] in judged]
-    machine = Counter((m["gpu"], m["torch_version"]) for t, m in meas_rows.items() if t in judged and m["gpu"]).most_common(1)
+    judged_rows = [m for t, m in meas_rows.items() if t in judged]
+    machine = Counter((m["gpu"], m["torch_version"]) for m in judged_rows if m["gpu"]).most_common(1)
     result = {
         "label": a.label, "command": " ".join(sys.argv), "run": str(a.run),
         "gpu": machine[0][0][0] if machine else None, "torch": machine[0][0][1] if machine else None, "commit": a.commit or manifest.get("versions", {}).get("git_commit")
@@ -294,11 +295,11 @@ def main() -> None:
         "gpu_utilisation": smi_utilisation(a.smi),
         "since_index": a.since_index, "until_index": a.until_index, "profile_settings": settings,
         "profile_fixed_costs_s": fixed,
-        "quick_over_median": quick_over_median([m for t, m in meas_rows.items() if t in judged]),
-        "reservation_retries": reservation_retries([m for t, m in meas_rows.items() if t in judged]),
-        "long_first_compiled_runs": long_first_compiled_runs([m for t, m in meas_rows.items() if t in judged]),
-        "finish_timeline": finish_timeline([m for t, m in meas_rows.items() if t in judged]),
-        "worker_time_per_task_s": time_breakdown([m for t, m in meas_rows.items() if t in judged],
+        "quick_over_median": quick_over_median(judged_rows),
+        "reservation_retries": reservation_retries(judged_rows),
+        "long_first_compiled_runs": long_first_compiled_runs(judged_rows),
+        "finish_timeline": finish_timeline(judged_rows),
+        "worker_time_per_task_s": time_breakdown(judged_rows,
                                                  float(profile.get("seconds") or 0.0)),
         "funnel": {s: sum(1 for st, _ in rejections.values() if st == s)
                    for s in ("decontaminate", "filter", "dedupe")},

@@ -24,7 +24,7 @@ import torch.nn.functional as F  # noqa: N812 - the spelling task code uses
 
 from operators import batch_scale
 from operators.cost import UNNAMED, CostMode, OpCost, aten_names
-from operators.spec import Code, Dim, OpSpec, Reject, accepts, out_domain, widest
+from operators.spec import Code, Dim, OpSpec, Reject, accepts, out_domain
 
 BASE_NS = {"torch": torch, "nn": nn, "F": F, "math": math}
 _CODE: dict[str, Any] = {}
@@ -243,13 +243,10 @@ class GraphBuilder:
             self.g.add_edge(src, var, arg=key)
         self.values[var] = out
         self.dims[var] = _out_dims(dims, tuple(out.shape), new_consts)
-        self.domain[var] = out_domain(spec, self.domain[x])
-        if spec.out == "same":
-            # every tensor operand's values can reach the output (cat, hstack, maximum, where): its domain is the
-            # widest of theirs. Softmax hstacked with a randn input went to nn.BCELoss as "unit" and tripped its
-            # device-side range assert on the GPU, which under MPS restarts every worker of the GPU
-            passed = [self.domain[v] for v in node["args"].values() if v in self.domain]
-            self.domain[var] = "any" if bias else widest(passed)
+        # every tensor operand counts (a learned bias is randn): softmax hstacked with a randn input went to
+        # nn.BCELoss as "unit" and tripped its device-side range assert on the GPU (under MPS every worker restarts)
+        others = tuple(self.domain[v] for k, v in node["args"].items() if k != "x" and v in self.domain)
+        self.domain[var] = out_domain(spec, self.domain[x], others + (("any",) if bias else ()))
         return var
 
     def _size(self, x: str, dims: tuple[Dim, ...], i: int) -> str:

@@ -102,9 +102,11 @@ def _snake(name: str) -> str:
     return "".join(out).replace("__", "_")
 
 
-def out_domain(spec: OpSpec, have: str) -> str:
+def out_domain(spec: OpSpec, have: str, others: tuple[str, ...] = ()) -> str:
+    """The value domain of spec's output from its input's (`have`) and its other tensor operands' (`others`): an
+    output that takes its operands' values (cat, hstack, maximum, where) has the widest of their domains."""
     if spec.out == "same":
-        return have
+        return widest([have, *others])
     if spec.out == "sign":
         return "pos" if have == "unit" else have
     return spec.out

@@ -428,9 +428,9 @@ class Harness:
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
 
-    def warm(self, compile: bool = True) -> float:
+    def warm(self, with_compile: bool = True) -> float:
         """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
-        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. Without `compile` (a
+        launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. Without `with_compile` (a
         replacement: a fault under MPS replaces every worker of the GPU at once, and the GPU idles until they
         are ready) the compile warm-up is left to the first task, which compiles with warm caches outside the lock."""
         t0 = time.perf_counter()
@@ -446,7 +446,7 @@ class Harness:
             x, y = torch.rand(32, 64, device=self.device), torch.rand(2, 4, 8, 8, device=self.device)
             with self.lock.hold(label="warm-up"):
                 fn(x, y)
-            if self.s.profile.compile and compile:
+            if self.s.profile.compile and with_compile:
                 def compile_once() -> None:
                     dynamo.reset()
                     inner = torch._TorchCompileInductorWrapper(None, None, None)
@@ -855,7 +855,7 @@ def serve() -> None:
         torch.set_num_threads(cfg.threads)
     h = Harness(cfg.device, settings, cfg.lock_path, notify=lambda ev: send({"event": ev}))
     # the device part of the warm-up always runs (handles); the compile part is the setting's
-    warm_s = h.warm(compile=settings.profile.warm_worker and not cfg.replacement)
+    warm_s = h.warm(with_compile=settings.profile.warm_worker and not cfg.replacement)
     gc.collect()
     gc.freeze()  # torch's and inductor's import-time objects: never garbage, and every full pass walked them
     send({"ready": True, "pid": os.getpid(), "gpu": h.gpu, "torch_version": h.torch_version, "warm_s": warm_s,

@@ -54,7 +54,6 @@ class KernelWarmup:
 
     def __init__(self) -> None:
         self.done: set[str] = set()
-        self.stats = {"ran": 0, "failed": 0, "seconds": 0.0}
 
     def pending(self, ops: list[str]) -> list[str]:
         """The operators of `ops` this worker has not warmed and that have a warm-up module, in order, once each."""
@@ -67,10 +66,7 @@ class KernelWarmup:
         self.done.update(todo)
         if not todo or getattr(device, "type", str(device)) != "cuda":
             return 0
-        got = run_codes([warmup_code(op) for op in todo], device)  # type: ignore[misc]
-        for k in self.stats:
-            self.stats[k] += got[k]
-        return int(got["ran"])
+        return int(run_codes([warmup_code(op) for op in todo], device)["ran"])  # type: ignore[misc]
 
 
 def run_codes(codes: list[str], device: Any) -> dict[str, float]:

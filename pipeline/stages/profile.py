@@ -152,7 +152,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     uses_mps: bool | None = None  # whether this call's workers ran under MPS (local executor on cuda)
     # where a call's fixed costs go: starting and warming the workers, and the drain after the last task was handed
     # out (workers fall idle one by one); a time-boxed call pays both each time
-    timing: dict[str, Any] = {}
+    timing: dict[str, float] = {}
     handed = [0.0]
     with bar:
         for k in list(results):
