@@ -147,10 +147,11 @@ def _flat(out: Any) -> Any:
 
 
 class _LockedBackend:
-    """A torch.compile backend that compiles (CPU work) without the GPU lock and takes it before the
-    compiled graph first runs; everything else is delegated, so it behaves as the inner backend. `around`
-    (enter, leave) runs just before and after compiling: the harness gives back the memory share a task
-    does not use while it compiles."""
+    """A torch.compile backend that compiles (CPU work) without the GPU lock and takes it (shared) when the
+    compiled graph is called while the worker holds nothing; everything else is delegated, so it behaves as the
+    inner backend. Not when compiling returns: Dynamo's own CPU work after the backend (guards, bytecode) held
+    the lock before the graph ran, and a worker waiting to time waited for it. `around` (enter, leave) runs just
+    before and after compiling: the harness gives back the memory share a task does not use while it compiles."""
 
     def __init__(self, inner: Any, lock: GpuLock,
                  around: tuple[Callable[[], None], Callable[[], None]] | None = None) -> None:
@@ -165,7 +166,7 @@ class _LockedBackend:
         t0 = time.perf_counter()
         try:
             try:
-                return self._inner(gm, example_inputs)
+                fn = self._inner(gm, example_inputs)
             except Exception as e:
                 if not (shrunk and _classify(e)[0] == "oom"):
                     raise
@@ -173,12 +174,21 @@ class _LockedBackend:
                 # sizes): 17 of 900 tasks ran out of the shrunk share (call 16). Grow back and compile again.
                 shrunk = False
                 self._around[1]()
-                return self._inner(gm, example_inputs)
+                fn = self._inner(gm, example_inputs)
         finally:
             self.compile_s += time.perf_counter() - t0
             if shrunk:
                 self._around[1]()
-            self._lock.acquire(label="compiled-run")
+        lock = self._lock
+
+        def locked(*args: Any, **kwargs: Any) -> Any:
+            if not lock.held:  # inside a shared or timed hold the graph runs as it is
+                lock.acquire(label="compiled-run")
+            return fn(*args, **kwargs)
+
+        if getattr(fn, "_boxed_call", False):  # called with one list of inputs: so is the wrapper
+            locked._boxed_call = True  # type: ignore[attr-defined]
+        return locked
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -267,7 +267,7 @@ def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_
 
     backend = _LockedBackend(inner, GpuLock(None, lambda _: None),
                              (lambda: calls.append("shrink"), lambda: calls.append("grow")))
-    assert backend(None, []) == "compiled"
+    assert backend(None, [])  # the compiled graph, wrapped to take the lock when it runs
     assert calls == ["shrink", "compile", "grow", "compile"]  # grown back once, before the second compile
     calls.clear()
     failing = _LockedBackend(lambda gm, ex: (_ for _ in ()).throw(ValueError("bad graph")), GpuLock(None, lambda _: None),
@@ -275,6 +275,29 @@ def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_
     with pytest.raises(ValueError):
         failing(None, [])
     assert calls == ["shrink", "grow"]  # another failure is the task's: not compiled twice
+
+
+def test_locked_backend_takes_the_lock_when_the_graph_runs_not_when_compiling_returns(tmp_path):
+    """Dynamo's CPU work after the backend returns (guards, bytecode) must not hold the GPU; the graph's runs do,
+    shared when the worker holds nothing, and a run inside a timed (exclusive) hold keeps that hold."""
+    from pipeline.gpu_share import GpuLock
+    from pipeline.harness import _LockedBackend
+
+    lock = GpuLock(str(tmp_path / "gpu.lock"), lambda _: None)
+    seen: list[str | None] = []
+
+    def graph(*args):
+        seen.append(lock.mode)
+        return len(args)
+
+    lock.acquire(label="compiled-draw")
+    fn = _LockedBackend(lambda gm, ex: graph, lock)(None, [])
+    assert lock.mode is None  # compiling gave the lock back, and returning did not take it again
+    assert fn(1, 2) == 2 and lock.mode == "shared" and lock.label == "compiled-run"
+    lock.acquire(exclusive=True, label="timing")
+    assert fn(3) == 1 and lock.mode == "exclusive" and lock.label == "timing"
+    lock.release()
+    assert seen == ["shared", "exclusive"]
 
 
 def test_a_failing_compile_backend_is_reported_by_its_inner_error():
