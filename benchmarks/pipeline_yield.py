@@ -28,6 +28,7 @@ import re
 import statistics
 import sys
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,26 +45,43 @@ def reason_kind(reason: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "N", TASK_ID.sub("<task>", reason.split(" (")[0]))[:90]
 
 
+STEADY_AFTER_S = 60.0  # the workers' start (imports, first compiles) lies within a call's first minute
+
+
+def _smi_time(stamp: str) -> float | None:
+    """Seconds of an nvidia-smi timestamp (2026/12/02 09:03:48.123), or None when it is not one."""
+    try:
+        return datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
+    except ValueError:
+        return None
+
+
 def smi_utilisation(path: Path | None) -> dict | None:
     """Mean GPU utilisation over the samples between the first and last busy one (start-up and tail idle
-    are the run's, not the GPU's, so they are reported apart)."""
+    are the run's, not the GPU's, so they are reported apart), and over that span less its first minute (the
+    steady state, where timestamps say when a sample was taken; of one call's file only)."""
     if not path or not path.exists():
         return None
-    vals, mem = [], []
+    vals, mem, when = [], [], []
     with open(path) as f:
         for row in csv.reader(f):
             if len(row) < 3 or not row[2].strip().split(" ")[0].isdigit():
                 continue
             vals.append(int(row[2].strip().split(" ")[0]))
             mem.append(int(row[3].strip().split(" ")[0]) if len(row) > 3 else 0)
+            when.append(_smi_time(row[0]))
     if not vals:
         return None
     busy = [i for i, v in enumerate(vals) if v > 0]
     span = slice(busy[0], busy[-1] + 1) if busy else slice(None)
     inner, used = vals[span], sorted(mem[span])
+    start = when[span][0]
+    steady = [v for v, t in zip(inner, when[span], strict=True)
+              if start is not None and t is not None and t - start >= STEADY_AFTER_S]
     # device memory in use over the busy span (MiB): how full the card really is while the budget admits tasks
     q = {f"memory_used_mib_q{p}": used[min(len(used) - 1, p * len(used) // 100)] for p in (10, 50, 90)}
     return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner),
+            "mean_after_first_minute": round(statistics.mean(steady), 1) if steady else None,
             **q, "memory_used_mib_max": used[-1]}
 
 
@@ -319,7 +337,9 @@ def main() -> None:
           f"{result['gpu_s_per_published']} GPU-s per published task")
     if result["gpu_utilisation"]:
         u = result["gpu_utilisation"]
-        print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and last busy")
+        steady = u["mean_after_first_minute"]
+        print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and "
+              f"last busy{f', {steady:.1f}% after its first minute' if steady is not None else ''}")
     if result["worker_time_per_task_s"]:
         b = result["worker_time_per_task_s"]
         print("worker time per task (s): " + ", ".join(f"{k} {b[k]}" for k in WAITS)

@@ -347,3 +347,24 @@ def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
                      "2.000 7 admit 6 0 6 10 1 0 0 1\n3.000 7 release 6 0 6 10 1 0 0 1\n")
     tasks = tasks_of(read_trace(trace), cap=6)
     assert [[e[3] for e in t["events"] if e[2] == "admit"] for t in tasks] == [[5], [6]]
+
+
+def test_pipeline_yield_reads_the_steady_state_apart_from_the_start(tmp_path):
+    """Utilisation over the busy span counts the workers' start; the figure after the span's first minute must not."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import smi_utilisation
+
+    lines = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    for k in range(240):  # 120 s at 500 ms: idle, a slow start, then busy
+        util = 0 if k < 4 else 20 if k < 124 else 90
+        lines.append(f"2026/12/02 09:{k // 120:02d}:{(k % 120) // 2:02d}.{500 * (k % 2):03d}, 0, {util} %, 1000 MiB")
+    path = tmp_path / "smi.csv"
+    path.write_text("\n".join(lines) + "\n")
+    u = smi_utilisation(path)
+    assert u["mean_after_first_minute"] == 90.0
+    assert 50 < u["mean_busy_span"] < 60
+    path.write_text("\n".join(line.replace("2026/12/02 ", "") for line in lines) + "\n")  # no dates: no steady figure
+    assert smi_utilisation(path)["mean_after_first_minute"] is None
