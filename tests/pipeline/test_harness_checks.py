@@ -263,11 +263,11 @@ def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_
         calls.append("compile")
         if calls.count("compile") == 1:
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return "compiled"
+        return lambda *args: "compiled"
 
     backend = _LockedBackend(inner, GpuLock(None, lambda _: None),
                              (lambda: calls.append("shrink"), lambda: calls.append("grow")))
-    assert backend(None, [])  # the compiled graph, wrapped to take the lock when it runs
+    assert backend(None, [])() == "compiled"  # the second compile's graph, wrapped to take the lock when it runs
     assert calls == ["shrink", "compile", "grow", "compile"]  # grown back once, before the second compile
     calls.clear()
     failing = _LockedBackend(lambda gm, ex: (_ for _ in ()).throw(ValueError("bad graph")), GpuLock(None, lambda _: None),
