@@ -223,11 +223,14 @@ def build_graph(cfg, rng: random.Random, k: int, dag: bool, target_ms: float, sh
     return d.b
 
 
-def single_op_graph(spec: OpSpec, rng: random.Random, rank: int) -> nx.DiGraph:
-    """One operator on a small input of `rank` (catalog validation, label pins, tests)."""
+def single_op_graph(spec: OpSpec, rng: random.Random, rank: int, unit_last: bool = False) -> nx.DiGraph:
+    """One operator on a small input of `rank` (catalog validation, label pins, tests); with `unit_last` the input's
+    last dim is 1, as a keepdim reduction upstream hands it over."""
     b = GraphBuilder(rng)
     layout = "tokens" if spec.token_input else (spec.layout if rank == 3 else "channels")
     sizes = base_sizes(rng, 2 if spec.token_input else rank, layout, rng.choice([256, 1024, 4096]))
+    if unit_last and not spec.token_input:
+        sizes[-1] = 1
     names = TOKEN_NAMES if layout == "tokens" else SEQ_NAMES if layout == "seq" else DIM_NAMES[rank]
     if spec.token_input:
         b.const(spec.token_input, spec.params(random.Random(rng.random()), ())[spec.token_input])

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operators.labels import CUDA_PIN_FILE, PIN_FILE, canonical
+from operators.labels import CUDA_PIN_FILE, GLUE, PIN_FILE, canonical
 from pinning.plan import fingerprint, plan
 
 # after these the CUDA context is unusable: the remaining operators cannot be traced in this process
@@ -65,6 +65,14 @@ def pin_spec(spec, samples: int = 24, seed: int = 0) -> list[list[str]]:
             if strided is not None:
                 with contextlib.suppress(Exception):
                     seen.add(frozenset(canonical(_cpu_trace(strided))))
+            # a keepdim reduction upstream hands over a last dim of 1, and some operators then take another path
+            # (einsum contracts a dim of 1 by a product, no bmm: a task rejected for its label on the H200, call 53);
+            # only a path with kernels of its own counts, so no operator's evidence becomes layout ops alone
+            with contextlib.suppress(Exception):
+                unit = frozenset(canonical(_cpu_trace(single_op_graph(spec, random.Random(f"{seed}:{spec.name}:{i}:1"),
+                                                                      spec.ranks[i % len(spec.ranks)], unit_last=True))))
+                if unit - GLUE:
+                    seen.add(unit)
     if not seen:
         raise OpsynthError(f"operator spec {spec.name!r} cannot run on the meta device "
                            f"({errors[-1] if errors else 'no sample'}); fix or remove its entry in operators/ops_*.py")

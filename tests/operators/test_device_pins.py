@@ -86,6 +86,35 @@ def test_the_cpu_pin_traces_a_permuted_layout_of_each_input():
     assert all(not g.nodes[n]["expr"].endswith(".transpose(1, 2)") for n in big)  # the original is untouched
 
 
+def test_einsum_after_a_keepdim_reduction_is_labelled_true():
+    # the H200 rejected a task for its label (call 53): a keepdim nanquantile handed einsum a last dim of 1, and
+    # einsum contracted it by a product (aten.mul), no bmm; the CPU pin now traces each operator on such an input
+    from operators.trace import trace_code
+
+    code = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.einsum_weight = nn.Parameter(torch.randn(1, 16) * 0.02)
+    def forward(self, x):
+        q = torch.nanquantile(x, 0.5, dim=2, keepdim=True)
+        return torch.einsum('...ij,jk->...ik', q, self.einsum_weight)
+def get_inputs():
+    return [torch.rand(4, 32, 64)]
+def get_init_inputs():
+    return []
+"""
+    trace = trace_code(code, device="cpu")
+    assert "aten.mul" in trace and "aten.bmm" not in trace
+    ops = ["torch.nanquantile", "torch.einsum"]
+    assert check_labels(ops, trace, device="cuda") == []
+    assert check_labels(ops, trace, device="cpu") == []
+    # a path counts only with a kernel of its own: layout ops alone never show einsum
+    assert any("torch.einsum is labelled" in p for p in check_labels(["torch.einsum"], ["aten.view", "aten.permute"]))
+
+
 def test_without_a_gpu_pin_cuda_falls_back_to_the_cpu_pins(tmp_path, monkeypatch):
     monkeypatch.setattr(labels, "CUDA_PIN_FILE", tmp_path / "absent.json")
     labels.reload_pins()
