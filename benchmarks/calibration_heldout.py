@@ -9,8 +9,11 @@ from their meta traces (roofline kernels times each factor, times the fit's typi
 Per calibration: |log(measured / predicted)| (median, p90), the share within 2x, and how many tasks outside the
 filter's eager window each predicts outside it (what the sampler could have resized) against in-window tasks it
 would push out. Per catalog operator (held-out tasks holding it): the measured eager time over the sampler's own
-prediction at sampling time, the operators most often rejected for their runtime first. Traces on the CPU (about
-10 ms per task); prints the tables and writes JSON.
+prediction at sampling time, the operators most often rejected for their runtime first. With `--feeders CATALOG_OP=ATEN_OP`
+(erfcx by default), over all tasks: that ATen op's implied factor over its roofline (pinning.calibrate.implied_factor,
+where its kernels carry >= 5% of the roofline time) by what feeds the catalog operator (an input's draw or the
+upstream operator), to see whether one factor can price it. Traces on the CPU (about 10 ms per task); prints the
+tables and writes JSON.
 """
 
 from __future__ import annotations
@@ -82,10 +85,29 @@ def offenders(tasks: list, lo: float, hi: float, top: int = 15) -> list[dict]:
     return sorted(rows, key=lambda r: (-r["outside_window"], -r["outside_share"]))[:top]
 
 
+def by_feeder(tasks: list, graphs: dict[str, dict], catalog_op: str, aten_op: str, typical: float) -> list[dict]:
+    """`aten_op`'s implied factor by what feeds `catalog_op` (`input:DRAW` or the upstream operator)."""
+    factors: dict[str, list[float]] = defaultdict(list)
+    for t in cal._timed(tasks):
+        g = graphs.get(t.task_id)
+        if g is None or catalog_op not in t.ops or cal.share(t, aten_op, {}) < 0.05:
+            continue
+        nodes = {n["id"]: n for n in g["nodes"]}
+        for e in g["edges"]:
+            if nodes[e["target"]].get("op") == catalog_op and e["arg"] == "x":
+                src = nodes[e["source"]]
+                feeder = f"input:{src.get('draw')}" if src["kind"] == "input" else src.get("op")
+                factors[feeder].append(cal.implied_factor(t, aten_op, {}, typical))
+    rows = [{"feeder": k, "tasks": len(v), "implied_q50": round(statistics.median(v), 1),
+             "implied_min": round(min(v), 1), "implied_max": round(max(v), 1)} for k, v in factors.items()]
+    return sorted(rows, key=lambda r: (-r["tasks"], -r["implied_q50"]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True, help="a profiled run directory")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "calibration_heldout.json")
+    ap.add_argument("--feeders", default="torch.special.erfcx=aten.special_erfcx", help="CATALOG_OP=ATEN_OP")
     a = ap.parse_args()
     from pipeline.store import RunDir
 
@@ -106,6 +128,11 @@ def main() -> None:
                            "refit_tasks": len(runtime[k]["tasks"]) if k in runtime else 0}
                        for k in sorted(set(pinned) | set(refit))},
            "offenders": offenders(held, lo, hi)}
+    catalog_op, _, aten_op = a.feeders.partition("=")
+    graphs = {r["task_id"]: json.loads(r["graph"]) for r in RunDir(a.run).read_rows("tasks", ["task_id", "ops", "graph"])
+              if catalog_op in (r["ops"] or [])}
+    res["feeders"] = {"catalog_op": catalog_op, "aten_op": aten_op,
+                      "rows": by_feeder(fit_tasks + held, graphs, catalog_op, aten_op, typical)}
     print(f"{len(fit_tasks)} tasks fitted, {len(held)} held out; window {lo:g}-{hi:g} ms")
     print(f"{'calibration':<12}{'factors':>8}{'med|log|':>10}{'p90|log|':>10}{'<2x':>7}{'slow hit':>10}{'fast hit':>10}"
           f"{'pushed out':>11}")
@@ -118,6 +145,9 @@ def main() -> None:
     for r in res["offenders"]:
         print(f"  {r['op']:<28}{r['outside_window']:>4} of {r['tasks']:<5} q50 {r['measured_over_predicted_q50']:>7}"
               f"  q90 {r['measured_over_predicted_q90']:>7}")
+    print(f"{aten_op} implied factor over its roofline by what feeds {catalog_op} (q50, min-max):")
+    for r in res["feeders"]["rows"]:
+        print(f"  {r['feeder']:<28}{r['tasks']:>4}  {r['implied_q50']:>7}  {r['implied_min']}-{r['implied_max']}")
     a.out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"wrote {a.out}")
 
