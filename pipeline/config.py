@@ -112,6 +112,10 @@ class ProfileSection:
     timing_phases: bool = True
     # seconds the first worker of a phase waits (shared work goes on) for others to come to time with it
     timing_gather_s: float = 0.0
+    # with timing_phases: a worker announces its timed runs from inside its last shared section and draws the timing
+    # inputs and runs the warm-ups there, while the neighbours' sections drain (untimed work: it may overlap theirs);
+    # the exclusive hold is then the timed runs alone. Off: the draw and one warm-up run per model inside it
+    warm_in_drain: bool = False
     # inductor's benchmark of each autotuning config times at most this many ms (its default 25) after 10 L2-flush
     # warm-ups (its default 100); 0: inductor's own settings
     autotune_benchmark_ms: float = 0.0

@@ -25,7 +25,11 @@ class GpuLock:
     during one drain of the shared sections times right after the one before it, and the drain (which bounded
     throughput, 0.37 s per task on the H200 in calls 26-28) is paid once per phase, not once per timed task.
     `gather_s` lets the first worker of a phase wait that long (shared work goes on meanwhile) for others to
-    come to time before it closes the gate. Without `phases` a shared holder may get in between two timed runs."""
+    come to time before it closes the gate. Without `phases` a shared holder may get in between two timed runs.
+
+    `announce` closes the gate from inside a shared hold: the worker goes on with untimed device work of its own (its
+    timing inputs and warm-up runs) while the neighbours' sections drain, and its exclusive hold follows without
+    reopening the gate; whichever way that hold ends (a release, a failed task), the announcement ends with it."""
 
     POLL_S = 0.005  # how often a gathering worker looks for an announced one
 
@@ -41,6 +45,7 @@ class GpuLock:
         self.exclusive_s = 0.0
         self.wait_s = 0.0
         self._want_exclusive = False
+        self._announced_here = False  # this worker holds the intent file: it announced, its timed runs are next
         self.wait_exclusive_s = 0.0  # part of wait_s: waiting to time alone (neighbours' shared sections drain)
         self.gather_s_spent = 0.0  # part of wait_exclusive_s: waiting for others to come to time (gather_s)
         self._since = 0.0
@@ -99,6 +104,20 @@ class GpuLock:
         self.gather_s_spent += time.perf_counter() - t0
         self._count_wait(t0)
 
+    def announce(self, label: str = "") -> None:
+        """From inside a shared hold, announce a timed run (gathering first, as `acquire` does) and keep the hold:
+        no new shared section starts, the neighbours' sections drain while this worker does untimed device work of
+        its own, and `acquire(exclusive=True)` follows. A no-op without phases or outside a shared hold."""
+        if self.mode != "shared" or self.intent is None or self._announced_here:
+            return
+        self._want_exclusive = True  # the gathering below is part of the wait to time
+        if self.gather_s > 0:
+            self._gather()
+        self._flock(self.intent, fcntl.LOCK_SH)
+        self._announced_here = True
+        self._trace("want", "exclusive")
+        self.acquire(label=label)  # the same shared hold, relabelled
+
     def acquire(self, exclusive: bool = False, label: str = "") -> None:
         mode = "exclusive" if exclusive else "shared"
         if self.mode == mode:
@@ -107,11 +126,12 @@ class GpuLock:
                 self.label = label
                 self._trace("hold", mode)
             return
-        self.release()
+        upgrade = exclusive and self._announced_here  # announced from a shared hold: the gate stays closed
+        self.release(keep_announced=upgrade)
         self.label = label
         self._want_exclusive = exclusive
         if self.fd is not None and self.turnstile is not None:
-            if exclusive and self.intent is not None:
+            if exclusive and self.intent is not None and not upgrade:
                 if self.gather_s > 0:
                     self._gather()
                 self._flock(self.intent, fcntl.LOCK_SH)  # announced: the gate below closes for new shared holders
@@ -131,7 +151,9 @@ class GpuLock:
         self.mode, self._since = mode, time.perf_counter()
         self._trace("hold", mode)
 
-    def release(self) -> None:
+    def release(self, keep_announced: bool = False) -> None:
+        """End the hold (after a sync); an announcement made from it ends too unless `keep_announced` (the step
+        up to the exclusive hold it announced)."""
         if self.mode is None:
             return
         with contextlib.suppress(Exception):  # a poisoned context fails here too; the task has its status
@@ -143,14 +165,16 @@ class GpuLock:
             self.exclusive_s += dt
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
-            if self.mode == "exclusive" and self.intent is not None:
+            if (self.mode == "exclusive" or self._announced_here) and self.intent is not None and not keep_announced:
                 fcntl.flock(self.intent, fcntl.LOCK_UN)
+                self._announced_here = False
         self.mode = None
 
     def yield_(self) -> None:
         """Between steps of a shared section: let a waiting exclusive holder in (the turnstile queues this
-        worker behind it), so a timed run waits for one step of each neighbour, not a whole section."""
-        if self.mode == "shared":
+        worker behind it), so a timed run waits for one step of each neighbour, not a whole section. Not once
+        this worker has announced: its own timed runs are what the others wait for."""
+        if self.mode == "shared" and not self._announced_here:
             label = self.label
             self.release()
             self.acquire(label=label)

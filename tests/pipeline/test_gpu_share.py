@@ -464,3 +464,54 @@ def test_a_relabelled_hold_shows_in_the_trace_as_the_next_step(tmp_path, monkeyp
     rows = _lock_trace_module().read_trace(trace)
     assert [(ev, step) for _, _, ev, _, step in rows] == [
         ("hold", "compiled-run"), ("free", "compiled-run"), ("hold", "compile-check"), ("free", "compile-check")]
+
+
+def test_an_announcement_from_a_shared_hold_drains_the_others_and_steps_up_to_time(tmp_path):
+    """A worker announces from inside its shared hold: no newcomer gets in, its own hold goes on (untimed work beside
+    the neighbours' draining sections, a yield does not give it up) and its exclusive hold follows once they drain,
+    before the newcomer."""
+    path = str(tmp_path / "gpu.lock")
+    timer, neighbour, newcomer = (_phase_lock(path) for _ in range(3))
+    order: list[str] = []
+    timer.acquire()
+    neighbour.acquire()
+    timer.announce(label="warm")
+    assert timer.mode == "shared" and timer.label == "warm"
+    _, n_done = _in_thread(lambda: (newcomer.acquire(), order.append("newcomer"), newcomer.release()))
+    assert not n_done.wait(0.3)  # the gate is closed
+    t0 = time.perf_counter()
+    timer.yield_()  # announced: it keeps its hold instead of queueing behind itself
+    assert timer.mode == "shared" and time.perf_counter() - t0 < 0.2
+    _, t_done = _in_thread(lambda: (timer.acquire(exclusive=True), order.append("timer"), time.sleep(0.2),
+                                    timer.release()))
+    assert not t_done.wait(0.3)  # the neighbour's section still runs
+    neighbour.release()
+    assert t_done.wait(5) and n_done.wait(5)
+    assert order == ["timer", "newcomer"]
+    assert timer.exclusive_s >= 0.2 and timer.wait_exclusive_s >= 0.3
+
+
+def test_an_announcement_ends_with_a_hold_released_before_timing(tmp_path):
+    """A task that fails between announcing and timing releases its hold: the gate opens again (else every
+    neighbour would wait for a timed run that never comes)."""
+    path = str(tmp_path / "gpu.lock")
+    timer, newcomer = _phase_lock(path), _phase_lock(path)
+    timer.acquire()
+    timer.announce()
+    _, got = _in_thread(newcomer.acquire)
+    assert not got.wait(0.3)
+    timer.release()
+    assert got.wait(5) and newcomer.mode == "shared"
+    newcomer.release()
+    # announcing needs phases and a shared hold: otherwise nothing happens
+    plain = GpuLock(path, lambda _: None)
+    plain.acquire()
+    plain.announce()
+    other = _phase_lock(path)
+    other.acquire()
+    assert other.mode == "shared"
+    other.release()
+    plain.release()
+    idle = _phase_lock(path)
+    idle.announce()
+    assert idle.mode is None and not idle._announced()

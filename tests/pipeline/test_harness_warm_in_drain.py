@@ -1,0 +1,73 @@
+"""profile.warm_in_drain (pipeline.harness): a worker draws its timing inputs and runs its warm-ups after announcing its
+timed runs, inside a shared hold, so the exclusive hold of the GPU holds the timed runs alone."""
+
+import fcntl
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import Config, FilterSection, RunSection
+from pipeline.harness import Harness
+from pipeline.worker_settings import WorkerSettings
+
+
+def _code(lock: Path, log: Path) -> str:
+    # each forward writes what the GPU lock looked like to a neighbour while it ran: "x" held alone (a shared flock
+    # is refused), "a" shared with a timed run announced (the intent file refuses an exclusive flock), "s" shared
+    return f'''
+import fcntl, os
+import torch
+import torch.nn as nn
+
+def _state():
+    fd = os.open({str(lock)!r}, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "x"
+    finally:
+        os.close(fd)
+    fd = os.open({str(lock)!r} + ".intent", os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return "a"
+    finally:
+        os.close(fd)
+    return "s"
+
+class Model(nn.Module):
+    def forward(self, x):
+        open({str(log)!r}, "a").write(_state())
+        return torch.relu(x) + 1
+def get_inputs():
+    return [torch.rand(64, 64)]
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("warm_in_drain", [False, True])
+def test_the_timed_hold_holds_the_timed_runs_alone_when_warm_ups_run_in_the_drain(tmp_path, warm_in_drain):
+    lock = tmp_path / "gpu.lock"
+    log = tmp_path / "log"
+    s = WorkerSettings.from_config(Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0,
+                                                                                         max_eager_ms=1e9)))
+    s = s.with_profile(memory_limit_gb=0.0, compile=False, warmup=3, min_runs=3, max_runs=3, timing_phases=True,
+                       warm_in_drain=warm_in_drain)
+    h = Harness("cpu", s, lock_path=str(lock))
+    m = h.profile({"task_id": "t", "code": _code(lock, log), "flops": 0, "bytes_moved": 0})
+    assert m["status"] == "ok", m["error"]
+    seen = log.read_text()
+    runs = m["eager_runs"]
+    assert runs == 3
+    if warm_in_drain:
+        # the checks' forwards shared, then the one warm-up after the announcement, then the timed runs alone
+        assert seen.endswith("a" + "x" * runs) and "a" not in seen[:-runs - 1] and seen.count("x") == runs
+    else:
+        assert seen.endswith("x" * (runs + 1)) and "a" not in seen and seen.count("x") == runs + 1
+    # the announcement ended with the task: a neighbour may hold the GPU alone now
+    fd = os.open(str(lock) + ".intent", os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.close(fd)
