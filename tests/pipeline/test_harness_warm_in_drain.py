@@ -20,22 +20,20 @@ import fcntl, os
 import torch
 import torch.nn as nn
 
+def _refused(path, op):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
 def _state():
-    fd = os.open({str(lock)!r}, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if _refused({str(lock)!r}, fcntl.LOCK_SH):
         return "x"
-    finally:
-        os.close(fd)
-    fd = os.open({str(lock)!r} + ".intent", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return "a"
-    finally:
-        os.close(fd)
-    return "s"
+    return "a" if _refused({str(lock)!r} + ".intent", fcntl.LOCK_EX) else "s"
 
 class Model(nn.Module):
     def forward(self, x):
