@@ -16,9 +16,12 @@ Prints a table and writes JSON: per state its seconds, its share of the busy spa
 and the mean utilisation of the intervals it fills (over 80%); and, where the trace names the holders' steps
 (eager, compiled-run, compile-check, free-memory...), which steps the drains waited for and the shared time
 held, each holder's share of a moment counted as 1 / the holders then; how long holds last per step; and the drains
-one by one (how many, how long: each timing phase pays one).
+one by one (how many, how long: each timing phase pays one). Past the first `--after` seconds, how many workers held
+the GPU, waited to time or (with `--budget`, the call's OPSYNTH_BUDGET_TRACE) waited for memory in the samples of
+each utilisation band: where the GPU idles with few holders, the other workers were on the host.
 
-    python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--label TEXT] [--out JSON]
+    python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--budget BUDGET[.gz]] [--after 60]
+        [--label TEXT] [--out JSON]
 
 stdlib only.
 """
@@ -26,6 +29,7 @@ stdlib only.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import datetime
 import gzip
@@ -45,7 +49,7 @@ def read_trace(path: Path) -> list[tuple[float, str, str, str, str]]:
     with opener(path, "rt") as f:
         for line in f:
             p = line.split()
-            if len(p) in (4, 5) and p[2] in ("want", "hold", "free"):
+            if len(p) in (4, 5) and p[2] in ("want", "unwant", "hold", "free"):
                 rows.append((float(p[0]), p[1], p[2], p[3], p[4] if len(p) == 5 else "-"))
     rows.sort(key=lambda r: r[0])
     return rows
@@ -72,6 +76,8 @@ def state_changes(rows: list[tuple[float, str, str, str, str]]) -> list[tuple[fl
     for t, who, event, mode, step in rows:
         if event == "want":
             waiting.add(who)
+        elif event == "unwant":  # an announcement ended without a timed run (the task failed before it)
+            waiting.discard(who)
         elif event == "hold" and mode == "exclusive":
             exclusive.add(who)
             waiting.discard(who)
@@ -145,6 +151,72 @@ def drain_episodes(changes: list[tuple[float, str, tuple[str, ...]]]) -> dict[st
             "over_1s_total_s": round(sum(x for x in lengths if x > 1), 1)}
 
 
+BANDS = ((0, 50), (50, 80), (80, 95), (95, 101))
+
+
+def read_budget_waits(path: Path) -> list[tuple[float, str, bool]]:
+    """(time, worker, waiting for memory from then on) from an OPSYNTH_BUDGET_TRACE file (pipeline/gpu_share.py:
+    `wait` when a reservation queues, `admit` / `release` when it ends), sorted by time."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    out = []
+    with opener(path, "rt") as f:
+        for line in f:
+            p = line.split()
+            if len(p) >= 3 and p[2] in ("wait", "admit", "release"):
+                out.append((float(p[0]), p[1], p[2] == "wait"))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def occupancy(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[float, int]],
+              budget: list[tuple[float, str, bool]], after_s: float) -> dict:
+    """Who the workers were while the GPU idled: over the nvidia-smi samples from `after_s` seconds past the first
+    lock event on (the start left out), per utilisation band the mean number of workers holding the GPU shared,
+    holding it alone, announced to time and waiting for memory (the rest compile or do other host work)."""
+    events = [(t, who, ("lock", event, mode)) for t, who, event, mode, _ in trace]
+    events += [(t, who, ("mem", waiting)) for t, who, waiting in budget]
+    events.sort(key=lambda e: e[0])
+    holding: dict[str, str] = {}  # worker -> shared | exclusive
+    announced: set[str] = set()  # announced to time, not yet holding the GPU alone (it may hold it shared meanwhile)
+    mem_wait: set[str] = set()
+    changes: list[tuple[float, tuple[int, int, int, int]]] = []
+    for t, who, what in events:
+        if what[0] == "mem":
+            (mem_wait.add if what[1] else mem_wait.discard)(who)
+        elif what[1] == "want":
+            announced.add(who)
+        elif what[1] == "unwant":
+            announced.discard(who)
+        elif what[1] == "hold":
+            holding[who] = what[2]
+            if what[2] == "exclusive":
+                announced.discard(who)
+        else:
+            holding.pop(who, None)
+        n_shared = sum(v == "shared" for v in holding.values())
+        changes.append((t, (n_shared, len(holding) - n_shared, len(announced), len(mem_wait))))
+    if not changes:
+        return {}
+    start = trace[0][0] + after_s
+    times = [c[0] for c in changes]
+    rows = []
+    for (t0, _), (t1, u) in zip(smi, smi[1:], strict=False):
+        if t0 < start or t1 > trace[-1][0]:
+            continue
+        i = max(0, bisect.bisect_right(times, (t0 + t1) / 2) - 1)
+        rows.append((u, changes[i][1]))
+    if not rows:
+        return {}
+    names = ("shared_holders", "timing_holders", "announced", "waiting_for_memory")
+    bands = {}
+    for lo, hi in BANDS:
+        got = [c for u, c in rows if lo <= u < hi]
+        if got:
+            bands[f"{lo}-{min(hi, 100)}%"] = {"samples": len(got), **{n: round(sum(c[k] for c in got) / len(got), 2)
+                                                                     for k, n in enumerate(names)}}
+    return {"after_s": after_s, "utilisation": round(sum(u for u, _ in rows) / len(rows), 1), "bands": bands}
+
+
 def analyse(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[float, int]]) -> dict:
     changes = state_changes(trace)
     if not changes or len(smi) < 2:
@@ -202,11 +274,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", type=Path, required=True)
     ap.add_argument("--smi", type=Path, required=True)
+    ap.add_argument("--budget", type=Path, help="the OPSYNTH_BUDGET_TRACE file of the same call: memory waits too")
+    ap.add_argument("--after", type=float, default=60.0, help="seconds past the first lock event the occupancy "
+                    "table starts (the start left out)")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    trace, smi = read_trace(args.trace), read_smi(args.smi)
     res = {"label": args.label, "command": "benchmarks/lock_trace.py " + " ".join(sys.argv[1:] if argv is None else argv),
-           **analyse(read_trace(args.trace), read_smi(args.smi))}
+           **analyse(trace, smi),
+           "occupancy": occupancy(trace, smi, read_budget_waits(args.budget) if args.budget else [], args.after)}
     print(f"{args.label or args.trace}: utilisation {res['utilisation']}% over {res['span_s']} s between the first "
           f"and last lock event; idle {res['idle_s']} GPU-s")
     print(f"{'state':10} {'seconds':>8} {'share':>6} {'idle s':>7} {'util when filling':>18}")
@@ -223,6 +300,13 @@ def main(argv: list[str] | None = None) -> None:
     if e["n"]:
         print(f"drains: {e['n']}, {e['total_s']} s, p50 {e['p50_s']} s, p90 {e['p90_s']} s, max {e['max_s']} s; "
               f"{e['over_1s']} over 1 s ({e['over_1s_total_s']} s)")
+    occ = res["occupancy"]
+    if occ:
+        print(f"after the first {occ['after_s']:g} s: utilisation {occ['utilisation']}%; workers per sample by its "
+              "utilisation (shared holders / timing / announced / waiting for memory):")
+        for band, v in occ["bands"].items():
+            print(f"  {band:8} {v['samples']:5} samples: {v['shared_holders']} / {v['timing_holders']} / "
+                  f"{v['announced']} / {v['waiting_for_memory']}")
     if args.out:
         args.out.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {args.out}")

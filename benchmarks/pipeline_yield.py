@@ -46,6 +46,9 @@ def reason_kind(reason: str) -> str:
 
 
 STEADY_AFTER_S = 60.0  # the workers' start (imports, first compiles) lies within a call's first minute
+# the run's tail (no task left to start: the last ones finish one by one, workers exit) lies within its last 30 s of
+# busy samples (call 57: 76%, 59% and 8% in its last three 20-s bins against 81-97% before)
+TAIL_S = 30.0
 
 
 def _smi_time(stamp: str) -> float | None:
@@ -58,8 +61,9 @@ def _smi_time(stamp: str) -> float | None:
 
 def smi_utilisation(path: Path | None) -> dict | None:
     """Mean GPU utilisation over the samples between the first and last busy one (start-up and tail idle
-    are the run's, not the GPU's, so they are reported apart), and over that span less its first minute (the
-    steady state, where timestamps say when a sample was taken; of one call's file only)."""
+    are the run's, not the GPU's, so they are reported apart), over that span less its first minute, and less its
+    last TAIL_S seconds as well (the steady state: what a run of many calls' length holds, where start and tail
+    weigh nothing; where timestamps say when a sample was taken; of one call's file only)."""
     if not path or not path.exists():
         return None
     vals, mem, when = [], [], []
@@ -76,12 +80,17 @@ def smi_utilisation(path: Path | None) -> dict | None:
     span = slice(busy[0], busy[-1] + 1) if busy else slice(None)
     inner, used = vals[span], sorted(mem[span])
     start = when[span][0]
+    end = when[span][-1]
     steady = [v for v, t in zip(inner, when[span], strict=True)
               if start is not None and t is not None and t - start >= STEADY_AFTER_S]
+    middle = [v for v, t in zip(inner, when[span], strict=True)
+              if start is not None and end is not None and t is not None and STEADY_AFTER_S <= t - start
+              and end - t >= TAIL_S]
     # device memory in use over the busy span (MiB): how full the card really is while the budget admits tasks
     q = {f"memory_used_mib_q{p}": used[min(len(used) - 1, p * len(used) // 100)] for p in (10, 50, 90)}
     return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner),
             "mean_after_first_minute": round(statistics.mean(steady), 1) if steady else None,
+            "mean_steady_state": round(statistics.mean(middle), 1) if middle else None,
             **q, "memory_used_mib_max": used[-1]}
 
 
@@ -338,8 +347,10 @@ def main() -> None:
     if result["gpu_utilisation"]:
         u = result["gpu_utilisation"]
         steady = u["mean_after_first_minute"]
+        middle = u.get("mean_steady_state")
         print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and "
-              f"last busy{f', {steady:.1f}% after its first minute' if steady is not None else ''}")
+              f"last busy{f', {steady:.1f}% after its first minute' if steady is not None else ''}"
+              f"{f', {middle:.1f}% without its last {TAIL_S:g} s too (steady state)' if middle is not None else ''}")
     if result["worker_time_per_task_s"]:
         b = result["worker_time_per_task_s"]
         print("worker time per task (s): " + ", ".join(f"{k} {b[k]}" for k in WAITS)

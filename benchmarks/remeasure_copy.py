@@ -51,11 +51,19 @@ def select_tasks(run: Path, index: str | None, ids: str | None) -> tuple[int, in
     return a, b, chosen
 
 
-def remeasure_copy(run: Path, out: Path, gone: set[str]) -> int:
+def remeasure_copy(run: Path, out: Path, gone: set[str], to_profile: bool = True) -> int:
     """Copy `run` to `out` without the measurements of the tasks `gone` (select_tasks names them); how many were
-    removed."""
+    removed. A copy `to_profile` is refused while other tasks of `run` are unmeasured."""
     if out.exists():
         sys.exit(f"error: {out} exists; give a new folder for the copy")
+    tasks = [r["task_id"] for r in RunDir(run).read_rows("tasks", ["task_id"])]
+    measured = {r["task_id"] for r in RunDir(run).read_rows("measurements", ["task_id"])}
+    if to_profile and (pending := [i for i, t in enumerate(tasks) if t not in measured and t not in gone]):
+        # the copy's profile would measure those too, and first (it takes pending tasks in order): call 56's arms
+        # measured tasks 31,700 on when asked for 32,700-33,699, and none of the asked ones before their time ran out
+        sys.exit(f"error: {run} has {len(pending)} unmeasured tasks besides the chosen ones (the first at index "
+                 f"{pending[0]}); the copy's profile would measure them first: choose --index from {pending[0]} or "
+                 "profile the run up to there first")
     shutil.copytree(run, out)
     rd, removed = RunDir(out), 0
     for k in rd.done_shards("measurements"):
@@ -102,7 +110,7 @@ def main() -> None:
     ap.add_argument("--rows", type=Path, help="measurement rows kept from an earlier re-measure of those tasks")
     a = ap.parse_args()
     first, end, chosen = select_tasks(a.run, a.index, a.ids)
-    n = remeasure_copy(a.run, a.out, chosen)
+    n = remeasure_copy(a.run, a.out, chosen, to_profile=not a.rows)  # with --rows nothing is profiled
     if a.rows:
         back = restore_rows(a.out, pq.read_table(a.rows).to_pylist())
         print(f"{a.out}: {n} measurements of tasks {first}-{end} replaced by {back} rows of {a.rows}; run `opsynth "

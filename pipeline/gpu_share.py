@@ -50,7 +50,8 @@ class GpuLock:
         self.gather_s_spent = 0.0  # part of wait_exclusive_s: waiting for others to come to time (gather_s)
         self._since = 0.0
         # OPSYNTH_LOCK_TRACE=FILE: every worker appends each change of its hold there (when, who, what: `want`
-        # exclusive, the gate closes for new shared holders; `hold`/`free` shared or exclusive), so the seconds
+        # exclusive, the gate closes for new shared holders, `unwant` when it opens without a timed run; `hold`/`free`
+        # shared or exclusive), so the seconds
         # nvidia-smi reads idle can be laid beside who held the GPU then (benchmarks/lock_trace.py)
         self.trace = os.environ.get("OPSYNTH_LOCK_TRACE") or None
         self.pid = os.getpid()
@@ -167,6 +168,8 @@ class GpuLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             if (self.mode == "exclusive" or self._announced_here) and self.intent is not None and not keep_announced:
                 fcntl.flock(self.intent, fcntl.LOCK_UN)
+                if self._announced_here and self.mode == "shared":
+                    self._trace("unwant", "exclusive")  # announced, then gave up before timing (the task failed)
                 self._announced_here = False
         self.mode = None
 

@@ -412,14 +412,20 @@ def _lock_trace_module():
     return lock_trace
 
 
+def _traced_locks(tmp_path, monkeypatch, *names: str):
+    """Phase locks on one GPU lock file, each named in the OPSYNTH_LOCK_TRACE file they write (returned first)."""
+    trace = tmp_path / "lock.trace"
+    monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
+    locks = [_phase_lock(str(tmp_path / "gpu.lock")) for _ in names]
+    for lock, name in zip(locks, names, strict=True):
+        lock.pid = name
+    return trace, locks
+
+
 def test_the_lock_trace_records_who_held_the_gpu_and_reads_back_as_states(tmp_path, monkeypatch):
     """OPSYNTH_LOCK_TRACE: a shared holder, a timer that announces and waits for it (drain), then times alone;
     benchmarks/lock_trace.py reads the lines back as shared -> drain -> timing -> none."""
-    trace = tmp_path / "lock.trace"
-    monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
-    path = str(tmp_path / "gpu.lock")
-    holder, timer = _phase_lock(path), _phase_lock(path)
-    holder.pid, timer.pid = "holder", "timer"
+    trace, (holder, timer) = _traced_locks(tmp_path, monkeypatch, "holder", "timer")
     holder.acquire(label="checks")
     _, done = _in_thread(lambda: (timer.acquire(exclusive=True, label="timing"), time.sleep(0.1), timer.release()))
     time.sleep(0.2)
@@ -515,3 +521,48 @@ def test_an_announcement_ends_with_a_hold_released_before_timing(tmp_path):
     idle = _phase_lock(path)
     idle.announce()
     assert idle.mode is None and not idle._announced()
+
+
+def test_an_announcement_from_a_shared_hold_reads_back_as_a_drain_and_a_given_up_one_ends_it(tmp_path, monkeypatch):
+    """The trace of warm-ups in the drain: `want` while the worker still holds the GPU shared (the drain includes
+    its own warm-up), then its timed hold; a worker that gives up after announcing writes `unwant`, and the state
+    is shared again, not a drain that never ends."""
+    trace, (timer, failing) = _traced_locks(tmp_path, monkeypatch, "timer", "failing")
+    timer.acquire(label="warm")
+    timer.announce(label="warm")
+    timer.acquire(exclusive=True, label="timing")
+    timer.release()
+    failing.acquire(label="warm")
+    failing.announce(label="warm")
+    failing.release()
+    lt = _lock_trace_module()
+    rows = lt.read_trace(trace)
+    assert [(who, ev, mode) for _, who, ev, mode, _ in rows] == [
+        ("timer", "hold", "shared"), ("timer", "want", "exclusive"), ("timer", "free", "shared"),
+        ("timer", "hold", "exclusive"), ("timer", "free", "exclusive"),
+        ("failing", "hold", "shared"), ("failing", "want", "exclusive"), ("failing", "free", "shared"),
+        ("failing", "unwant", "exclusive")]
+    # times one apart, so each change is a state of its own
+    rows = [(float(k), *r[1:]) for k, r in enumerate(rows)]
+    states = [s for _, s, _ in lt.state_changes(rows)]
+    assert states == ["shared", "drain", "handover", "timing", "none", "shared", "drain", "handover", "none"]
+
+
+def test_occupancy_counts_the_workers_on_the_gpu_per_utilisation_band():
+    """Two shared holders, then one timing alone, while the GPU is full; while it idles, one holder, a worker that
+    announced and one waiting for memory; the first `after` seconds are left out."""
+    lt = _lock_trace_module()
+    trace = [(100.0, "a", "hold", "shared", "eager"), (100.0, "b", "hold", "shared", "eager"),
+             (102.0, "b", "free", "shared", "eager"), (103.0, "c", "want", "exclusive", "timing"),
+             (104.0, "a", "free", "shared", "eager"), (104.0, "c", "hold", "exclusive", "timing"),
+             (106.0, "c", "free", "exclusive", "timing")]
+    budget = [(102.5, "b", True), (104.5, "b", False)]
+    # a sample reads the half second that ends at it: 100-102 full, 102-104 at 20%, 104-106 at 95%
+    smi = [(100.0 + 0.5 * k, u) for k, u in enumerate([0, 100, 100, 100, 100, 20, 20, 20, 20, 95, 95, 95, 95])]
+    occ = lt.occupancy(trace, smi, budget, after_s=1.0)
+    assert occ["utilisation"] == (2 * 100 + 4 * 20 + 4 * 95) / 10
+    full, idle = occ["bands"]["95-100%"], occ["bands"]["0-50%"]
+    assert full["samples"] == 6 and idle["samples"] == 4 and set(occ["bands"]) == {"95-100%", "0-50%"}
+    assert full["shared_holders"] == round(2 * 2 / 6, 2) and full["timing_holders"] == round(4 / 6, 2)
+    assert full["waiting_for_memory"] == round(1 / 6, 2) and full["announced"] == 0
+    assert idle["shared_holders"] == 1.0 and idle["announced"] == 0.5 and idle["waiting_for_memory"] == 0.75

@@ -4,6 +4,7 @@ measures exactly the rest; a measurement shard written before the run grew keeps
 import dataclasses
 
 import pyarrow.parquet as pq
+import pytest
 
 from pipeline.config import load_preset
 from pipeline.schema import TASKS, conform
@@ -366,5 +367,47 @@ def test_pipeline_yield_reads_the_steady_state_apart_from_the_start(tmp_path):
     u = smi_utilisation(path)
     assert u["mean_after_first_minute"] == 90.0
     assert 50 < u["mean_busy_span"] < 60
+    assert u["mean_steady_state"] == 90.0  # busy to the end: no tail to leave out
     path.write_text("\n".join(line.replace("2026/12/02 ", "") for line in lines) + "\n")  # no dates: no steady figure
-    assert smi_utilisation(path)["mean_after_first_minute"] is None
+    assert smi_utilisation(path)["mean_after_first_minute"] is None and smi_utilisation(path)["mean_steady_state"] is None
+
+
+def test_pipeline_yield_leaves_the_tail_out_of_the_steady_state(tmp_path):
+    """The last TAIL_S seconds of the busy span (the last tasks finishing) count after the first minute, not in the
+    steady state."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import TAIL_S, smi_utilisation
+
+    lines = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    n = 360  # 180 s at 500 ms: 60 s start, 90 s busy, a tail of TAIL_S at 10%
+    tail_from = n - int(2 * TAIL_S)
+    for k in range(n):
+        util = 30 if k < 120 else 90 if k < tail_from else 10
+        lines.append(f"2026/12/02 09:{k // 120:02d}:{(k % 120) // 2:02d}.{500 * (k % 2):03d}, 0, {util} %, 1000 MiB")
+    path = tmp_path / "smi.csv"
+    path.write_text("\n".join(lines) + "\n")
+    u = smi_utilisation(path)
+    assert u["mean_steady_state"] == 90.0
+    assert u["mean_after_first_minute"] == round((90 * (tail_from - 120) + 10 * (n - tail_from)) / (n - 120), 1)
+
+
+def test_a_remeasure_copy_refuses_a_run_with_other_unmeasured_tasks(tmp_path, tanh_tasks):
+    """The copy's profile takes pending tasks in order: with tasks of the run unmeasured outside the chosen ones it
+    would measure those first, so the copy is refused with one line naming where they start, and none is made."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from remeasure_copy import remeasure_copy, select_tasks
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(5))
+    profile.run(rd, cfg)
+    copy = tmp_path / "copy"
+    remeasure_copy(rd.path, copy, select_tasks(rd.path, "3:5", None)[2])  # 3 and 4 unmeasured in the copy
+    with pytest.raises(SystemExit, match="unmeasured tasks besides the chosen ones .the first at index 3."):
+        remeasure_copy(copy, tmp_path / "copy2", select_tasks(copy, "4:5", None)[2])
+    assert not (tmp_path / "copy2").exists()
+    assert remeasure_copy(copy, tmp_path / "copy3", select_tasks(copy, "3:5", None)[2]) == 0  # the pending ones: fine
