@@ -249,7 +249,10 @@ def reservation_retries(rows: list[dict]) -> dict:
     measured since measurements record it (`reservation_retry`), with the first few reasons."""
     known = [r for r in rows if r.get("reservation_retry") is not None]  # "" once recorded, None before
     retried = [r for r in known if r.get("reservation_retry")]
-    return {"tasks_recorded": len(known), "retried": len(retried),
+    # "7.00 GiB: oom in compiled-run: ..." names the step the first attempt ran out in (older rows: "oom: ...")
+    steps = Counter(m.group(1) if (m := re.match(r"[\d.]+ GiB: (timing alloc retries|\w+(?: in [\w-]+)?)",
+                                                  r["reservation_retry"])) else "other" for r in retried)
+    return {"tasks_recorded": len(known), "retried": len(retried), "by_step": dict(steps.most_common()),
             "examples": [f"{r['task_id']}: {r['reservation_retry'][:200]}" for r in retried[:3]]}
 
 

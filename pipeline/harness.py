@@ -494,6 +494,7 @@ class Harness:
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
         self.retrying = False
+        self.lock.label = ""  # the step names what this task did, not the last one
         m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
         first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
         if self._outgrew_reservation(m):
@@ -502,7 +503,9 @@ class Harness:
             # whole GPU instead drained every worker for each retry: 0.70 GPU-s per task instead of 0.44 on the
             # H200, call 7.)
             self.retrying = True
-            first = (f"{m['status']}: {m['error']}" if m["status"] != "ok"
+            # the step the first attempt was in when it failed (the GPU lock's last label: eager, compiled-run,
+            # compile-check, timing...) says which part of a task its reservation misses
+            first = (f"{m['status']} in {self.lock.label or 'setup'}: {m['error']}" if m["status"] != "ok"
                      else f"timing alloc retries {m.get('timing_alloc_retries')}")
             m = self._attempt(task, dict(base), self.task_cap)
             m["reservation_retry"] = f"{first_cap / 2**30:.2f} GiB: {first}"[:300]

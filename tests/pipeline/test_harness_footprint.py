@@ -48,9 +48,11 @@ def test_an_unpredicted_peak_reserves_the_filters_cap_not_the_whole_worker():
     assert _harness(0, 8)._footprint(None) == 0  # no budget at all (CPU): nothing to reserve
 
 
-def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float = 26) -> tuple[Harness, list[int]]:
+def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float = 26,
+                      step: str = "") -> tuple[Harness, list[int]]:
     """A CPU harness whose first attempt returns `first` under a reservation of reserved_gib (as a GPU worker with a
-    memory budget would), and whose second returns a clean measurement; the reservation of each attempt is kept."""
+    memory budget would), having last held the GPU lock for `step`, and whose second returns a clean measurement;
+    the reservation of each attempt is kept."""
     from pipeline.gpu_share import GpuLock, MemoryBudget
 
     h = _harness(task_cap_gib, 8)
@@ -62,6 +64,7 @@ def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float 
 
     def attempt(task, m, reserve):
         reserves.append(reserve)
+        h.lock.label = step if len(reserves) == 1 else "timing"
         return {**m, **(first if len(reserves) == 1 else {"status": "ok", "timing_alloc_retries": 0})}
 
     h._attempt, h._footprint = attempt, lambda *a, **k: int(reserved_gib * GIB)
@@ -76,9 +79,13 @@ def test_timing_disturbed_by_allocator_retries_is_measured_again_with_the_worker
 
 
 def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
-    h, reserves = _retrying_harness({"status": "oom", "error": "CUDA out of memory"})
+    h, reserves = _retrying_harness({"status": "oom", "error": "CUDA out of memory"}, step="compiled-run")
     m = h.profile({"task_id": "t"})
-    assert m["status"] == "ok" and len(reserves) == 2 and m["reservation_retry"] == "7.00 GiB: oom: CUDA out of memory"
+    assert m["status"] == "ok" and len(reserves) == 2
+    assert m["reservation_retry"] == "7.00 GiB: oom in compiled-run: CUDA out of memory"  # where it ran out
+    h.lock.label = "timing"  # the last task's step is not this one's
+    h._attempt = lambda task, m, reserve: {**m, "status": "oom", "error": "CUDA out of memory"}
+    assert h.profile({"task_id": "u"})["reservation_retry"] == "7.00 GiB: oom in setup: CUDA out of memory"
     h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 0})
     assert h.profile({"task_id": "t"})["reservation_retry"] == ""  # recorded: not run again
     assert len(reserves) == 1  # nothing to retry

@@ -296,9 +296,13 @@ def test_pipeline_yield_counts_reservation_retries_only_where_rows_record_them()
     from pipeline_yield import reservation_retries
 
     rows = [{"task_id": "old"}, {"task_id": "old2", "reservation_retry": None},  # measured before the column
-            {"task_id": "a", "reservation_retry": ""}, {"task_id": "b", "reservation_retry": "7.00 GiB: oom: CUDA"}]
+            {"task_id": "a", "reservation_retry": ""}, {"task_id": "b", "reservation_retry": "7.00 GiB: oom: CUDA"},
+            {"task_id": "c", "reservation_retry": "6.20 GiB: oom in compiled-run: CUDA out of memory"},
+            {"task_id": "d", "reservation_retry": "5.00 GiB: oom in compiled-run: CUDA"},
+            {"task_id": "e", "reservation_retry": "5.00 GiB: timing alloc retries 2"}]
     got = reservation_retries(rows)
-    assert got["tasks_recorded"] == 2 and got["retried"] == 1 and got["examples"] == ["b: 7.00 GiB: oom: CUDA"]
+    assert got["tasks_recorded"] == 5 and got["retried"] == 4 and got["examples"][0] == "b: 7.00 GiB: oom: CUDA"
+    assert got["by_step"] == {"oom in compiled-run": 2, "oom": 1, "timing alloc retries": 1}
 
 
 def test_pipeline_yield_names_the_first_compiled_runs_that_held_the_gpu_longest():
