@@ -368,6 +368,7 @@ class Harness:
         self.budget = MemoryBudget(None, 0, notify)
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
+        self.measured_need: tuple[int, int] | None = None
         self.regrow_wait_s = 0.0
         self.kernels: KernelWarmup | None = KernelWarmup()  # the pointwise operators this worker has run once, unlocked, before a task
         self.warm_compiled = False  # whether warm() compiled (a replacement does not)
@@ -443,6 +444,7 @@ class Harness:
             # for the checks (x0 is dropped before any further draw, so that is the most they hold at once);
             # changed without waiting, since waiting while holding memory could deadlock
             out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
+            self.measured_need = (m["peak_memory_bytes"], out_bytes)  # what the compiled phase's share is sized on
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
                 self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
         t0, host0 = time.perf_counter(), time.thread_time()
@@ -494,6 +496,7 @@ class Harness:
                                 "device": "cuda" if self.cuda else "cpu", "gpu": self.gpu,
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
         self.retrying = False
+        self.measured_need = None  # (eager peak, output bytes) once the task's quick run measured them
         self.lock.label = ""  # the step names what this task did, not the last one
         m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
         first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
@@ -587,10 +590,18 @@ class Harness:
 
         def leave() -> None:
             t0 = time.perf_counter()
-            self._reserve(full.pop(), wait=True)
+            self._reserve(max(full.pop(), self._compiled_footprint()), wait=True)
             self.regrow_wait_s += time.perf_counter() - t0
 
         return enter, leave
+
+    def _compiled_footprint(self) -> int:
+        """The share of the compiled phase with profile.reserve_margin_compiled (0 when it is off or nothing was
+        measured): a compiled graph may need more than the eager forward's peak."""
+        margin, need = self.s.profile.reserve_margin_compiled, self.measured_need
+        if not (margin and need and need[0]):
+            return 0
+        return min(self.task_cap, int(margin * (need[0] + need[1]) + self.s.profile.reserve_slack_gb * 2**30))
 
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with

@@ -14,6 +14,7 @@ def _harness(task_cap_gib: float, max_peak_gb: float, **profile) -> Harness:
     h.s = WorkerSettings.from_config(Config(filter=FilterSection(max_peak_memory_gb=max_peak_gb),
                                             profile=ProfileSection(**profile)))
     h.task_cap = int(task_cap_gib * GIB)
+    h.measured_need = None
     return h
 
 
@@ -94,3 +95,35 @@ def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
     h, reserves = _retrying_harness({"status": "crashed", "timing_alloc_retries": 1})
     h.profile({"task_id": "t"})
     assert len(reserves) == 1  # only a want of memory is retried
+
+
+@pytest.mark.parametrize(("margin", "grows_to_gib"), [(0.0, 5.0), (1.5, 1.5 * 4 + 0.25), (9.0, 26.0)])
+def test_the_compiled_phase_grows_back_to_its_own_margin_when_one_is_set(monkeypatch, margin, grows_to_gib):
+    """After compiling, a task's share grows back to what it held before (5 GiB here), or with
+    reserve_margin_compiled to that margin over the measured peak and output (3 + 1 GiB), whichever is larger and
+    never over the worker's cap; 0 keeps the measured margin throughout."""
+    import torch
+
+    from pipeline.gpu_share import MemoryBudget
+
+    h = _harness(26, 8, reserve_slack_gb=0.25, reserve_margin_compiled=margin)
+    h.cuda, h.retrying, h.regrow_wait_s, h.device = True, False, 0.0, torch.device("cpu")
+    h.budget = MemoryBudget(None, 0, lambda _: None)
+    h.budget.fd, h.budget.reserved = -1, 5 * GIB
+    h.measured_need = (3 * GIB, GIB)
+    reserves: list[int] = []
+    monkeypatch.setattr(h, "_reserve", lambda nbytes, wait=True: reserves.append(nbytes))
+    monkeypatch.setattr(h, "_empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: GIB)
+    enter, leave = h._compile_hooks()
+    enter()
+    leave()
+    assert reserves == [GIB + 512 * 2**20, int(grows_to_gib * GIB)]  # shrunk to what is alive, then grown back
+
+
+def test_a_compiled_margin_under_one_is_refused_and_zero_is_off(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[profile]\nreserve_margin_compiled = 0.5\n")
+    with pytest.raises(ConfigError, match="reserve_margin_compiled must be 0 .off. or >= 1"):
+        load_file(cfg)
+    assert _harness(26, 8)._compiled_footprint() == 0  # off by default

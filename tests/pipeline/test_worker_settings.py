@@ -31,6 +31,8 @@ def _other(name: str, value):
         return 1e-4
     if name == "compile_backend":
         return "aot_eager"
+    if name == "reserve_margin_compiled":  # 0 (off) or >= 1
+        return 1.3
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
