@@ -221,10 +221,18 @@ def _incomplete(manifest: dict[str, Any]) -> list[str]:
     missing = not_done(manifest)
     if not missing:
         return []
+    said = []
+    if any(v == "not run" for v in missing.values()):
+        said.append("the columns of a stage that did not run are null, and the tasks it would have dropped are "
+                    "still in")
+    if any(v.startswith("partial") for v in missing.values()):
+        # a task no verdict covers is not accepted: a growing run published midway leaves its newest tasks out
+        said.append("the tasks a partial stage has not reached are left out (counted as sampled, not published)")
+    if any(v.startswith("stale") for v in missing.values()):
+        said.append("a stale stage's verdicts predate the data they judged")
     return ["", "**Incomplete release: published before every stage was done** ("
-            + "; ".join(f"{s} {v}" for s, v in missing.items())
-            + "). The columns of a stage that did not run are null, and the tasks it would have dropped are still "
-            "in; the steps below say which checks were applied."]
+            + "; ".join(f"{s} {v}" for s, v in missing.items()) + "). "
+            + "; ".join(said)[:1].upper() + "; ".join(said)[1:] + "; the steps below say which checks were applied."]
 
 
 def _comparison(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:

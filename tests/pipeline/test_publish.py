@@ -304,6 +304,23 @@ def test_partial_and_stale_stages_are_named(tmp_path: Path):
         publish(rd, tmp_path / "out")
 
 
+def test_a_growing_run_published_midway_leaves_its_unprofiled_tasks_out_and_says_so(tmp_path: Path):
+    """Task 3 is sampled but not profiled yet, so neither the filter nor dedupe judged it, as in a run grown after its
+    last profile call: it is not published, and the card says so, not that dropped tasks are still in."""
+    import pyarrow.parquet as pq
+
+    rd = make_run(tmp_path, n=4, keep_all=True)
+    rd.write_shard("measurements", 0, [_measurement(i) for i in range(3)], MEASUREMENTS)
+    for stage in ("filter", "dedupe"):
+        rd.write_verdicts(stage, [{"task_id": f"{i:016x}", "keep": True, "reason": ""} for i in range(3)])
+    out = publish(rd, tmp_path / "midway", allow_incomplete=True)
+    readme = (out / "README.md").read_text()
+    assert "profile partial (3 of 4 tasks)" in readme and "a partial stage has not reached are left out" in readme
+    assert "would have dropped are still in" not in readme  # no stage was skipped
+    published = {r["task_id"] for r in pq.read_table(out / "data").to_pylist()}
+    assert published == {f"{i:016x}" for i in range(3)}
+
+
 def test_complete_run_publishes_without_the_flag(tmp_path: Path):
     out = publish(make_run(tmp_path), tmp_path / "out")
     m = json.loads((out / "manifest.json").read_text())
