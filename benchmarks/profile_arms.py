@@ -117,6 +117,9 @@ def main() -> None:
            "index": a.index, "ids": sorted(ids) if a.ids else None, "runs": runs,
            **compare(measured, {r["arm"]: r["workers"] or 1 for r in runs})}
     (a.out / "arms.json").write_text(json.dumps(res, indent=1) + "\n")
+    if not res["tasks"]:
+        sys.exit(f"error: no task of --index/--ids was measured by every arm (wrote {a.out / 'arms.json'}); give the "
+                 "arms more --max-seconds or fewer tasks")
     for r in res["arms"]:
         e, c = r["eager_over_first"], r["compile_over_first"]
         print(f"{r['arm']:<16} wall/task {r['wall_s']:.3f} s, /{r['workers']} workers {r['s_per_task_at_full_occupancy']:.4f}"

@@ -415,3 +415,23 @@ def test_a_remeasure_copy_refuses_a_run_with_other_unmeasured_tasks(tmp_path, ta
         remeasure_copy(copy, tmp_path / "copy2", select_tasks(copy, "4:5", None)[2])
     assert not (tmp_path / "copy2").exists()
     assert remeasure_copy(copy, tmp_path / "copy3", select_tasks(copy, "3:5", None)[2]) == 0  # the pending ones: fine
+
+
+def test_profile_arms_that_measured_nothing_in_common_say_so_in_one_line(tmp_path, tanh_tasks):
+    """An arm stopped before it finished any of the chosen tasks: the script ends on one error line (it raised a
+    TypeError formatting the missing figures before), arms.json kept."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(3))
+    profile.run(rd, cfg)
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_arms.py"
+    out = tmp_path / "arms"
+    r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--index", "0:3", "--out", str(out),
+                        "--arm", "base", "--workers", "1", "--max-seconds", "0.01"],
+                       capture_output=True, text=True, timeout=300)
+    # (the arm's own profile, interrupted while it starts, may print above it)
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1].startswith("error: no task of --index/--ids was measured by every arm")
+    assert (out / "arms.json").exists()
