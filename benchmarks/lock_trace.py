@@ -67,12 +67,12 @@ def read_smi(path: Path) -> list[tuple[float, int]]:
     return out
 
 
-def state_changes(rows: list[tuple[float, str, str, str, str]]) -> list[tuple[float, str, tuple[str, ...]]]:
-    """(time, state from then on, the steps of the shared holders then) each time either changes."""
+def _holders(rows: list[tuple[float, str, str, str, str]]):
+    """After each line: (time, shared holders -> step, exclusive holders, workers announced and not yet holding the
+    GPU alone; an announcement may be made from a shared hold). The same objects, changed in place."""
     shared: dict[str, str] = {}
     exclusive: set[str] = set()
-    waiting: set[str] = set()  # announced, not yet holding
-    out: list[tuple[float, str, tuple[str, ...]]] = []
+    waiting: set[str] = set()
     for t, who, event, mode, step in rows:
         if event == "want":
             waiting.add(who)
@@ -87,6 +87,13 @@ def state_changes(rows: list[tuple[float, str, str, str, str]]) -> list[tuple[fl
             exclusive.discard(who)
         else:
             shared.pop(who, None)
+        yield t, shared, exclusive, waiting
+
+
+def state_changes(rows: list[tuple[float, str, str, str, str]]) -> list[tuple[float, str, tuple[str, ...]]]:
+    """(time, state from then on, the steps of the shared holders then) each time either changes."""
+    out: list[tuple[float, str, tuple[str, ...]]] = []
+    for t, shared, exclusive, waiting in _holders(rows):
         if exclusive:
             state = "timing"
         elif waiting:
@@ -173,38 +180,26 @@ def occupancy(trace: list[tuple[float, str, str, str, str]], smi: list[tuple[flo
     """Who the workers were while the GPU idled: over the nvidia-smi samples from `after_s` seconds past the first
     lock event on (the start left out), per utilisation band the mean number of workers holding the GPU shared,
     holding it alone, announced to time and waiting for memory (the rest compile or do other host work)."""
-    events = [(t, who, ("lock", event, mode)) for t, who, event, mode, _ in trace]
-    events += [(t, who, ("mem", waiting)) for t, who, waiting in budget]
-    events.sort(key=lambda e: e[0])
-    holding: dict[str, str] = {}  # worker -> shared | exclusive
-    announced: set[str] = set()  # announced to time, not yet holding the GPU alone (it may hold it shared meanwhile)
-    mem_wait: set[str] = set()
-    changes: list[tuple[float, tuple[int, int, int, int]]] = []
-    for t, who, what in events:
-        if what[0] == "mem":
-            (mem_wait.add if what[1] else mem_wait.discard)(who)
-        elif what[1] == "want":
-            announced.add(who)
-        elif what[1] == "unwant":
-            announced.discard(who)
-        elif what[1] == "hold":
-            holding[who] = what[2]
-            if what[2] == "exclusive":
-                announced.discard(who)
-        else:
-            holding.pop(who, None)
-        n_shared = sum(v == "shared" for v in holding.values())
-        changes.append((t, (n_shared, len(holding) - n_shared, len(announced), len(mem_wait))))
-    if not changes:
+    if not trace:
         return {}
+    lock = [(t, (len(shared), len(exclusive), len(waiting))) for t, shared, exclusive, waiting in _holders(trace)]
+    mem_wait: set[str] = set()
+    mem = []
+    for t, who, waiting in budget:
+        (mem_wait.add if waiting else mem_wait.discard)(who)
+        mem.append((t, len(mem_wait)))
+
+    def at(changes: list, t: float, none: object) -> object:  # the counts after the last change at or before t
+        i = bisect.bisect_right(changes, t, key=lambda c: c[0]) - 1
+        return changes[i][1] if i >= 0 else none
+
     start = trace[0][0] + after_s
-    times = [c[0] for c in changes]
     rows = []
     for (t0, _), (t1, u) in zip(smi, smi[1:], strict=False):
         if t0 < start or t1 > trace[-1][0]:
             continue
-        i = max(0, bisect.bisect_right(times, (t0 + t1) / 2) - 1)
-        rows.append((u, changes[i][1]))
+        mid = (t0 + t1) / 2
+        rows.append((u, (*at(lock, mid, (0, 0, 0)), at(mem, mid, 0))))
     if not rows:
         return {}
     names = ("shared_holders", "timing_holders", "announced", "waiting_for_memory")

@@ -601,21 +601,25 @@ class Harness:
         margin, need = self.s.profile.reserve_margin_compiled, self.measured_need
         if not (margin and need and need[0]):
             return 0
-        return min(self.task_cap, int(margin * (need[0] + need[1]) + self.s.profile.reserve_slack_gb * 2**30))
+        return self._footprint(*need, measured=True, margin=margin)
 
-    def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False) -> int:
+    def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False,
+                   margin: float | None = None) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with
         profile.reserve_margin_measured for the compiled graph's own buffers and allocator slack; before the first
         forward, the sampler's prediction with reserve_margin_predicted; reserve_slack_gb beside either; when
         nothing predicts the peak (imported tasks), the filter's peak cap: a task that needs more is rejected for its
         peak anyway (the worker's whole cap, 3x the filter's, let only about four such tasks run at once). A task that
-        outgrows its share is retried with the whole cap."""
+        outgrows its share is retried with the whole cap. `margin` replaces the measured one (the compiled phase's)."""
         if not self.task_cap:
             return 0
         p = self.s.profile
         if not peak:
             return min(self.task_cap, int((self.s.filter.max_peak_memory_gb + p.reserve_slack_gb) * 2**30))
-        need = p.reserve_margin_measured * (peak + out_bytes) if measured else p.reserve_margin_predicted * peak
+        if measured:
+            need = (margin or p.reserve_margin_measured) * (peak + out_bytes)
+        else:
+            need = p.reserve_margin_predicted * peak
         return min(self.task_cap, int(need + p.reserve_slack_gb * 2**30))
 
     def _device_ctx(self) -> Any:
