@@ -88,7 +88,11 @@ def smi_utilisation(path: Path | None) -> dict | None:
               and end - t >= TAIL_S]
     # device memory in use over the busy span (MiB): how full the card really is while the budget admits tasks
     q = {f"memory_used_mib_q{p}": used[min(len(used) - 1, p * len(used) // 100)] for p in (10, 50, 90)}
-    return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner),
+    # the call's start and end seen from the GPU: seconds before its first busy sample and after its last
+    edges = {}
+    if busy and None not in (when[0], when[-1], start, end):
+        edges = {"seconds_before_first_busy": round(start - when[0], 1), "seconds_after_last_busy": round(when[-1] - end, 1)}
+    return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner), **edges,
             "mean_after_first_minute": round(statistics.mean(steady), 1) if steady else None,
             "mean_steady_state": round(statistics.mean(middle), 1) if middle else None,
             **q, "memory_used_mib_max": used[-1]}

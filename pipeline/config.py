@@ -93,6 +93,13 @@ class ProfileSection:
     # pay each worker's one-time compile cost (inductor and Triton imports, first kernels) at startup, before its
     # first task; false: in its first task's compile, which holds no lock, while the other workers use the GPU
     warm_worker: bool = True
+    # start workers as forks of one process that imported torch, Dynamo, inductor and the harness once
+    # (pipeline/fork_server.py): ready in the time a CUDA context takes instead of a fresh interpreter's imports;
+    # false: each worker is a fresh `python -m pipeline.harness`
+    fork_workers: bool = True
+    # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
+    # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
+    longest_first: bool = True
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True

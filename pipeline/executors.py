@@ -40,11 +40,16 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import Interrupted, OpsynthError
+from pipeline.fork_server import ForkedProc, ForkServer
 from pipeline.mps import MpsDaemon
 from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
 HARNESS = "pipeline.harness"
+# what the fork server imports before it forks a worker (profile.fork_workers): the harness, and what a first compile
+# imports when the workers compile
+PRELOAD = (HARNESS,)
+PRELOAD_COMPILE = ("torch._dynamo", "torch._inductor.compile_fx")
 STARTUP_TIMEOUT_S = 300.0  # torch import + CUDA context on a cold machine
 MAX_STARTUP_FAILURES = 3  # consecutive workers that die before `ready`: the environment is broken
 STOP_GRACE_S = 3.0  # after SIGTERM, before SIGKILL: gcc's driver removes its unfinished output on SIGTERM
@@ -82,13 +87,19 @@ class Executor:
 class _Worker:
     """One harness process: its pipes, its partial output line, the task it runs and that task's clock."""
 
-    def __init__(self, group: str, env: dict, cfg: dict, log_dir: Path, serial: int) -> None:
+    def __init__(self, group: str, env: dict, cfg: dict, log_dir: Path, serial: int,
+                 forks: ForkServer | None = None) -> None:
         self.group = group
         self.log_path = log_dir / f"worker-{group}-{serial}.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen([sys.executable, "-P", "-m", HARNESS], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self._log, env=env,
-                                     start_new_session=True)  # own process group: kill takes compilers too
+        self.proc: subprocess.Popen | ForkedProc | None = None
+        if forks is not None:
+            with contextlib.suppress(OSError):  # the server cannot fork one: a fresh interpreter instead
+                self.proc = forks.spawn(env, HARNESS, self._log)  # in its own session, as below
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-P", "-m", HARNESS], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._log, env=env,
+                                         start_new_session=True)  # own process group: kill takes compilers too
         self.buf = b""
         self.ready = False
         self.warm_compiled = False  # its ready message says it compiled in its warm-up
@@ -204,6 +215,27 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
+def worker_env() -> dict[str, str]:
+    """The environment every worker of this process starts from (the fork server's too): each adds its GPU, its
+    MPS folders and its thread count."""
+    env = dict(os.environ)
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
+    # freed blocks are returned to segments that grow and shrink, so a worker's reserved memory stays
+    # near what it allocated and the memory budget holds
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
+    """A fork server importing PRELOAD (profile.fork_workers), started now and not waited for: a caller with
+    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
+    if not settings.profile.fork_workers:
+        return None
+    return ForkServer(worker_env(), [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
+
+
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
                   replacement: bool = False) -> dict[str, Any]:
     """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `replacement`: it
@@ -216,7 +248,7 @@ class LocalExecutor(Executor):
     """Worker processes on this machine: `workers` per GPU on cuda, `workers` in all on cpu."""
 
     def __init__(self, device: str = "cpu", workers: int = 2, gpus: list[int] | list[str] | None = None,
-                 *, settings: WorkerSettings) -> None:
+                 *, settings: WorkerSettings, fork_server: ForkServer | None = None) -> None:
         if device not in ("cpu", "cuda"):
             raise OpsynthError(f"device must be 'cpu' or 'cuda' (got {device!r})")
         if workers < 1:
@@ -233,6 +265,8 @@ class LocalExecutor(Executor):
         else:
             groups = ["cpu"]
         self.groups = groups
+        # started first: its imports overlap the MPS daemon's start (fork_server: one started earlier, now ours)
+        self.forks = fork_server or start_fork_server(settings)
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)
@@ -265,22 +299,25 @@ class LocalExecutor(Executor):
             self.close()  # no worker and no daemon left behind
             raise
 
+    def _forks(self) -> ForkServer | None:
+        """The fork server once it can fork workers; None (said once, on one line) when it cannot."""
+        if self.forks is not None and (problem := self.forks.wait_ready()):
+            print(f"opsynth: warning: profile.fork_workers: {problem}; workers start as fresh processes",
+                  file=sys.stderr)
+            self.forks.close()
+            self.forks = None
+        return self.forks
+
     def _spawn(self, group: str, replacement: bool = False) -> _Worker:
-        env = dict(os.environ)
+        env = worker_env()
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
-        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
-        # freed blocks are returned to segments that grow and shrink, so a worker's reserved memory stays
-        # near what it allocated and the memory budget holds
-        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         env["OMP_NUM_THREADS"] = str(self.threads)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
         if group in self.mps:
             env.update(self.mps[group].env())
         cfg = worker_config(self.device, self.settings, str(self.tmp / f"gpu-{group}.lock"), self.threads,
                             replacement)
         self._serial += 1
-        w = _Worker(group, env, cfg, self.tmp, self._serial)
+        w = _Worker(group, env, cfg, self.tmp, self._serial, self._forks())
         os.set_blocking(w.proc.stdout.fileno(), False)  # type: ignore[union-attr]
         self.sel.register(w.proc.stdout, selectors.EVENT_READ, w)
         self.workers.append(w)
@@ -459,6 +496,8 @@ class LocalExecutor(Executor):
                 w.kill()  # mid-task or still warming up (a compile): stop it now
         self.workers.clear()
         self.sel.close()
+        if self.forks is not None:
+            self.forks.close()  # after its workers: their exit codes came through it
         for d in self.mps.values():
             d.stop()  # after its clients: the server exits with the last of them
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -552,13 +591,15 @@ class RayExecutor(Executor):
 
 
 def make_executor(kind: str = "local", device: str = "cpu", workers: int = 2, gpus: list[int] | None = None,
-                  ray_address: str | None = None, settings: WorkerSettings | None = None) -> Executor:
+                  ray_address: str | None = None, settings: WorkerSettings | None = None,
+                  fork_server: ForkServer | None = None) -> Executor:
     """An executor for the profile stage; its workers get `settings` (WorkerSettings.from_config(cfg)), with
-    workers_per_gpu set to the workers each GPU runs."""
+    workers_per_gpu set to the workers each GPU runs. fork_server: one started earlier (start_fork_server) for the
+    local executor's workers."""
     if settings is None:
         raise OpsynthError("an executor needs the workers' settings: WorkerSettings.from_config(cfg)")
     if kind == "local":
-        return LocalExecutor(device=device, workers=workers, gpus=gpus, settings=settings)
+        return LocalExecutor(device=device, workers=workers, gpus=gpus, settings=settings, fork_server=fork_server)
     if kind == "ray":
         return RayExecutor(device=device, workers=workers, gpus=gpus, ray_address=ray_address, settings=settings)
     if kind == "inline":

@@ -23,9 +23,11 @@ from filters.base import decide, reason_kind
 from filters.checks import CHECKS
 from filters.static_check import check_task_source
 from pipeline.config import Config
+from pipeline.fork_server import ForkServer
 from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
 from pipeline.store import RunDir, chunks
+from pipeline.task_order import ExpectedWall
 from pipeline.worker_settings import WorkerSettings
 
 
@@ -52,16 +54,18 @@ class Budget:
 
 
 def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool],
-              handed: list[float] | None = None) -> Iterator[dict[str, Any]]:
-    """The tasks of `shards` in order, until the budget is spent at a shard start (then stop[0] is set); handed[0]
-    is when the last one was handed out."""
+              handed: list[float] | None = None,
+              order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
+    """The tasks of `shards`, shard by shard, until the budget is spent at a shard start (then stop[0] is set);
+    handed[0] is when the last one was handed out. order: how a shard's tasks are handed out, decided when its
+    first one is (what the call has measured by then may decide it)."""
     for rows in shards:
         if not rows:
             continue
         if budget.spent():
             stop[0] = True
             return
-        for t in rows:
+        for t in order(rows) if order else rows:
             budget.submitted += 1
             if handed is not None:
                 handed[0] = time.monotonic()
@@ -93,11 +97,25 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     is spent (the result then has stopped=True; a rerun continues). settings: the profile settings this call
     changed from the run's config.toml (`--set`), recorded with the call in the manifest so every measurement
     can be traced to how it was taken."""
+    from pipeline.executors import start_fork_server
+
+    t0 = time.time()
+    # the workers' fork server imports torch while this process reads its tables (seconds each on a large run)
+    early = start_fork_server(WorkerSettings.from_config(cfg)) if executor == "local" else None
+    try:
+        return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, t0, early)
+    finally:
+        if early is not None:
+            early.close()  # the executor closed it already when it used it: closing again does nothing
+
+
+def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_address: str | None,
+         skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: float,
+         early: ForkServer | None) -> dict[str, Any]:
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
     from pipeline.stage_defs import CODE_STAGES
 
-    t0 = time.time()
     # only the columns it uses: the graphs and traced ops are most of a 20,000-task run's bytes (4 of 6 s)
     tasks = rd.require_table("tasks", "sample", ["task_id", "code", "ops", "flops", "bytes_moved",
                                                  "predicted_peak_bytes"]).to_pylist()
@@ -167,10 +185,13 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
                 bar.restart_clock()
                 bar.phase("starting workers")
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                                   WorkerSettings.from_config(cfg)) as ex:
+                                   WorkerSettings.from_config(cfg), fork_server=early) as ex:
                     uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
-                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed)):
+                    expect = ExpectedWall()
+                    order = expect.order if cfg.profile.longest_first else None
+                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed, order)):
                         bar.phase("")
+                        expect.observe(ops_of.get(m["task_id"]), m.get("wall_s"))
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
                         note(m)
                         flush_ready()

@@ -58,8 +58,11 @@ def tasks():
     return [t for pair in zip(good, bad, strict=True) for t in pair]
 
 
-def test_planted_failures_cost_one_task_each():
-    with make_executor("local", device="cpu", workers=2, settings=settings()) as ex:
+@pytest.mark.parametrize("fork", [True, False])
+def test_planted_failures_cost_one_task_each(fork):
+    """Workers forked by the fork server or started as fresh interpreters: the same statuses."""
+    with make_executor("local", device="cpu", workers=2, settings=settings(fork_workers=fork)) as ex:
+        assert {type(w.proc).__name__ for w in ex.workers} == {"ForkedProc" if fork else "Popen"}
         results = {r["task_id"]: r for r in ex.imap_unordered(tasks())}
         # the workers that replaced the dead ones still work
         again = list(ex.imap_unordered([{"task_id": "after", "code": GOOD.replace("{k}", "9"),

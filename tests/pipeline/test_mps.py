@@ -113,6 +113,7 @@ def fake_workers(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     monkeypatch.setenv("FAKE_MARKS", str(marks))
     monkeypatch.setattr(executors, "HARNESS", "fake_harness")
+    monkeypatch.setattr(executors, "PRELOAD", ())  # the stand-in speaks on import: forked workers import it
     return marks
 
 
