@@ -153,9 +153,13 @@ class _Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the group: compilers may outlive the worker
         self.reap()
 
-    def reap(self) -> int:
+    def end_input(self) -> None:
+        """Close the worker's stdin: its serve loop ends and it exits."""
         with contextlib.suppress(Exception):
             self.proc.stdin.close()  # type: ignore[union-attr]
+
+    def reap(self) -> int:
+        self.end_input()
         try:
             rc = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -233,7 +237,11 @@ def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
     seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
     if not settings.profile.fork_workers:
         return None
-    return ForkServer(worker_env(), [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
+    # no GPU and one thread while it imports: a thread pool or a device mapping made there would be every worker's
+    # (a fork keeps the parent's mappings: 16 OpenMP threads' stacks and arenas count against a CPU worker's
+    # address-space cap); each worker sets its own GPU and threads before it uses either
+    env = {**worker_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    return ForkServer(env, [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
 
 
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
@@ -487,11 +495,14 @@ class LocalExecutor(Executor):
         if self.closed:
             return
         self.closed = True
+        idle = [w for w in self.workers if w.task is None and w.ready]
+        for w in idle:
+            w.end_input()  # closing stdin ends the serve loop: every idle worker exits at once, not one by one
         for w in list(self.workers):
             with contextlib.suppress(Exception):
                 self.sel.unregister(w.proc.stdout)
-            if w.task is None and w.ready:
-                w.reap()  # closing stdin ends the serve loop
+            if w in idle:
+                w.reap()
             else:
                 w.kill()  # mid-task or still warming up (a compile): stop it now
         self.workers.clear()

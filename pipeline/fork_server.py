@@ -330,6 +330,9 @@ class ForkServer:
 
 def _main(argv: list[str]) -> None:
     serve(int(argv[0]), argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # the interpreter's teardown of torch's modules takes half a second and frees nothing a worker needs
 
 
 if __name__ == "__main__":

@@ -72,15 +72,19 @@ def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[boo
             yield t
 
 
-def _left_to_measure(rd: RunDir, k: int, ids: set[str]) -> dict[str, dict[str, Any]] | None:
+def _left_to_measure(rd: RunDir, k: int, ids: set[str],
+                     on_disk: dict[int, Counter]) -> dict[str, dict[str, Any]] | None:
     """None when measurement shard k is done and covers `ids` (the tasks at its positions); else the rows it
-    already holds for them: none for a shard not written yet, some for one written before the run grew."""
+    already holds for them: none for a shard not written yet, some for one written before the run grew.
+    on_disk[k]: the statuses of the rows the shard holds on disk now, when it has any."""
     import pyarrow.parquet as pq
 
     if not rd.is_done("measurements", k):
         return {}
     path = rd.shard_path("measurements", k)
-    if set(pq.read_table(path, columns=["task_id"]).column(0).to_pylist()) == ids:
+    table = pq.read_table(path, columns=["task_id", "status"])
+    on_disk[k] = Counter(table.column("status").to_pylist())
+    if set(table.column("task_id").to_pylist()) == ids:
         return None
     return {r["task_id"]: r for r in pq.read_table(path).to_pylist() if r["task_id"] in ids}
 
@@ -122,8 +126,11 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     size = cfg.run.shard_size
     pending: dict[int, list[dict[str, Any]]] = {}
     results: dict[int, dict[str, dict[str, Any]]] = {}
+    # the statuses of every shard on disk, kept up to date as shards are written: the call's summary needs no
+    # second read of them all (4.5 s of a 35,000-task run on a 2-core host, after the workers are gone)
+    on_disk: dict[int, Counter] = {}
     for k, rows in chunks(tasks, size):
-        before = _left_to_measure(rd, k, {t["task_id"] for t in rows})
+        before = _left_to_measure(rd, k, {t["task_id"] for t in rows}, on_disk)
         if before is not None:
             pending[k], results[k] = rows, before
     shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows if t["task_id"] not in results[k]}
@@ -164,6 +171,7 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
         for k in [k for k, rows in pending.items() if len(results[k]) == len(rows)]:
             ordered = [results[k][t["task_id"]] for t in pending.pop(k)]
             rd.write_shard("measurements", k, conform(ordered, MEASUREMENTS), MEASUREMENTS)
+            on_disk[k] = Counter(r["status"] for r in ordered)
 
     budget = budget or Budget()
     stop = [False]
@@ -199,7 +207,7 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                         timing["workers_ready_s"] = round(ex.ready_s, 1)
                     if handed[0]:
                         timing["tail_s"] = round(time.monotonic() - handed[0], 1)
-    statuses = Counter(r["status"] for r in rd.read_rows("measurements", ["status"]))
+    statuses = sum(on_disk.values(), Counter())
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
     rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],

@@ -74,16 +74,24 @@ def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path,
 def test_a_shard_measured_before_the_run_grew_keeps_its_rows(tmp_path, tanh_tasks):
     rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(3))
     profile.run(rd, cfg)
+    assert rd.manifest()["stages"]["profile"]["profiled"] == 3
     before = {m["task_id"]: m for m in rd.read_rows("measurements")}
     assert _shards(rd) == {0: ["t0", "t1"], 1: ["t2"]}
     assert rd.grow(4) == (3, 4)
     _write_tasks(rd, tanh_tasks(4))  # what the sample stage does: the same tasks plus t3, which joins shard 1
     grown = RunDir(rd.path)
-    cfg = grown.load_config()
-    assert cfg.run.n == 4 and rd.manifest()["growth"][0]["to"] == 4
-    out = profile.run(grown, cfg)
+    assert grown.load_config().run.n == 4 and rd.manifest()["growth"][0]["to"] == 4
+    unsafe = {**tanh_tasks(5)[4], "code": "import os\n" + tanh_tasks(5)[4]["code"]}  # refused by the static check
+    assert grown.grow(5) == (4, 5)
+    _write_tasks(grown, [*tanh_tasks(4), unsafe])
+    grown = RunDir(rd.path)
+    out = profile.run(grown, grown.load_config())
     assert out["measured_now"] == 1
-    assert _shards(grown) == {0: ["t0", "t1"], 1: ["t2", "t3"]}
+    assert _shards(grown) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
+    # the call's counts are of every row on disk, old ones too, whatever their status
+    on_disk = [m["status"] for m in grown.read_rows("measurements")]
+    assert sorted(on_disk) == ["ok"] * 4 + ["rejected_static"]
+    assert out["with_measurements"] == out["profiled"] == 5 and grown.manifest()["stages"]["profile"]["profiled"] == 5
     after = {m["task_id"]: m for m in grown.read_rows("measurements")}
     assert after["t2"]["eager_ms"] == before["t2"]["eager_ms"] and after["t3"]["status"] == "ok"
 
