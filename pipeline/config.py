@@ -74,7 +74,9 @@ class SampleSection:
 @dataclass(frozen=True)
 class ProfileSection:
     timeout_s: float = 120.0  # per task, wall clock, in the worker
-    memory_limit_gb: float = 16.0  # host address-space cap per worker on cpu; GPU memory fraction on cuda
+    # on cpu: the address space a worker may map over what it maps once started (torch and the harness imported);
+    # on cuda: the GPU memory fraction
+    memory_limit_gb: float = 16.0
     compile: bool = True
     compile_backend: str = "inductor"
     warmup: int = 3

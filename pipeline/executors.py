@@ -237,10 +237,10 @@ def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
     seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
     if not settings.profile.fork_workers:
         return None
-    # no GPU and one thread while it imports: a thread pool or a device mapping made there would be every worker's
-    # (a fork keeps the parent's mappings: 16 OpenMP threads' stacks and arenas count against a CPU worker's
-    # address-space cap); each worker sets its own GPU and threads before it uses either
-    env = {**worker_env(), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    # one thread while it imports (a thread pool made there would be every worker's; each sets its own count); the
+    # GPUs stay visible: inductor decides at import which benchmarker it uses by whether CUDA is there (with
+    # CUDA_VISIBLE_DEVICES="" it took one without the arguments profile.autotune_benchmark_ms needs)
+    env = {**worker_env(), "OMP_NUM_THREADS": "1"}
     return ForkServer(env, [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
 
 

@@ -312,6 +312,12 @@ def _set_pointwise_autotuning(on: bool) -> None:
     inductor_config.triton.autotune_pointwise = on
 
 
+def _address_space_bytes() -> int:
+    """This process's mapped address space now (what RLIMIT_AS counts)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[0]) * resource.getpagesize()
+
+
 def _cpu_s() -> float:
     """CPU seconds of this process and its finished children (Triton's ptxas runs as a child)."""
     a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -390,7 +396,9 @@ class Harness:
             self.gpu = ""
             self.flush = None
             if limit > 0:
-                cap = int(limit * 2**30)
+                # over what the worker maps already: a CUDA build of torch maps ~3 GiB of libraries before any task
+                # (3.3-3.4 GiB with inductor on the H200 host), and a forked worker maps what its server imported
+                cap = _address_space_bytes() + int(limit * 2**30)
                 resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
     def tf32(self) -> bool:
