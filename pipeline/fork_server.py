@@ -162,7 +162,7 @@ def _loop(sock: socket.socket, wake_r: int, wake_w: int) -> None:
 
 class ForkedProc:
     """A worker forked by the server, with what the executor uses of subprocess.Popen: pid, stdin, stdout,
-    returncode, poll() and wait(timeout)."""
+    returncode and wait(timeout)."""
 
     def __init__(self, server: ForkServer, pid: int, stdin: IO[bytes], stdout: IO[bytes]) -> None:
         self.server, self.pid, self.stdin, self.stdout = server, pid, stdin, stdout
@@ -171,10 +171,6 @@ class ForkedProc:
     @property
     def returncode(self) -> int | None:
         return self.server.exit_code(self.pid)
-
-    def poll(self) -> int | None:
-        self.server.pump(0.0)
-        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         end = None if timeout is None else time.monotonic() + timeout
@@ -191,12 +187,12 @@ class ForkServer:
     workers, `close` after the last worker is gone."""
 
     def __init__(self, env: dict[str, str], preload: list[str]) -> None:
-        self.preload = preload
         self.exits: dict[int, int] = {}
         self.problem: str | None = None
         self.ready = False
         self.gone = False  # the server exited (or never started)
         self._serial = 0
+        self._pending: dict[int, dict] = {}  # answers to spawn requests, by request number
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # its own output (a failed import's traceback); removed when it closes
         self._log = tempfile.NamedTemporaryFile(prefix="opsynth-fork-server-", suffix=".log", delete=False)  # noqa: SIM115
@@ -208,7 +204,6 @@ class ForkServer:
             self.proc, self.gone = None, True
             self.problem = f"the fork server did not start ({type(e).__name__}: {e})"
         theirs.close()
-        self._pending: dict[int, dict] = {}
 
     def _handle(self, msg: dict) -> None:
         if "exit" in msg:
