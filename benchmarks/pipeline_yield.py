@@ -234,7 +234,8 @@ def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
     takes pending tasks in index order, so a call measured the indices between the previous call's count of measured
     tasks and its own (`profiled` + `skipped` after it); settings: what its `--set` changed from the run's config;
     fixed costs: seconds until every worker was ready and the drain after the last task was handed out (logged
-    since 2026-12-01)."""
+    since 2026-12-01); since 2026-12-03 also the call's own table reading and the fork server's imports, each
+    from the call's start."""
     calls = (manifest.get("stages", {}).get("profile", {}) or {}).get("calls") or []
     k = call - 1 if call > 0 else len(calls) + call
     if not 0 <= k < len(calls):
@@ -243,7 +244,8 @@ def call_range(manifest: dict, call: int) -> tuple[int, int, float, dict, dict]:
     def done(c: dict) -> int:
         return int(c.get("profiled", 0)) + int(c.get("skipped", 0))
 
-    fixed = {key: calls[k][key] for key in ("workers_ready_s", "tail_s") if key in calls[k]}
+    keys = ("tables_s", "fork_server_ready_s", "workers_ready_s", "tail_s")
+    fixed = {key: calls[k][key] for key in keys if key in calls[k]}
     return ((done(calls[k - 1]) if k else 0), done(calls[k]), float(calls[k]["seconds"]), calls[k].get("settings") or {},
             fixed)
 

@@ -68,7 +68,8 @@ class Executor:
     """Maps the harness over task dicts; see `imap_unordered`. Also a context manager."""
 
     def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
-        """tasks: dicts with task_id, code, flops, bytes_moved (code already passed static check).
+        """tasks: dicts with task_id, code, flops, bytes_moved (code that passed the static check: the profile
+        stage checks each task as it hands it out).
         Yields one measurement dict per task (keys = pipeline.schema.MEASUREMENTS names, plus
         achieved_tflops, achieved_tbps, roofline_fraction, gpu_busy_s where measured) as each finishes,
         including failures (status timeout|crashed|oom|error|early_reject with a one-line `error`)."""

@@ -190,6 +190,8 @@ class ForkServer:
         self.exits: dict[int, int] = {}
         self.problem: str | None = None
         self.ready = False
+        self.started = time.monotonic()
+        self.ready_s: float | None = None  # seconds from its start until it could fork
         self.gone = False  # the server exited (or never started)
         self._serial = 0
         self._pending: dict[int, dict] = {}  # answers to spawn requests, by request number
@@ -211,7 +213,7 @@ class ForkServer:
         elif "spawned" in msg:
             self._pending[int(msg["spawned"])] = msg
         elif msg.get("ready"):
-            self.ready = True
+            self.ready, self.ready_s = True, time.monotonic() - self.started
         elif "failed" in msg:
             self.problem = str(msg["failed"])
 

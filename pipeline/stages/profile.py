@@ -26,7 +26,7 @@ from pipeline.config import Config
 from pipeline.fork_server import ForkServer
 from pipeline.progress import Progress
 from pipeline.schema import MEASUREMENTS, conform
-from pipeline.store import RunDir, chunks
+from pipeline.store import RunDir, chunks, map_shards
 from pipeline.task_order import ExpectedWall
 from pipeline.worker_settings import WorkerSettings
 
@@ -55,10 +55,12 @@ class Budget:
 
 def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool],
               handed: list[float] | None = None,
-              order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None) -> Iterator[dict[str, Any]]:
+              order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
+              refuse: Callable[[dict[str, Any]], bool] | None = None) -> Iterator[dict[str, Any]]:
     """The tasks of `shards`, shard by shard, until the budget is spent at a shard start (then stop[0] is set);
     handed[0] is when the last one was handed out. order: how a shard's tasks are handed out, decided when its
-    first one is (what the call has measured by then may decide it)."""
+    first one is (what the call has measured by then may decide it). refuse: True for a task no worker may get
+    (it has recorded why); such a task is not counted against the budget."""
     for rows in shards:
         if not rows:
             continue
@@ -66,6 +68,8 @@ def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[boo
             stop[0] = True
             return
         for t in order(rows) if order else rows:
+            if refuse is not None and refuse(t):
+                continue
             budget.submitted += 1
             if handed is not None:
                 handed[0] = time.monotonic()
@@ -104,17 +108,18 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     from pipeline.executors import start_fork_server
 
     t0 = time.time()
+    started = time.monotonic()
     # the workers' fork server imports torch while this process reads its tables (seconds each on a large run)
     early = start_fork_server(WorkerSettings.from_config(cfg)) if executor == "local" else None
     try:
-        return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, t0, early)
+        return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, (t0, started), early)
     finally:
         if early is not None:
             early.close()  # the executor closed it already when it used it: closing again does nothing
 
 
 def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_address: str | None,
-         skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: float,
+         skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: tuple[float, float],
          early: ForkServer | None) -> dict[str, Any]:
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
@@ -129,8 +134,9 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     # the statuses of every shard on disk, kept up to date as shards are written: the call's summary needs no
     # second read of them all (4.5 s of a 35,000-task run on a 2-core host, after the workers are gone)
     on_disk: dict[int, Counter] = {}
-    for k, rows in chunks(tasks, size):
-        before = _left_to_measure(rd, k, {t["task_id"] for t in rows}, on_disk)
+    shards = dict(chunks(tasks, size))
+    left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk), list(shards))
+    for (k, rows), before in zip(shards.items(), left, strict=True):
         if before is not None:
             pending[k], results[k] = rows, before
     shard_of = {t["task_id"]: k for k, rows in pending.items() for t in rows if t["task_id"] not in results[k]}
@@ -143,14 +149,11 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
         for t in rows:
             if t["task_id"] not in shard_of:
                 continue  # measured before the run grew
-            reason = check_task_source(t["code"])
             if t["task_id"] in dropped:
                 stage, why = dropped[t["task_id"]]
                 results[shard_of[t["task_id"]]][t["task_id"]] = {
                     "task_id": t["task_id"], "status": "skipped", "device": cfg.run.device,
                     "error": f"not profiled: dropped by {stage} ({why})"[:300]}
-            elif reason:
-                results[shard_of[t["task_id"]]][t["task_id"]] = _static_rejection(t, reason, cfg.run.device)
             else:
                 to_run[shard_of[t["task_id"]]].append(t)
 
@@ -173,6 +176,16 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
             rd.write_shard("measurements", k, conform(ordered, MEASUREMENTS), MEASUREMENTS)
             on_disk[k] = Counter(r["status"] for r in ordered)
 
+    def refuse(t: dict[str, Any]) -> bool:
+        # the static check runs as each task is handed out, not on all of them first: ~1 ms a task, seconds of a
+        # large call that would otherwise pass before the first worker could start
+        reason = check_task_source(t["code"])
+        if reason:
+            m = _static_rejection(t, reason, cfg.run.device)
+            results[shard_of[t["task_id"]]][t["task_id"]] = m
+            note(m)
+        return reason is not None
+
     budget = budget or Budget()
     stop = [False]
     uses_mps: bool | None = None  # whether this call's workers ran under MPS (local executor on cuda)
@@ -192,24 +205,28 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
             else:
                 bar.restart_clock()
                 bar.phase("starting workers")
+                timing["tables_s"] = round(time.monotonic() - t0[1], 1)  # this process's reading, before workers
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
                                    WorkerSettings.from_config(cfg), fork_server=early) as ex:
                     uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
                     expect = ExpectedWall()
                     order = expect.order if cfg.profile.longest_first else None
-                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed, order)):
+                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed, order, refuse)):
                         bar.phase("")
                         expect.observe(ops_of.get(m["task_id"]), m.get("wall_s"))
                         results[shard_of[m["task_id"]]][m["task_id"]] = m
                         note(m)
                         flush_ready()
+                    flush_ready()  # shards whose last tasks the static check refused
                     if getattr(ex, "ready_s", None) is not None:
                         timing["workers_ready_s"] = round(ex.ready_s, 1)
+                    if early is not None and early.ready_s is not None:  # from the call's start
+                        timing["fork_server_ready_s"] = round(early.started - t0[1] + early.ready_s, 1)
                     if handed[0]:
                         timing["tail_s"] = round(time.monotonic() - handed[0], 1)
     statuses = sum(on_disk.values(), Counter())
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
-    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
+    rd.record_stage("profile", time.time() - t0[0], profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
                     gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
                     **({"mps": uses_mps} if uses_mps is not None else {}), **timing,

@@ -56,10 +56,12 @@ def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(
     assert not out["stopped"] and out["measured_now"] == 3
     assert _shards(rd) == {0: ["t0", "t1"], 1: ["t2", "t3"], 2: ["t4"]}
     assert {m["status"] for m in rd.read_rows("measurements")} == {"ok"}
-    # each call's fixed costs: until every worker was ready, and the drain after the last task was handed out
+    # each call's fixed costs: its own reading, the fork server's imports, until every worker was ready, and the
+    # drain after the last task was handed out
     calls = rd.manifest()["stages"]["profile"]["calls"]
     for c in calls:
         assert 0 < c["workers_ready_s"] < c["seconds"] and 0 <= c["tail_s"] < c["seconds"]
+        assert 0 <= c["tables_s"] < c["seconds"] and 0 < c["fork_server_ready_s"] < c["seconds"]
 
 
 def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path, tanh_tasks):
