@@ -8,7 +8,7 @@ after the MPS daemon; 4% of a 7-minute call). PyTorch's DataLoader forks workers
 way; what a fork must not follow is an initialised CUDA, and the server checks it never initialised it.
 
 Protocol, over a Unix SEQPACKET socket pair (the server's end is the fd in its argv):
-- server -> client, once: {"ready": true} or {"failed": "<why>"} (an import failed, CUDA was initialised).
+- server -> client, once: {"ready": true, "import_s": seconds} or {"failed": "<why>"} (an import failed, CUDA was initialised).
 - client -> server: {"spawn": n, "env": {...}, "module": "pipeline.harness"} with three fds attached (the
   worker's stdin, stdout, stderr); the server answers {"spawned": n, "pid": p} or {"spawned": n, "error": "..."}.
 - server -> client, whenever one of its workers exits: {"exit": pid, "rc": rc} (rc as subprocess gives it:
@@ -109,6 +109,7 @@ def serve(sock_fd: int, preload: list[str]) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)  # the wake-up fd gets a byte; the loop reaps
     # is_available() by NVML, never by initialising CUDA, if anything imported asks
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    t0 = time.perf_counter()
     try:
         for name in preload:
             __import__(name)
@@ -124,7 +125,7 @@ def serve(sock_fd: int, preload: list[str]) -> None:
     # torch's import leaves one idle native thread; forking then is what DataLoader does on every epoch
     warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks.*")
     with contextlib.suppress(OSError):  # a client gone meanwhile: nothing to serve
-        _send(sock, {"ready": True})
+        _send(sock, {"ready": True, "import_s": round(time.perf_counter() - t0, 2)})
         _loop(sock, wake_r, wake_w)
 
 
@@ -192,6 +193,7 @@ class ForkServer:
         self.ready = False
         self.started = time.monotonic()
         self.ready_s: float | None = None  # seconds from its start until it could fork
+        self.import_s: float | None = None  # of which its imports
         self.gone = False  # the server exited (or never started)
         self._serial = 0
         self._pending: dict[int, dict] = {}  # answers to spawn requests, by request number
@@ -214,6 +216,7 @@ class ForkServer:
             self._pending[int(msg["spawned"])] = msg
         elif msg.get("ready"):
             self.ready, self.ready_s = True, time.monotonic() - self.started
+            self.import_s = msg.get("import_s")
         elif "failed" in msg:
             self.problem = str(msg["failed"])
 

@@ -53,6 +53,7 @@ def _run(server, env, tmp_path, line: str, marker: str):
 def test_a_forked_worker_runs_the_module_with_its_own_environment_session_and_pipes(server, tmp_path):
     s, env = server
     assert s.wait_ready() is None
+    assert 0 <= s.import_s <= s.ready_s  # its imports are part of its start
     proc, seen, err = _run(s, env, tmp_path, "hello 7", "first")
     assert seen["line"] == "hello 7" and seen["marker"] == "first" and seen["name"] == "__main__"
     assert seen["own_session"] and seen["pid"] == proc.pid and seen["ppid"] == s.proc.pid
