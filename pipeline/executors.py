@@ -42,7 +42,6 @@ from typing import Any
 from pipeline.errors import Interrupted, OpsynthError
 from pipeline.fork_server import ForkedProc, ForkServer
 from pipeline.mps import MpsDaemon
-from pipeline.page_cache import page_cache_disabled, prefetch_in_background
 from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
@@ -234,18 +233,15 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def start_fork_server(settings: WorkerSettings, device: str = "cpu") -> ForkServer | None:
+def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
     """A fork server importing PRELOAD (profile.fork_workers), started now and not waited for: a caller with
-    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later.
-    On cuda, torch's files are read into the page cache meanwhile (pipeline.page_cache; OPSYNTH_PREFETCH=0: not)."""
+    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
     if not settings.profile.fork_workers:
         return None
     # one thread while it imports (a thread pool made there would be every worker's; each sets its own count); the
     # GPUs stay visible: inductor decides at import which benchmarker it uses by whether CUDA is there (with
     # CUDA_VISIBLE_DEVICES="" it took one without the arguments profile.autotune_benchmark_ms needs)
     env = {**worker_env(), "OMP_NUM_THREADS": "1"}
-    if device == "cuda" and not page_cache_disabled():
-        prefetch_in_background()  # the server's imports then find torch's files in memory on a cold machine
     return ForkServer(env, [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
 
 
@@ -279,7 +275,7 @@ class LocalExecutor(Executor):
             groups = ["cpu"]
         self.groups = groups
         # started first: its imports overlap the MPS daemon's start (fork_server: one started earlier, now ours)
-        self.forks = fork_server or start_fork_server(settings, device)
+        self.forks = fork_server or start_fork_server(settings)
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)

@@ -2,6 +2,8 @@
 
 Writes DIR/contamination/ (one row per task in tasks/, every score kept) and the stage's verdicts:
 a task is dropped when any detector fires, with the detectors and the nearest problem in the reason.
+A run grown since its last call scores only its new tasks, when the references and the detector settings are
+the ones the rows on disk were scored with (the manifest's `decontaminate_basis`).
 The op signature compares what a task computes (traced in a subprocess with GPU calls stood in for, so
 CUDA-graph and stream wrappers trace); `kb_op_normalization` says at which normalization it matched
 (exact, core, core + or - one reduction). A task that fails to trace gets its own reason in
@@ -21,6 +23,8 @@ from pipeline.config import Config
 from pipeline.progress import Progress
 from pipeline.schema import CONTAMINATION
 from pipeline.store import RunDir
+
+BASIS_KEY = "decontaminate_basis"  # in the manifest: what the contamination table's rows were scored with
 
 
 def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0,
@@ -84,12 +88,20 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     t0 = time.time()
     dc = cfg.decontaminate
     specs = list(references or dc.reference)
-    tasks = rd.read_rows("tasks", ["task_id", "code", "aten_ops", "name"])
-    with Progress("decontaminate", total=len(tasks)) as bar:  # whole-table steps: the line names the step
+    every = rd.read_rows("tasks", ["task_id", "code", "aten_ops", "name"])
+    with Progress("decontaminate", total=len(every)) as bar:  # whole-table steps: the line names the step
         bar.phase(f"loading references {', '.join(specs)}")
         index = load_references(specs, cache_dir=rd.path / "reference")
         ref = reference_matrix(index)
         sources = index.column("source").to_pylist()
+        # a task's scores depend on its code (its id), the references' contents and these settings: a grown run
+        # scores only its new tasks when they are what the rows on disk were scored with
+        basis = {"references": sorted(set(sources)), "ast_threshold": dc.ast_threshold,
+                 "minhash_threshold": dc.minhash_threshold, "op_signature": dc.op_signature,
+                 "name_match": dc.name_match}
+        kept = ({r["task_id"]: r for r in rd.read_rows("contamination")}
+                if rd.manifest().get(BASIS_KEY) == basis else {})
+        tasks = [t for t in every if t["task_id"] not in kept]
         bar.phase("tracing the tasks without an ATen trace")
         detail: dict = {}
         ops, op_source = task_signatures(tasks, cfg.run.workers, cfg.profile.timeout_s, detail) if dc.op_signature else (
@@ -112,15 +124,20 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
             src = f"text: model id {via[len('text:'):]} ({src})"
         rows.append({"task_id": t["task_id"], **s, "op_signature_source": src,
                      "reference": sources[i] if i >= 0 else ",".join(dict.fromkeys(sources))})
+    scored_now = {r["task_id"]: r for r in rows}
+    rows = [kept.get(t["task_id"]) or scored_now[t["task_id"]] for t in every]
+    rd.update_manifest(**{BASIS_KEY: None})  # until the table below is written: a killed call leaves no basis
     rd.replace_table("contamination", rows, CONTAMINATION)
     rd.write_verdicts("decontaminate", [{"task_id": r["task_id"], "keep": not r["contaminated"],
                                          "reason": _reason(r) if r["contaminated"] else ""} for r in rows])
     by_detector = {d: sum(d in r["detectors_fired"] for r in rows) for d in ("ast", "op_signature", "minhash", "name")}
     counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
               "references": sorted(set(sources)), "reference_problems": len(sources),
-              "text_only_tasks": sum(s.startswith("text-only") for s in op_source),
+              "scored_now": len(scored_now),
+              "text_only_tasks": sum(r["op_signature_source"].startswith("text-only") for r in rows),
               "text_signature_matches": sum(r["op_signature_source"].startswith("text:") for r in rows),
               "by_op_normalization": {k: sum(r.get("kb_op_normalization") == k for r in rows)
                                       for k in sorted({r["kb_op_normalization"] for r in rows if r.get("kb_op_normalization")})}}
     rd.record_stage("decontaminate", time.time() - t0, **counts)
+    rd.update_manifest(**{BASIS_KEY: basis})
     return counts

@@ -276,3 +276,36 @@ def test_a_task_under_a_reference_problem_name_is_flagged_by_name_only(tmp_path,
     audit.import_dataset(str(p), rd2, off)
     decontaminate.run(rd2, off, [str(tiny_reference)])
     assert not any(r["contaminated"] for r in rd2.read_rows("contamination"))
+
+
+@needs_snapshot
+def test_a_grown_run_scores_only_its_new_tasks_and_gets_the_rows_a_full_scoring_gets(tmp_path, tiny_reference):
+    def run_dir(name: str) -> RunDir:
+        rd = RunDir(tmp_path / name)
+        rd.init(cfg)
+        audit.import_dataset(str(_dataset(tmp_path)), rd, cfg)
+        return rd
+
+    def decontaminate_verdicts(rd: RunDir) -> list[str]:
+        return sorted(str(v) for v in rd.read_rows("verdicts") if v["stage"] == "decontaminate")
+
+    cfg = Config()
+    whole = run_dir("whole")
+    n = whole.read_table("tasks").num_rows
+    assert decontaminate.run(whole, cfg, [str(tiny_reference)])["scored_now"] == n
+
+    grown = run_dir("grown")
+    every = grown.read_table("tasks")
+    grown.replace_table("tasks", every.slice(0, 3))  # the run as it was before it grew
+    assert decontaminate.run(grown, cfg, [str(tiny_reference)])["scored_now"] == 3
+    grown.replace_table("tasks", every)
+    counts = decontaminate.run(grown, cfg, [str(tiny_reference)])
+    assert counts["scored_now"] == n - 3 and counts["tasks"] == n
+    assert counts["contaminated"] == 2 == sum(r["contaminated"] for r in grown.read_rows("contamination"))
+    assert grown.read_rows("contamination") == whole.read_rows("contamination")
+    assert decontaminate_verdicts(grown) == decontaminate_verdicts(whole)
+    assert decontaminate.run(grown, cfg, [str(tiny_reference)])["scored_now"] == 0  # nothing new
+    # other settings (or other references) than the rows on disk were scored with: every task again
+    stricter = Config(decontaminate=dataclasses.replace(cfg.decontaminate, ast_threshold=0.5))
+    assert decontaminate.run(grown, stricter, [str(tiny_reference)])["scored_now"] == n
+    assert grown.manifest()["decontaminate_basis"]["ast_threshold"] == 0.5
