@@ -112,15 +112,16 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     # the workers' fork server imports torch while this process reads its tables (seconds each on a large run)
     early = start_fork_server(WorkerSettings.from_config(cfg)) if executor == "local" else None
     try:
-        return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, (t0, started), early)
+        return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, t0, started, early)
     finally:
         if early is not None:
             early.close()  # the executor closed it already when it used it: closing again does nothing
 
 
 def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_address: str | None,
-         skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: tuple[float, float],
+         skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: float, started: float,
          early: ForkServer | None) -> dict[str, Any]:
+    """run's body; t0: when the call began (wall clock), `started` the same on the monotonic clock."""
     from pipeline.executors import make_executor
     from pipeline.selection import first_rejection
     from pipeline.stage_defs import CODE_STAGES
@@ -205,7 +206,7 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
             else:
                 bar.restart_clock()
                 bar.phase("starting workers")
-                timing["tables_s"] = round(time.monotonic() - t0[1], 1)  # this process's reading, before workers
+                timing["tables_s"] = round(time.monotonic() - started, 1)  # this process's reading, before workers
                 with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
                                    WorkerSettings.from_config(cfg), fork_server=early) as ex:
                     uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
@@ -221,13 +222,13 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                     if getattr(ex, "ready_s", None) is not None:
                         timing["workers_ready_s"] = round(ex.ready_s, 1)
                     if early is not None and early.ready_s is not None:  # from the call's start
-                        timing["fork_server_ready_s"] = round(early.started - t0[1] + early.ready_s, 1)
+                        timing["fork_server_ready_s"] = round(early.started - started + early.ready_s, 1)
                         timing["fork_server_import_s"] = early.import_s
                     if handed[0]:
                         timing["tail_s"] = round(time.monotonic() - handed[0], 1)
     statuses = sum(on_disk.values(), Counter())
     profiled = sum(statuses.values()) - statuses.get("skipped", 0)
-    rd.record_stage("profile", time.time() - t0[0], profiled=profiled, skipped=statuses.get("skipped", 0),
+    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
                     device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
                     gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
                     **({"mps": uses_mps} if uses_mps is not None else {}), **timing,
