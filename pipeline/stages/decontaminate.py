@@ -134,7 +134,8 @@ def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     counts = {"tasks": len(rows), "contaminated": sum(r["contaminated"] for r in rows), "by_detector": by_detector,
               "references": sorted(set(sources)), "reference_problems": len(sources),
               "scored_now": len(scored_now),
-              "text_only_tasks": sum(r["op_signature_source"].startswith("text-only") for r in rows),
+              # "text-only: ..." or, matched by a model id, "text: model id X (text-only: ...)"
+              "text_only_tasks": sum("text-only" in r["op_signature_source"] for r in rows),
               "text_signature_matches": sum(r["op_signature_source"].startswith("text:") for r in rows),
               "by_op_normalization": {k: sum(r.get("kb_op_normalization") == k for r in rows)
                                       for k in sorted({r["kb_op_normalization"] for r in rows if r.get("kb_op_normalization")})}}
