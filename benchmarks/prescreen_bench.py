@@ -5,6 +5,9 @@ it predicts the GPU's input-insensitive / degenerate / fakeable verdicts.
     python benchmarks/prescreen_bench.py --budget-ms 100,400    # the same tasks at several budgets
     python benchmarks/prescreen_bench.py --run DIR              # DIR profiled on a GPU: precision and recall
     python benchmarks/prescreen_bench.py --run DIR --replay     # screen DIR's tasks again with this code
+    python benchmarks/prescreen_bench.py --run DIR --by-status  # the GPU's verdicts per recorded screen status
+    python benchmarks/prescreen_bench.py --n 150 --sampler-retry-ms 0,4000   # the sampler's CPU per kept task
+    python benchmarks/prescreen_bench.py --run DIR --replay --status "over budget" --sample 240 --budget-ms 4000
 
 Without --run it samples `--n` tasks with the pre-screen off (or reads --tasks PARQUET), screens each at every
 budget, and screens the first `--compare-n` tasks again at `--compare-budget-ms` (less scaled down) to see
@@ -39,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from filters.base import decide, reason_kind  # noqa: E402
 from filters.degenerate import OUTPUT_CHECKS  # noqa: E402
-from operators.prescreen import Budget, prescreen  # noqa: E402
+from operators.prescreen import RECORDS_KEY, Budget, prescreen  # noqa: E402
 from pipeline.config import load_preset  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
 
@@ -162,8 +165,59 @@ def gpu_family(verdict: dict | None) -> str:
     return kind if kind in TARGETS else "other"
 
 
-def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None = None) -> tuple[dict, list[dict]]:
-    """Screen DIR's tasks again and compare with the GPU's filter verdicts; see the module docstring."""
+def sampler_cost(cfg, seed: int, n: int, retries: list[float]) -> list[dict]:
+    """The sampler with the pre-screen resampling, on the same n indices once per `sample.prescreen_retry_ms`:
+    CPU-s per kept task (sampling, screening, redraws), screens and flags, draws that got no verdict."""
+    from operators.prescreen import Screen
+    from operators.sample import sample_tasks
+
+    out = []
+    for retry in retries:
+        c = replace(cfg, sample=replace(cfg.sample, prescreen="resample", prescreen_retry_ms=retry))
+        screen = Screen(c)
+        t0 = time.process_time()
+        rows = sample_tasks(c.sample, seed, range(n), set(), screen=screen)
+        cpu = time.process_time() - t0
+        recs = [r for row in rows for r in row.pop(RECORDS_KEY, [])]
+        out.append({"prescreen_retry_ms": retry, "tasks": len(rows), "cpu_s_per_task": round(cpu / len(rows), 3),
+                    "screens": len(recs), "flagged": sum(bool(r["reason"]) for r in recs),
+                    "no_verdict": sum(r["status"] != "ok" for r in recs),
+                    "flagged_by_family": dict(Counter(family(r["reason"]) for r in recs if r["reason"]))})
+    return out
+
+
+def by_recorded_status(run: Path) -> dict:
+    """Per status of DIR's recorded screens (ok, over budget, error): tasks the GPU measured, how many its filter
+    rejected for a target family (input-insensitive, degenerate, fakeable) and the seconds their measurement held
+    the GPU lock (gpu_busy_s: shared holds of many workers overlap, so these add up to more than the GPU's own
+    seconds; compare them as shares): where the pre-screen's missing verdicts cost GPU time."""
+    import duckdb
+
+    con = duckdb.connect()
+    rows = con.sql(f"""
+        WITH p AS (SELECT task_id, CASE WHEN status LIKE 'error%' THEN 'error'
+                                        WHEN status LIKE 'over budget%' THEN 'over budget' ELSE status END AS status
+                   FROM read_parquet('{run}/prescreen/*.parquet') WHERE NOT resampled),
+             v AS (SELECT task_id, keep, reason FROM read_parquet('{run}/verdicts/*.parquet') WHERE stage = 'filter'),
+             m AS (SELECT task_id, gpu_busy_s FROM read_parquet('{run}/measurements/*.parquet'))
+        SELECT p.status, count(*) AS tasks,
+               count(*) FILTER (WHERE NOT v.keep AND regexp_matches(v.reason,
+                   '^(input-insensitive|degenerate output|fakeable by a fixed output)')) AS target_rejections,
+               round(sum(m.gpu_busy_s) FILTER (WHERE NOT v.keep AND regexp_matches(v.reason,
+                   '^(input-insensitive|degenerate output|fakeable by a fixed output)')), 1) AS target_lock_held_s,
+               round(sum(m.gpu_busy_s), 1) AS lock_held_s
+        FROM p JOIN v USING (task_id) JOIN m USING (task_id) GROUP BY p.status ORDER BY tasks DESC""").fetchall()
+    cols = ("status", "tasks", "target_rejections", "target_lock_held_s", "lock_held_s")
+    out = [dict(zip(cols, r, strict=True)) for r in rows]
+    for r in out:
+        r["target_rejection_rate"] = round(r["target_rejections"] / r["tasks"], 4) if r["tasks"] else None
+    return {"run": str(run), "by_recorded_status": out}
+
+
+def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None = None, status: str = "",
+           sample_k: int = 0, seed: int = 0) -> tuple[dict, list[dict]]:
+    """Screen DIR's tasks again and compare with the GPU's filter verdicts; see the module docstring. status: only
+    the tasks whose recorded screen's status starts with it; sample_k: a random K of those (seeded)."""
     rd = RunDir(run)
     cfg = rd.load_config()
     if fp64 is not None:
@@ -172,6 +226,12 @@ def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
     recorded = {r["task_id"]: r for r in rd.read_rows("prescreen") if not r["resampled"]}
     tasks = [t for t in rd.read_rows("tasks") if t["task_id"] in verdicts]
+    if status:
+        tasks = [t for t in tasks if (recorded.get(t["task_id"]) or {}).get("status", "").startswith(status)]
+    if sample_k:
+        import random
+
+        tasks = sorted(random.Random(seed).sample(tasks, min(sample_k, len(tasks))), key=lambda t: t["task_id"])
     tasks = tasks[:limit] if limit else tasks
     prescreen(tasks[0], cfg, Budget(1.0, 1.0))  # one-time costs (first meta dispatch) out of the figures
     rows = []
@@ -181,7 +241,8 @@ def replay(run: Path, budget_ms: float | None, limit: int = 0, fp64: bool | None
                      "gpu_reason": verdicts[t["task_id"]]["reason"][:120],
                      "recorded_status": rec["status"] if rec else None,
                      "recorded_family": family(rec["reason"]) if rec else None})
-    return replay_summary(rows, budget, str(run)) | {"prescreen_fp64": cfg.sample.prescreen_fp64}, rows
+    return replay_summary(rows, budget, str(run)) | {"prescreen_fp64": cfg.sample.prescreen_fp64,
+                                                     "recorded_status": status or None, "sample": sample_k or None}, rows
 
 
 def _outcome(r: dict) -> str:
@@ -250,13 +311,40 @@ def main() -> None:
     ap.add_argument("--fp64", action=argparse.BooleanOptionalAction, default=None,
                     help="with --replay: sample.prescreen_fp64 on or off (default: DIR's config)")
     ap.add_argument("--limit", type=int, default=0, help="with --replay: only the first K tasks")
+    ap.add_argument("--status", default="", help="with --replay: only tasks whose recorded screen had this status")
+    ap.add_argument("--sample", type=int, default=0, help="with --replay: a random K of them (seeded by --seed)")
+    ap.add_argument("--sampler-retry-ms", default="",
+                    help="comma-separated sample.prescreen_retry_ms values: the sampler's cost per kept task with each "
+                         "(--n indices of --preset at --seed)")
+    ap.add_argument("--by-status", action="store_true",
+                    help="with --run: the GPU's target rejections and GPU time per recorded screen status")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
+    if a.sampler_retry_ms:
+        cfg = load_preset(a.preset)
+        rows = sampler_cost(cfg, a.seed, a.n, [float(x) for x in a.sampler_retry_ms.split(",")])
+        out = Path(a.out or ROOT / "benchmarks" / "results" / "prescreen_sampler_cost.json")
+        out.write_text(json.dumps({"command": " ".join(sys.argv), "preset": a.preset, "seed": a.seed,
+                                   "budget_ms": cfg.sample.prescreen_ms, "rows": rows}, indent=2))
+        for r in rows:
+            print(r)
+        return
+    if a.by_status:
+        if not a.run:
+            raise SystemExit("--by-status needs --run DIR (a GPU-profiled run directory sampled with the pre-screen)")
+        summary = {"command": " ".join(sys.argv), **by_recorded_status(Path(a.run))}
+        out = Path(a.out or ROOT / "benchmarks" / "results" / "prescreen_by_status.json")
+        out.write_text(json.dumps(summary, indent=2, default=str))
+        print(f"{'recorded status':16} {'tasks':>7} {'target rejections':>18} {'rate':>7} {'their lock-s':>12} {'all lock-s':>10}")
+        for r in summary["by_recorded_status"]:
+            print(f"{r['status']:16} {r['tasks']:>7} {r['target_rejections']:>18} {r['target_rejection_rate']:>7} "
+                  f"{r['target_lock_held_s']!s:>12} {r['lock_held_s']!s:>10}")
+        return
     if a.replay:
         if not a.run:
             raise SystemExit("--replay needs --run DIR (a GPU-profiled run directory)")
         budget = float(a.budget_ms.split(",")[0]) if a.budget_ms else None
-        summary, rows = replay(Path(a.run), budget, a.limit, a.fp64)
+        summary, rows = replay(Path(a.run), budget, a.limit, a.fp64, a.status, a.sample, a.seed)
         out = Path(a.out or ROOT / "benchmarks" / "results" / "prescreen_replay.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"command": " ".join(sys.argv), **summary}, indent=2, default=str))

@@ -303,7 +303,8 @@ def _int_literals(code: str) -> set[int]:
 
 def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
     """Screen one task (a task row with `code`, or a graph: nx.DiGraph, node-link dict or JSON) on the CPU with
-    the config's filter thresholds, input draws and seed; see the module docstring."""
+    the config's filter thresholds, input draws and seed; see the module docstring. A task no size fits within
+    `budget` is screened again within sample.prescreen_retry_ms when that is larger."""
     budget = budget or Budget(cfg.sample.prescreen_ms, cfg.sample.prescreen_mb)
     code = task["code"] if isinstance(task, dict) and "code" in task else _render(task)
     t0 = time.process_time()
@@ -313,6 +314,12 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
             res = _screen(code, cfg, budget)
+            retry = float(getattr(cfg.sample, "prescreen_retry_ms", 0.0) or 0.0)
+            if res.status.startswith("over budget") and retry > budget.ms:
+                # no size fits: a larger budget for this draw alone (the others keep theirs: a budget is also
+                # the size every screen grows to, so raising it for all costs every draw its share)
+                budget = Budget(retry, budget.mb)
+                res = _screen(code, cfg, budget)
             # an index drawn for a real size (a literal in the code) can fall outside a shrunk one, which meta
             # does not see: keep constants the code spells as literals, then shrink the batch alone
             for kw in ({"pin_literals": True}, {"only": (BATCH,)}):

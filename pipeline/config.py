@@ -66,6 +66,9 @@ class SampleSection:
     prescreen: str = "off"
     prescreen_ms: float = 100.0
     prescreen_mb: float = 256.0
+    # a draw no size fits within prescreen_ms is screened again within this budget (0 or <= prescreen_ms: not);
+    # only those draws pay it, where a larger prescreen_ms would grow every draw's screen towards it
+    prescreen_retry_ms: float = 0.0
     # also run draw 0 in float64 and flag a task whose float32 output disagrees with it at the verifier's
     # tolerance ("numerically fragile": a compiled kernel that reorders arithmetic likely disagrees too)
     prescreen_fp64: bool = False
@@ -254,6 +257,7 @@ def validate(cfg: Config, where: str) -> Config:
     _check(s.prescreen in ("off", "record", "resample"), where,
            f"sample.prescreen must be 'off', 'record' or 'resample' (got {s.prescreen!r})")
     _check(s.prescreen_ms > 0 and s.prescreen_mb > 0, where, "sample.prescreen_ms and prescreen_mb must be > 0")
+    _check(s.prescreen_retry_ms >= 0, where, "sample.prescreen_retry_ms must be >= 0 (0: no second screen)")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
     validate_filter(f, where)
     validate_profile(cfg.profile, where)

@@ -66,7 +66,8 @@ def test_conv_relu_passes():
 
 def test_over_budget_without_a_smaller_size_gives_no_verdict():
     # a softmax over 2**22 values at batch 1 cannot shrink (its fan-in) and does not fit 1 ms
-    r = prescreen(task("torch.softmax(x, dim=-1)", batch=1, length=2**22), CFG, Budget(ms=1.0, mb=256))
+    no_retry = replace(CFG, sample=replace(CFG.sample, prescreen_retry_ms=0.0))
+    r = prescreen(task("torch.softmax(x, dim=-1)", batch=1, length=2**22), no_retry, Budget(ms=1.0, mb=256))
     assert r.status == "over budget" and r.reason == ""
 
 
@@ -203,3 +204,24 @@ def test_few_outputs_equal_in_every_draw_are_input_insensitive():
     n = r.measurements["output_numel"]
     assert r.scaled and n < OUT_KEEP and n * (CFG.profile.input_draws - 1) >= EQUAL_KEEP
     assert r.reason.startswith("input-insensitive")
+
+
+def test_a_draw_over_budget_is_screened_again_within_the_retry_budget_only():
+    # a softmax over 2**22 values at batch 1 keeps its fan-in, so no size fits 1 ms; within 4 s it runs
+    huge = task("torch.softmax(x, dim=-1)", batch=1, length=2**22)
+    tight = Budget(ms=1.0, mb=256)
+    off = replace(CFG, sample=replace(CFG.sample, prescreen_retry_ms=0.0))
+    assert prescreen(huge, off, tight).status == "over budget"
+    retried = replace(CFG, sample=replace(CFG.sample, prescreen_retry_ms=4000.0))
+    r = prescreen(huge, retried, tight)
+    assert r.status == "ok" and r.constants["length"] == 2**22
+    # a draw that fits the first budget is screened there: the retry budget does not grow its sizes
+    small = task("torch.sigmoid(x + 12.0)", batch=64, length=2**16)
+    assert prescreen(small, retried).constants == prescreen(small, off).constants
+
+
+def test_the_retry_budget_is_validated():
+    from pipeline.config import ConfigError, validate
+
+    with pytest.raises(ConfigError, match="prescreen_retry_ms"):
+        validate(replace(CFG, sample=replace(CFG.sample, prescreen_retry_ms=-1.0)), "test")
