@@ -71,3 +71,14 @@ def test_every_call_of_a_stage_is_kept_and_summed(tmp_path):
     assert [c.get("gpus") for c in rec["calls"]] == [None, 2, 1]
     assert rec["seconds_all_calls"] == 175.5
     assert all("calls" not in c for c in rec["calls"])
+
+
+def test_many_shards_read_on_threads_keep_their_order_and_a_broken_one_is_named(tmp_path):
+    rd = RunDir(tmp_path)
+    for k in range(40):  # past the count read one at a time
+        rd.write_shard("verdicts", k, [{"task_id": f"t{k:02d}-{i}", "stage": "filter", "keep": True, "reason": ""}
+                                       for i in range(3)], VERDICTS)
+    assert [r["task_id"] for r in rd.read_rows("verdicts")] == [f"t{k:02d}-{i}" for k in range(40) for i in range(3)]
+    rd.shard_path("verdicts", 17).write_bytes(b"not parquet")
+    with pytest.raises(OpsynthError, match="part-00017.parquet cannot be read"):
+        rd.read_rows("verdicts")
