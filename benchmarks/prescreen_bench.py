@@ -193,6 +193,7 @@ def by_recorded_status(run: Path) -> dict:
     seconds; compare them as shares): where the pre-screen's missing verdicts cost GPU time."""
     import duckdb
 
+    target = f"NOT v.keep AND regexp_matches(v.reason, '^({'|'.join(FAMILIES)})')"
     con = duckdb.connect()
     rows = con.sql(f"""
         WITH p AS (SELECT task_id, CASE WHEN status LIKE 'error%' THEN 'error'
@@ -201,10 +202,8 @@ def by_recorded_status(run: Path) -> dict:
              v AS (SELECT task_id, keep, reason FROM read_parquet('{run}/verdicts/*.parquet') WHERE stage = 'filter'),
              m AS (SELECT task_id, gpu_busy_s FROM read_parquet('{run}/measurements/*.parquet'))
         SELECT p.status, count(*) AS tasks,
-               count(*) FILTER (WHERE NOT v.keep AND regexp_matches(v.reason,
-                   '^(input-insensitive|degenerate output|fakeable by a fixed output)')) AS target_rejections,
-               round(sum(m.gpu_busy_s) FILTER (WHERE NOT v.keep AND regexp_matches(v.reason,
-                   '^(input-insensitive|degenerate output|fakeable by a fixed output)')), 1) AS target_lock_held_s,
+               count(*) FILTER (WHERE {target}) AS target_rejections,
+               round(sum(m.gpu_busy_s) FILTER (WHERE {target}), 1) AS target_lock_held_s,
                round(sum(m.gpu_busy_s), 1) AS lock_held_s
         FROM p JOIN v USING (task_id) JOIN m USING (task_id) GROUP BY p.status ORDER BY tasks DESC""").fetchall()
     cols = ("status", "tasks", "target_rejections", "target_lock_held_s", "lock_held_s")

@@ -314,7 +314,7 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
             res = _screen(code, cfg, budget)
-            retry = float(getattr(cfg.sample, "prescreen_retry_ms", 0.0) or 0.0)
+            retry = cfg.sample.prescreen_retry_ms
             if res.status.startswith("over budget") and retry > budget.ms:
                 # no size fits: a larger budget for this draw alone (the others keep theirs: a budget is also
                 # the size every screen grows to, so raising it for all costs every draw its share)
