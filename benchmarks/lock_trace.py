@@ -18,7 +18,9 @@ and the mean utilisation of the intervals it fills (over 80%); and, where the tr
 held, each holder's share of a moment counted as 1 / the holders then; how long holds last per step; and the drains
 one by one (how many, how long: each timing phase pays one). Past the first `--after` seconds, how many workers held
 the GPU, waited to time or (with `--budget`, the call's OPSYNTH_BUDGET_TRACE) waited for memory in the samples of
-each utilisation band: where the GPU idles with few holders, the other workers were on the host.
+each utilisation band: where the GPU idles with few holders, the other workers were on the host. With
+profile.first_run_wait_s, the waits of timers for first compiled runs in flight (`waitout` lines) and the GPU's
+utilisation inside them.
 
     python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--budget BUDGET[.gz]] [--after 60]
         [--label TEXT] [--out JSON]
@@ -53,6 +55,33 @@ def read_trace(path: Path) -> list[tuple[float, str, str, str, str]]:
                 rows.append((float(p[0]), p[1], p[2], p[3], p[4] if len(p) == 5 else "-"))
     rows.sort(key=lambda r: r[0])
     return rows
+
+
+def read_wait_outs(path: Path) -> list[tuple[float, float]]:
+    """(start, end) of each wait of a worker about to time for the first compiled runs in flight to end
+    (profile.first_run_wait_s: `waitout` / `waitedout` lines; the shared work of the others goes on meanwhile)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    began: dict[str, float] = {}
+    out = []
+    with opener(path, "rt") as f:
+        for line in f:
+            p = line.split()
+            if len(p) >= 3 and p[2] == "waitout":
+                began[p[1]] = float(p[0])
+            elif len(p) >= 3 and p[2] == "waitedout" and p[1] in began:
+                out.append((began.pop(p[1]), float(p[0])))
+    return sorted(out)
+
+
+def wait_outs(spans: list[tuple[float, float]], smi: list[tuple[float, int]]) -> dict:
+    """How many wait-outs, how long, and the GPU's mean utilisation in the samples that fall inside one."""
+    if not spans:
+        return {"n": 0}
+    inside = [u for t, u in smi if any(a <= t <= b for a, b in spans)]
+    return {**_quantiles([b - a for a, b in spans]), "n": len(spans),
+            "total_s": round(sum(b - a for a, b in spans), 1),
+            "mean_utilisation_inside": round(sum(inside) / len(inside), 1) if inside else None,
+            "samples_inside": len(inside)}
 
 
 def read_smi(path: Path) -> list[tuple[float, int]]:
@@ -278,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     trace, smi = read_trace(args.trace), read_smi(args.smi)
     res = {"label": args.label, "command": "benchmarks/lock_trace.py " + " ".join(sys.argv[1:] if argv is None else argv),
            **analyse(trace, smi),
-           "occupancy": occupancy(trace, smi, read_budget_waits(args.budget) if args.budget else [], args.after)}
+           "occupancy": occupancy(trace, smi, read_budget_waits(args.budget) if args.budget else [], args.after),
+           "first_run_wait_outs": wait_outs(read_wait_outs(args.trace), smi)}
     print(f"{args.label or args.trace}: utilisation {res['utilisation']}% over {res['span_s']} s between the first "
           f"and last lock event; idle {res['idle_s']} GPU-s")
     print(f"{'state':10} {'seconds':>8} {'share':>6} {'idle s':>7} {'util when filling':>18}")
@@ -295,6 +325,10 @@ def main(argv: list[str] | None = None) -> None:
     if e["n"]:
         print(f"drains: {e['n']}, {e['total_s']} s, p50 {e['p50_s']} s, p90 {e['p90_s']} s, max {e['max_s']} s; "
               f"{e['over_1s']} over 1 s ({e['over_1s_total_s']} s)")
+    w = res["first_run_wait_outs"]
+    if w["n"]:
+        print(f"first-run wait-outs (profile.first_run_wait_s): {w['n']}, {w['total_s']} s, p50 {w['p50_s']} s, max "
+              f"{w['max_s']} s; utilisation inside them {w['mean_utilisation_inside']}% ({w['samples_inside']} samples)")
     occ = res["occupancy"]
     if occ:
         print(f"after the first {occ['after_s']:g} s: utilisation {occ['utilisation']}%; workers per sample by its "

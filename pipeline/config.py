@@ -124,6 +124,10 @@ class ProfileSection:
     timing_phases: bool = True
     # seconds the first worker of a phase waits (shared work goes on) for others to come to time with it
     timing_gather_s: float = 0.0
+    # with timing_phases: seconds a worker about to time may wait, the others' shared work going on, for the compiled
+    # graphs' first runs in flight to end (no new one starts meanwhile) before it closes the gate; a first run is
+    # mostly host work, and a drain behind one leaves the GPU idle. 0: the gate closes at once
+    first_run_wait_s: float = 0.0
     # with timing_phases: a worker announces its timed runs from inside its last shared section and draws the timing
     # inputs and runs the warm-ups there, while the neighbours' sections drain (untimed work: it may overlap theirs);
     # the exclusive hold is then the timed runs alone. Off: the draw and one warm-up run per model inside it
@@ -305,6 +309,8 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.reserve_margin_compiled == 0 or p.reserve_margin_compiled >= 1, where,
            f"profile.reserve_margin_compiled must be 0 (off) or >= 1 (got {p.reserve_margin_compiled})")
     _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
+    _check(p.first_run_wait_s >= 0, where,
+           f"profile.first_run_wait_s must be >= 0 seconds (got {p.first_run_wait_s}; 0: no wait)")
     return p
 
 

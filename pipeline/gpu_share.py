@@ -29,15 +29,31 @@ class GpuLock:
 
     `announce` closes the gate from inside a shared hold: the worker goes on with untimed device work of its own (its
     timing inputs and warm-up runs) while the neighbours' sections drain, and its exclusive hold follows without
-    reopening the gate; whichever way that hold ends (a release, a failed task), the announcement ends with it."""
+    reopening the gate; whichever way that hold ends (a release, a failed task), the announcement ends with it.
+
+    With `wait_out_s` (and phases), a worker about to close the gate first waits up to that long, shared work going
+    on, for the shared sections labelled `wait_out_label` in flight to end, and no new such section starts meanwhile.
+    Why: a compiled graph's first run is mostly host work (call 63: 25 of 35 drains over 0.3 s ended with one,
+    holds of 1.2-2.9 s), and a drain behind it left the GPU idle while every other worker waited at the gate; now
+    the others go on with their shared work until it ends, and the drain that follows waits for short sections
+    only. The wait is bounded, so it can never deadlock; a timer that finds the gate closed already joins at once."""
 
     POLL_S = 0.005  # how often a gathering worker looks for an announced one
 
     def __init__(self, path: str | None, notify: Callable[[str], None],
-                 sync: Callable[[], None] = lambda: None, phases: bool = False, gather_s: float = 0.0) -> None:
+                 sync: Callable[[], None] = lambda: None, phases: bool = False, gather_s: float = 0.0,
+                 wait_out_s: float = 0.0, wait_out_label: str = "compiled-run") -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.intent = os.open(path + ".intent", os.O_RDWR | os.O_CREAT, 0o600) if path and phases else None
+        waits_out = bool(path and phases and wait_out_s > 0)
+        # held shared by each worker inside a `wait_out_label` section; by a timer waiting those out (its own gate)
+        self.sections = os.open(path + ".sections", os.O_RDWR | os.O_CREAT, 0o600) if waits_out else None
+        self.section_gate = os.open(path + ".sgate", os.O_RDWR | os.O_CREAT, 0o600) if waits_out else None
+        self.wait_out_s, self.wait_out_label = float(wait_out_s), wait_out_label
+        self._in_section = False  # this worker holds `sections` shared
+        self._gating_sections = False  # this worker holds `section_gate` shared (it waits out sections, then times)
+        self.wait_out_spent = 0.0  # part of wait_exclusive_s: waiting out `wait_out_label` sections
         self.gather_s = float(gather_s)
         self.notify, self.sync = notify, sync
         self.mode: str | None = None  # None | "shared" | "exclusive"
@@ -105,6 +121,54 @@ class GpuLock:
         self.gather_s_spent += time.perf_counter() - t0
         self._count_wait(t0)
 
+    def _wait_out_sections(self) -> None:
+        """Before closing the gate: keep new `wait_out_label` sections from starting and wait up to wait_out_s for
+        those in flight to end (shared work goes on meanwhile). Leaves the section gate held: `_open_section_gate`
+        once the main gate is closed, so none starts in between. Nothing when a phase is on already."""
+        if self.sections is None or self._announced():
+            return
+        fcntl.flock(self.section_gate, fcntl.LOCK_SH)  # type: ignore[arg-type]
+        self._gating_sections = True
+        t0 = time.perf_counter()
+        deadline = t0 + self.wait_out_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(self.sections, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
+            except BlockingIOError:
+                if time.perf_counter() >= deadline or self._announced():
+                    break
+                if not waited:
+                    waited = True
+                    self.notify("lock_wait")
+                    self._trace("waitout", "shared")
+                time.sleep(self.POLL_S)
+                continue
+            fcntl.flock(self.sections, fcntl.LOCK_UN)  # type: ignore[arg-type]
+            break
+        if waited:
+            self.notify("lock_held")
+            self._trace("waitedout", "shared")
+            self.wait_out_spent += time.perf_counter() - t0
+            self._count_wait(t0)
+
+    def _open_section_gate(self) -> None:
+        if self._gating_sections:
+            fcntl.flock(self.section_gate, fcntl.LOCK_UN)  # type: ignore[arg-type]
+            self._gating_sections = False
+
+    def _enter_section(self) -> None:
+        """Before a `wait_out_label` section takes the lock: wait while a timer waits sections out, then count in."""
+        self._flock(self.section_gate, fcntl.LOCK_EX)  # type: ignore[arg-type]
+        fcntl.flock(self.section_gate, fcntl.LOCK_UN)  # type: ignore[arg-type]
+        fcntl.flock(self.sections, fcntl.LOCK_SH)  # type: ignore[arg-type]  # only ever probed exclusively
+        self._in_section = True
+
+    def _leave_section(self) -> None:
+        if self._in_section:
+            fcntl.flock(self.sections, fcntl.LOCK_UN)  # type: ignore[arg-type]
+            self._in_section = False
+
     def announce(self, label: str = "") -> None:
         """From inside a shared hold, announce a timed run (gathering first, as `acquire` does) and keep the hold:
         no new shared section starts, the neighbours' sections drain while this worker does untimed device work of
@@ -114,7 +178,9 @@ class GpuLock:
         self._want_exclusive = True  # the gathering below is part of the wait to time
         if self.gather_s > 0:
             self._gather()
+        self._wait_out_sections()
         self._flock(self.intent, fcntl.LOCK_SH)
+        self._open_section_gate()
         self._announced_here = True
         self._trace("want", "exclusive")
         self.acquire(label=label)  # the same shared hold, relabelled
@@ -124,6 +190,8 @@ class GpuLock:
         if self.mode == mode:
             if label and label != self.label:  # the same hold goes on to another step: the trace says so
                 self._trace("free", mode)
+                if label != self.wait_out_label:
+                    self._leave_section()
                 self.label = label
                 self._trace("hold", mode)
             return
@@ -135,8 +203,12 @@ class GpuLock:
             if exclusive and self.intent is not None and not upgrade:
                 if self.gather_s > 0:
                     self._gather()
+                self._wait_out_sections()
                 self._flock(self.intent, fcntl.LOCK_SH)  # announced: the gate below closes for new shared holders
+                self._open_section_gate()
                 self._trace("want", mode)
+            elif not exclusive and self.sections is not None and label == self.wait_out_label:
+                self._enter_section()
             while True:
                 self._flock(self.turnstile, fcntl.LOCK_EX)
                 if exclusive or self.intent is None or not self._announced():
@@ -161,6 +233,7 @@ class GpuLock:
             self.sync()
         dt = time.perf_counter() - self._since
         self._trace("free", self.mode)
+        self._leave_section()
         self.held_s += dt
         if self.mode == "exclusive":
             self.exclusive_s += dt

@@ -352,7 +352,8 @@ class Harness:
         self.cuda = device.startswith("cuda")
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
-                            gather_s=settings.profile.timing_gather_s)
+                            gather_s=settings.profile.timing_gather_s, wait_out_s=settings.profile.first_run_wait_s,
+                            wait_out_label="compiled-run")
         if self.cuda and settings.profile.compile and settings.profile.autotune_benchmark_ms > 0:
             require_autotuning_bound(settings.profile.autotune_benchmark_ms)
         if settings.profile.compile:

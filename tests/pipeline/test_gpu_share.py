@@ -318,8 +318,8 @@ def test_inductor_still_has_the_benchmarker_the_worker_guards():
         del benchmarking.benchmarker.benchmark_gpu  # the class's method again
 
 
-def _phase_lock(path: str, gather_s: float = 0.0) -> GpuLock:
-    return GpuLock(path, lambda _: None, phases=True, gather_s=gather_s)
+def _phase_lock(path: str, gather_s: float = 0.0, wait_out_s: float = 0.0) -> GpuLock:
+    return GpuLock(path, lambda _: None, phases=True, gather_s=gather_s, wait_out_s=wait_out_s)
 
 
 def test_timed_runs_go_in_phases_no_shared_section_between_two_waiting_timers(tmp_path):
@@ -566,3 +566,103 @@ def test_occupancy_counts_the_workers_on_the_gpu_per_utilisation_band():
     assert full["shared_holders"] == round(2 * 2 / 6, 2) and full["timing_holders"] == round(4 / 6, 2)
     assert full["waiting_for_memory"] == round(1 / 6, 2) and full["announced"] == 0
     assert idle["shared_holders"] == 1.0 and idle["announced"] == 0.5 and idle["waiting_for_memory"] == 0.75
+
+
+def test_a_timer_waits_out_a_first_run_while_other_shared_work_goes_on(tmp_path):
+    """With wait_out_s, a worker about to time lets a compiled graph's first run in flight end before it closes
+    the gate: meanwhile another worker's eager step starts and ends (the GPU stays fed), a second first run waits,
+    and the timer times once the first run is over, before the second one starts."""
+    path = str(tmp_path / "gpu.lock")
+    first, eager, second, timer = (_phase_lock(path, wait_out_s=5.0) for _ in range(4))
+    order: list[str] = []
+    first.acquire(label="compiled-run")
+    _, timed = _in_thread(lambda: (timer.acquire(exclusive=True), order.append("timer"), timer.release()))
+    time.sleep(0.2)  # the timer is waiting the first run out, and has not closed the gate
+    assert order == [] and timer.wait_out_spent == 0
+    _, eager_done = _in_thread(lambda: (eager.acquire(label="eager"), order.append("eager"), eager.release()))
+    assert eager_done.wait(2)  # not gated: shared work goes on while the timer waits
+    _, second_done = _in_thread(lambda: (second.acquire(label="compiled-run"), order.append("second"),
+                                         second.release()))
+    assert not second_done.wait(0.3)  # a new first run waits for the timer
+    first.acquire(label="compile-check")  # the first run is over, the same hold goes on to its checks
+    assert not timed.wait(0.3)  # the gate is closed now; the timer still waits for that shared hold to drain
+    first.release()
+    assert timed.wait(5) and second_done.wait(5)
+    assert order == ["eager", "timer", "second"]
+    assert timer.wait_out_spent >= 0.5 and timer.wait_exclusive_s >= timer.wait_out_spent
+
+
+def test_waiting_out_first_runs_is_bounded_and_off_by_default(tmp_path):
+    """A first run longer than wait_out_s: the timer closes the gate after wait_out_s and the drain waits for the
+    run, as without waiting out. With wait_out_s 0 the gate closes at once: a newcomer's eager step waits."""
+    path = str(tmp_path / "gpu.lock")
+    long_run, timer = _phase_lock(path, wait_out_s=0.3), _phase_lock(path, wait_out_s=0.3)
+    long_run.acquire(label="compiled-run")
+    t0 = time.perf_counter()
+    _, timed = _in_thread(lambda: (timer.acquire(exclusive=True), timer.release()))
+    time.sleep(0.6)  # past wait_out_s: the gate is closed, a newcomer waits
+    newcomer = _phase_lock(path, wait_out_s=0.3)
+    _, got = _in_thread(lambda: (newcomer.acquire(label="eager"), newcomer.release()))
+    assert not got.wait(0.3) and not timed.is_set()
+    long_run.release()
+    assert timed.wait(5) and got.wait(5)
+    assert 0.3 <= timer.wait_out_spent < 0.6 and time.perf_counter() - t0 >= 0.9
+
+    holder, plain = _phase_lock(path), _phase_lock(path)
+    holder.acquire(label="compiled-run")
+    _, timed = _in_thread(lambda: (plain.acquire(exclusive=True), plain.release()))
+    time.sleep(0.2)
+    _, got = _in_thread(lambda: (newcomer.acquire(label="eager"), newcomer.release()))
+    assert not got.wait(0.3)  # gated at once: nothing is waited out
+    holder.release()
+    assert timed.wait(5) and got.wait(5) and plain.wait_out_spent == 0
+
+
+def test_a_timer_announcing_from_a_shared_hold_waits_out_first_runs_and_joins_a_phase_at_once(tmp_path):
+    """announce (profile.warm_in_drain) waits first runs out from inside its own shared hold; a timer that comes
+    while a phase is on joins it without waiting anything out, even with a first run still in flight."""
+    path = str(tmp_path / "gpu.lock")
+    run, timer = _phase_lock(path, wait_out_s=5.0), _phase_lock(path, wait_out_s=5.0)
+    run.acquire(label="compiled-run")
+    timer.acquire(label="compile-check")
+    _, announced = _in_thread(lambda: timer.announce(label="timing-warm-up"))
+    assert not announced.wait(0.3)  # waiting the first run out, its own shared hold kept
+    run.release()
+    assert announced.wait(5) and timer.wait_out_spent >= 0.3 and timer.mode == "shared"
+    timer.acquire(exclusive=True)
+    timer.release()
+
+    stuck, impatient, late = (_phase_lock(path, wait_out_s=w) for w in (5.0, 0.2, 5.0))
+    stuck.acquire(label="compiled-run")
+    _, first_timed = _in_thread(lambda: (impatient.acquire(exclusive=True), impatient.release()))
+    time.sleep(0.5)  # the impatient timer gave up waiting after 0.2 s: the phase is on, the drain waits for `stuck`
+    _, late_timed = _in_thread(lambda: (late.acquire(exclusive=True), late.release()))
+    time.sleep(0.2)
+    stuck.release()
+    assert first_timed.wait(5) and late_timed.wait(5)
+    assert late.wait_out_spent == 0 and 0.2 <= impatient.wait_out_spent < 0.5
+
+
+def test_the_lock_trace_marks_a_wait_out_and_lock_trace_reads_it_beside_nvidia_smi(tmp_path, monkeypatch):
+    """A timer's wait for a first run in flight is traced (`waitout` ... `waitedout`) and stays a shared state
+    (no drain yet); benchmarks/lock_trace.py gives its length and the GPU's utilisation inside it."""
+    trace = tmp_path / "lock.trace"
+    monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
+    run, timer = (_phase_lock(str(tmp_path / "gpu.lock"), wait_out_s=5.0) for _ in range(2))
+    run.pid, timer.pid = "run", "timer"
+    run.acquire(label="compiled-run")
+    _, done = _in_thread(lambda: (timer.acquire(exclusive=True, label="timing"), timer.release()))
+    time.sleep(0.4)
+    run.release()
+    assert done.wait(5)
+    lt = _lock_trace_module()
+    spans = lt.read_wait_outs(trace)
+    assert len(spans) == 1 and 0.3 <= spans[0][1] - spans[0][0] < 2.0
+    rows = lt.read_trace(trace)
+    want = next(t for t, who, ev, _, _ in rows if ev == "want")
+    assert want >= spans[0][1]  # the gate closes after the wait-out: the shared work went on until then
+    a, b = spans[0]
+    smi = [(a - 0.5, 10), (a + 0.1, 80), (b - 0.05, 60), (b + 0.5, 0)]
+    got = lt.wait_outs(spans, smi)
+    assert got["n"] == 1 and got["samples_inside"] == 2 and got["mean_utilisation_inside"] == 70.0
+    assert lt.wait_outs([], smi) == {"n": 0}
