@@ -13,6 +13,7 @@ it is spent no shard starts, the shards already started are finished and written
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -199,40 +200,61 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
             for m in results[k].values():
                 if m["task_id"] in shard_of:
                     note(m)
-        flush_ready()
-        if any(to_run.values()):
-            if budget.spent():  # nothing would start: spare the workers' startup
-                stop[0] = True
-            else:
-                bar.restart_clock()
-                bar.phase("starting workers")
-                timing["tables_s"] = round(time.monotonic() - started, 1)  # this process's reading, before workers
-                with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
-                                   WorkerSettings.from_config(cfg), fork_server=early) as ex:
-                    uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
-                    expect = ExpectedWall()
-                    order = expect.order if cfg.profile.longest_first else None
-                    for m in ex.imap_unordered(_by_shard(list(to_run.values()), budget, stop, handed, order, refuse)):
-                        bar.phase("")
-                        expect.observe(ops_of.get(m["task_id"]), m.get("wall_s"))
-                        results[shard_of[m["task_id"]]][m["task_id"]] = m
-                        note(m)
-                        flush_ready()
-                    flush_ready()  # shards whose last tasks the static check refused
-                    if getattr(ex, "ready_s", None) is not None:
-                        timing["workers_ready_s"] = round(ex.ready_s, 1)
-                    if early is not None and early.ready_s is not None:  # from the call's start
-                        timing["fork_server_ready_s"] = round(early.started - started + early.ready_s, 1)
-                        timing["fork_server_import_s"] = early.import_s
-                    if handed[0]:
-                        timing["tail_s"] = round(time.monotonic() - handed[0], 1)
+        try:
+            flush_ready()
+            if any(to_run.values()):
+                if budget.spent():  # nothing would start: spare the workers' startup
+                    stop[0] = True
+                else:
+                    bar.restart_clock()
+                    bar.phase("starting workers")
+                    timing["tables_s"] = round(time.monotonic() - started, 1)  # this process's reading, before workers
+                    with make_executor(executor, cfg.run.device, cfg.run.workers, gpus, ray_address,
+                                       WorkerSettings.from_config(cfg), fork_server=early) as ex:
+                        uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
+                        expect = ExpectedWall()
+                        order = expect.order if cfg.profile.longest_first else None
+                        hand_out = _by_shard(list(to_run.values()), budget, stop, handed, order, refuse)
+                        for m in ex.imap_unordered(hand_out):
+                            bar.phase("")
+                            expect.observe(ops_of.get(m["task_id"]), m.get("wall_s"))
+                            results[shard_of[m["task_id"]]][m["task_id"]] = m
+                            note(m)
+                            flush_ready()
+                        flush_ready()  # shards whose last tasks the static check refused
+                        if getattr(ex, "ready_s", None) is not None:
+                            timing["workers_ready_s"] = round(ex.ready_s, 1)
+                        if early is not None and early.ready_s is not None:  # from the call's start
+                            timing["fork_server_ready_s"] = round(early.started - started + early.ready_s, 1)
+                            timing["fork_server_import_s"] = early.import_s
+                        if handed[0]:
+                            timing["tail_s"] = round(time.monotonic() - handed[0], 1)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a worker stopped from outside: the call cost GPU time too
+            stop[0] = True
+            with contextlib.suppress(Exception):  # the interruption is what the caller must see
+                _record_call(rd, cfg, executor, gpus, settings, t0, on_disk, stop[0], budget, timing, uses_mps,
+                             interrupted=True)
+            raise
+    profiled, skipped = _record_call(rd, cfg, executor, gpus, settings, t0, on_disk, stop[0], budget, timing,
+                                     uses_mps)
+    return {"profiled": profiled, "skipped": skipped, "measured_now": budget.submitted,
+            "tasks": len(tasks), "with_measurements": profiled + skipped, "stopped": stop[0],
+            "minutes": round(budget.elapsed() / 60, 2)}
+
+
+def _record_call(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, settings: dict[str, Any] | None,
+                 t0: float, on_disk: dict[int, Counter], stopped: bool, budget: Budget, timing: dict[str, float],
+                 uses_mps: bool | None, interrupted: bool = False) -> tuple[int, int]:
+    """Log this call in the manifest (`stages.profile.calls`: what the card's cost table sums, and where
+    benchmarks find a call's tasks) and return (profiled, skipped) over the shards on disk. An interrupted call is
+    logged too, `interrupted` set: its GPU time was spent, and its finished shards stay."""
     statuses = sum(on_disk.values(), Counter())
-    profiled = sum(statuses.values()) - statuses.get("skipped", 0)
-    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=statuses.get("skipped", 0),
-                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
+    skipped = statuses.get("skipped", 0)
+    profiled = sum(statuses.values()) - skipped
+    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=skipped,
+                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stopped,
                     gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
                     **({"mps": uses_mps} if uses_mps is not None else {}), **timing,
+                    **({"interrupted": True} if interrupted else {}),
                     **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
-    return {"profiled": profiled, "skipped": statuses.get("skipped", 0), "measured_now": budget.submitted,
-            "tasks": len(tasks), "with_measurements": sum(statuses.values()), "stopped": stop[0],
-            "minutes": round(budget.elapsed() / 60, 2)}
+    return profiled, skipped

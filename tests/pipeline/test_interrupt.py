@@ -150,11 +150,18 @@ def test_ctrl_c_during_profile_with_compile_on(tmp_path, sig):
     assert left == [f"part-{k:05d}.parquet" for k in rd.done_shards("measurements")]  # no half or hidden shard
     for k in rd.done_shards("measurements"):
         assert pq.read_table(rd.shard_path("measurements", k)).num_rows == 1
+    # the interrupted call is logged: its time counts in what the run cost, its finished tasks say where it stopped
+    cut = rd.manifest()["stages"]["profile"]
+    assert cut["interrupted"] is True and cut["stopped"] is True and cut["calls"][-1]["interrupted"] is True
+    assert cut["profiled"] + cut["skipped"] == n_done and cut["seconds"] > 0
 
     _cut_short(tmp_path / "inductor")  # whatever the stop left in the cache, the worst it could be
     again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert again.returncode == 0, again.stderr
     rows = rd.read_rows("measurements")
     assert len(rows) == 6
+    after = rd.manifest()["stages"]["profile"]
+    assert [c.get("interrupted", False) for c in after["calls"]] == [True, False] and "interrupted" not in after
+    assert after["seconds_all_calls"] == pytest.approx(sum(c["seconds"] for c in after["calls"]), abs=0.01)
     compiled = [m for m in rows if m["status"] == "ok" and not (m["compile_error"] or "").startswith("skipped")]
     assert compiled and all(m["compile_ok"] for m in compiled), [m["compile_error"] for m in compiled]
