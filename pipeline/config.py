@@ -102,6 +102,11 @@ class ProfileSection:
     # (pipeline/fork_server.py): ready in the time a CUDA context takes instead of a fresh interpreter's imports;
     # false: each worker is a fresh `python -m pipeline.harness`
     fork_workers: bool = True
+    # the fork server (and a worker) imports Dynamo and inductor before the first task; false: a worker imports and
+    # configures them at its first compile (with warm_worker off), so workers fork after torch alone and the GPU
+    # starts on the first tasks' eager steps while they import (about half of the server's imports; not yet measured
+    # on a GPU)
+    preload_compile: bool = True
     # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
     longest_first: bool = True

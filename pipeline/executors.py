@@ -242,7 +242,14 @@ def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
     # GPUs stay visible: inductor decides at import which benchmarker it uses by whether CUDA is there (with
     # CUDA_VISIBLE_DEVICES="" it took one without the arguments profile.autotune_benchmark_ms needs)
     env = {**worker_env(), "OMP_NUM_THREADS": "1"}
-    return ForkServer(env, [*PRELOAD, *(PRELOAD_COMPILE if settings.profile.compile else ())])
+    return ForkServer(env, preload_modules(settings))
+
+
+def preload_modules(settings: WorkerSettings) -> list[str]:
+    """What the fork server imports before it forks a worker: the harness, and Dynamo and inductor too unless
+    profile.preload_compile is off (or nothing compiles)."""
+    compiles = settings.profile.compile and settings.profile.preload_compile
+    return [*PRELOAD, *(PRELOAD_COMPILE if compiles else ())]
 
 
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,

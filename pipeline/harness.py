@@ -354,22 +354,12 @@ class Harness:
         self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
                             gather_s=settings.profile.timing_gather_s, wait_out_s=settings.profile.first_run_wait_s,
                             wait_out_label="compiled-run")
-        if self.cuda and settings.profile.compile and settings.profile.autotune_benchmark_ms > 0:
-            require_autotuning_bound(settings.profile.autotune_benchmark_ms)
-        if settings.profile.compile:
-            _set_pointwise_autotuning(settings.profile.autotune_pointwise)
-        if self.cuda and settings.profile.compile and settings.profile.autotune_config_cap_ms > 0:
-            _cap_autotune_configs(settings.profile.autotune_config_cap_ms)
-        if self.cuda and settings.profile.compile and lock_path:
-            _guard_benchmarks(self.lock, settings.profile.yield_in_autotuning)
+        self._lock_path = lock_path
         self.notify = notify
         self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)
-        if settings.profile.compile:
-            # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose
-            # failure inductor takes silently (scalar code from then on)
-            removed = self.cache.repair_shared()
-            if removed:
-                print(f"deleted {len(removed)} broken binaries from the inductor cache: {removed[:3]}", file=sys.stderr)
+        self.compile_configured = False  # inductor imported and set up for this worker (_configure_compile)
+        if settings.profile.compile and settings.profile.preload_compile:
+            self._configure_compile()
         self.torch_version = torch.__version__
         limit = settings.profile.memory_limit_gb
         self.budget = MemoryBudget(None, 0, notify)
@@ -462,14 +452,33 @@ class Harness:
         self._sync()
         return out, (time.perf_counter() - t0) * 1e3
 
+    def _configure_compile(self) -> None:
+        """Import inductor and set it up as the profile section says (autotuning bounds, pointwise autotuning, the
+        GPU lock around its benchmarks): at the worker's start, or with profile.preload_compile off just before its
+        first compile. Once per worker."""
+        if self.compile_configured:
+            return
+        p = self.s.profile
+        if self.cuda and p.autotune_benchmark_ms > 0:
+            require_autotuning_bound(p.autotune_benchmark_ms)
+        _set_pointwise_autotuning(p.autotune_pointwise)
+        if self.cuda and p.autotune_config_cap_ms > 0:
+            _cap_autotune_configs(p.autotune_config_cap_ms)
+        if self.cuda and self._lock_path:
+            _guard_benchmarks(self.lock, p.yield_in_autotuning)
+        # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose failure
+        # inductor takes silently (scalar code from then on)
+        removed = self.cache.repair_shared()
+        if removed:
+            print(f"deleted {len(removed)} broken binaries from the inductor cache: {removed[:3]}", file=sys.stderr)
+        self.compile_configured = True
+
     def warm(self, with_compile: bool = True) -> float:
         """Pay each process's one-time costs before the first task (inductor and Triton imports, Triton's
         launcher build, cuBLAS and cuDNN handles), so they never sit inside a task's GPU lock. Without `with_compile` (a
         replacement: a fault under MPS replaces every worker of the GPU at once, and the GPU idles until they
         are ready) the compile warm-up is left to the first task, which compiles with warm caches outside the lock."""
         t0 = time.perf_counter()
-        import torch._dynamo as dynamo
-
         lin = torch.nn.Linear(64, 64).to(self.device)
         conv = torch.nn.Conv2d(4, 4, 3).to(self.device)
 
@@ -481,6 +490,10 @@ class Harness:
             with self.lock.hold(label="warm-up"):
                 fn(x, y)
             if self.s.profile.compile and with_compile:
+                import torch._dynamo as dynamo
+
+                self._configure_compile()
+
                 def compile_once() -> None:
                     dynamo.reset()
                     inner = torch._TorchCompileInductorWrapper(None, None, None)
@@ -795,6 +808,7 @@ class Harness:
         import torch._dynamo as dynamo
 
         self.cache.use_shared()  # a private cache of an earlier task's retry is done with
+        self._configure_compile()  # a setup failure is the worker's, not this task's compile failure
         try:
             (compiled, out, compile_s), repaired = self._with_cache_repair(lambda: self._first_compiled_run(model, ns),
                                                                 f"task {m.get('task_id')}")
