@@ -78,8 +78,7 @@ def wait_outs(spans: list[tuple[float, float]], smi: list[tuple[float, int]]) ->
     if not spans:
         return {"n": 0}
     inside = [u for t, u in smi if any(a <= t <= b for a, b in spans)]
-    return {**_quantiles([b - a for a, b in spans]), "n": len(spans),
-            "total_s": round(sum(b - a for a, b in spans), 1),
+    return {**_quantiles([b - a for a, b in spans]),
             "mean_utilisation_inside": round(sum(inside) / len(inside), 1) if inside else None,
             "samples_inside": len(inside)}
 

@@ -195,6 +195,21 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     # out (workers fall idle one by one); a time-boxed call pays both each time
     timing: dict[str, float] = {}
     handed = [0.0]
+    def record(interrupted: bool = False) -> tuple[int, int]:
+        """Log this call in the manifest (`stages.profile.calls`: what the card's cost table sums, and where
+        benchmarks find a call's tasks); (profiled, skipped) over the shards on disk. An interrupted call is logged
+        too, `interrupted` set: its GPU time was spent, and its finished shards stay."""
+        statuses = sum(on_disk.values(), Counter())
+        skipped = statuses.get("skipped", 0)
+        profiled = sum(statuses.values()) - skipped
+        rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=skipped,
+                        device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stop[0],
+                        gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0,
+                        measured_now=budget.submitted, **({"mps": uses_mps} if uses_mps is not None else {}),
+                        **timing, **({"interrupted": True} if interrupted else {}),
+                        **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
+        return profiled, skipped
+
     with bar:
         for k in list(results):
             for m in results[k].values():
@@ -232,29 +247,9 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a worker stopped from outside: the call cost GPU time too
             stop[0] = True
             with contextlib.suppress(Exception):  # the interruption is what the caller must see
-                _record_call(rd, cfg, executor, gpus, settings, t0, on_disk, stop[0], budget, timing, uses_mps,
-                             interrupted=True)
+                record(interrupted=True)
             raise
-    profiled, skipped = _record_call(rd, cfg, executor, gpus, settings, t0, on_disk, stop[0], budget, timing,
-                                     uses_mps)
+    profiled, skipped = record()
     return {"profiled": profiled, "skipped": skipped, "measured_now": budget.submitted,
             "tasks": len(tasks), "with_measurements": profiled + skipped, "stopped": stop[0],
             "minutes": round(budget.elapsed() / 60, 2)}
-
-
-def _record_call(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, settings: dict[str, Any] | None,
-                 t0: float, on_disk: dict[int, Counter], stopped: bool, budget: Budget, timing: dict[str, float],
-                 uses_mps: bool | None, interrupted: bool = False) -> tuple[int, int]:
-    """Log this call in the manifest (`stages.profile.calls`: what the card's cost table sums, and where
-    benchmarks find a call's tasks) and return (profiled, skipped) over the shards on disk. An interrupted call is
-    logged too, `interrupted` set: its GPU time was spent, and its finished shards stay."""
-    statuses = sum(on_disk.values(), Counter())
-    skipped = statuses.get("skipped", 0)
-    profiled = sum(statuses.values()) - skipped
-    rd.record_stage("profile", time.time() - t0, profiled=profiled, skipped=skipped,
-                    device=cfg.run.device, executor=executor, workers=cfg.run.workers, stopped=stopped,
-                    gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0, measured_now=budget.submitted,
-                    **({"mps": uses_mps} if uses_mps is not None else {}), **timing,
-                    **({"interrupted": True} if interrupted else {}),
-                    **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
-    return profiled, skipped
