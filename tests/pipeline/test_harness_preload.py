@@ -1,6 +1,7 @@
 """profile.preload_compile: with it off, a worker imports and sets up Dynamo and inductor at its first compile,
 not at its start, so the fork server forks workers after torch alone; the compile and its settings are the same."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -61,3 +62,42 @@ def test_the_fork_server_preloads_inductor_only_when_asked():
     assert preload_modules(base.with_profile(compile=True)) == [*PRELOAD, *PRELOAD_COMPILE]
     assert preload_modules(base.with_profile(compile=True, preload_compile=False)) == list(PRELOAD)
     assert preload_modules(base.with_profile(compile=False)) == list(PRELOAD)
+
+
+GOOD = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+    def forward(self, x):
+        return torch.softmax(self.lin(x), dim=-1) * {k} + torch.tanh(x)
+def get_inputs():
+    return [torch.rand(256, 512)]
+def get_init_inputs():
+    return [512]
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("preload", [True, False])
+def test_forked_gpu_workers_compile_with_the_h200_settings_either_way(preload):
+    """The h200 preset's profile section (bounded autotuning, capped configs, the GPU lock around inductor's
+    benchmarks, MPS) set up in the fork server or at each worker's first compile: every task compiles and agrees."""
+    import torch
+
+    from pipeline.config import load_preset
+    from pipeline.executors import make_executor
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    cfg = load_preset("h200")
+    cfg = dataclasses.replace(cfg, filter=dataclasses.replace(cfg.filter, min_eager_ms=0.0))  # tiny tasks time too
+    s = WorkerSettings.from_config(cfg).with_profile(preload_compile=preload, fork_workers=True)
+    tasks = [{"task_id": f"t{k}", "code": GOOD.replace("{k}", str(k + 2)), "flops": 2 * 256 * 512 * 512,
+              "bytes_moved": 4 * 256 * 512 * 3} for k in range(6)]
+    with make_executor("local", device="cuda", workers=3, gpus=[0], settings=s) as ex:
+        out = {r["task_id"]: r for r in ex.imap_unordered(tasks)}
+    assert {t: (r["status"], r["compile_ok"], r["compile_agrees_1e2"]) for t, r in out.items()} == \
+        {t["task_id"]: ("ok", True, True) for t in tasks}
