@@ -103,9 +103,9 @@ class ProfileSection:
     # false: each worker is a fresh `python -m pipeline.harness`
     fork_workers: bool = True
     # the fork server (and a worker) imports Dynamo and inductor before the first task; false: a worker imports and
-    # configures them at its first compile (with warm_worker off), so workers fork after torch alone and the GPU
-    # starts on the first tasks' eager steps while they import (about half of the server's imports; not yet measured
-    # on a GPU)
+    # configures them at its first compile (with warm_worker off), so workers fork after torch alone. On one H200
+    # (calls 66-67, cold machines) false readied workers at 5.8 s against 16.0 s, but 20 workers importing inductor at
+    # once held back their first compiles as long: the GPU idled 20.5 GPU-s of the first 30 s against 22.0
     preload_compile: bool = True
     # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
