@@ -163,6 +163,8 @@ class _LockedBackend:
         shrunk = self._around is not None
         if shrunk:
             self._around[0]()
+        # no hold while inductor compiles: the label names the step an OOM here happened in (or "benchmark")
+        self._lock.label = "compile"
         t0 = time.perf_counter()
         try:
             try:
@@ -530,12 +532,13 @@ class Harness:
             self.retrying = True
             # the step the first attempt was in when it failed (the GPU lock's last label: eager, compiled-run,
             # compile-check, timing...) says which part of a task its reservation misses
-            first = (f"{m['status']} in {self.lock.label or 'setup'}: {m['error']}" if m["status"] != "ok"
+            first = (f"{m['status']} in {m.get('_step') or 'setup'}: {m['error']}" if m["status"] != "ok"
                      else f"timing alloc retries {m.get('timing_alloc_retries')}")
             m = self._attempt(task, dict(base), self.task_cap)
             m["reservation_retry"] = f"{first_cap / 2**30:.2f} GiB: {first}"[:300]
             m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
         m.setdefault("reservation_retry", "")
+        m.pop("_step", None)
         m["wall_s"] = time.perf_counter() - t0
         m["started_at"] = started_at
         m["gpu_busy_s"] = self.lock.held_s
@@ -575,6 +578,8 @@ class Harness:
         except Exception as e:  # noqa: BLE001 - whatever the task does is a result
             status, fatal = (e.status, False) if isinstance(e, TaskError) else _classify(e)
             m.update(status=status, error=str(e) if isinstance(e, TaskError) else one_line(e), _fatal=fatal)
+            # the step it failed in, before the clean-up below holds the lock for its own step ("free-memory")
+            m["_step"] = self.lock.label
         finally:
             self.lock.release()
         if not m["_fatal"]:

@@ -52,7 +52,7 @@ def test_an_unpredicted_peak_reserves_the_filters_cap_not_the_whole_worker():
 def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float = 26,
                       step: str = "") -> tuple[Harness, list[int]]:
     """A CPU harness whose first attempt returns `first` under a reservation of reserved_gib (as a GPU worker with a
-    memory budget would), having last held the GPU lock for `step`, and whose second returns a clean measurement;
+    memory budget would), having failed in `step`, and whose second returns a clean measurement;
     the reservation of each attempt is kept."""
     from pipeline.gpu_share import GpuLock, MemoryBudget
 
@@ -65,8 +65,9 @@ def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float 
 
     def attempt(task, m, reserve):
         reserves.append(reserve)
-        h.lock.label = step if len(reserves) == 1 else "timing"
-        return {**m, **(first if len(reserves) == 1 else {"status": "ok", "timing_alloc_retries": 0})}
+        h.lock.label = "free-memory"  # the attempt's clean-up held the lock last, whatever step it failed in
+        failed = {**first, "_step": step} if first["status"] != "ok" else first
+        return {**m, **(failed if len(reserves) == 1 else {"status": "ok", "timing_alloc_retries": 0})}
 
     h._attempt, h._footprint = attempt, lambda *a, **k: int(reserved_gib * GIB)
     return h, reserves
@@ -127,3 +128,36 @@ def test_a_compiled_margin_under_one_is_refused_and_zero_is_off(tmp_path):
     with pytest.raises(ConfigError, match="reserve_margin_compiled must be 0 .off. or >= 1"):
         load_file(cfg)
     assert _harness(26, 8)._compiled_footprint() == 0  # off by default
+
+
+def test_the_retry_names_the_step_the_task_failed_in_not_the_clean_up_after_it():
+    """The real attempt on a GPU worker: the task runs out of memory inside a compiled-run hold, then the attempt's
+    clean-up holds the lock to free memory; the retry note names compiled-run. Out of memory while inductor
+    compiles (no hold) reads compile."""
+    import torch
+
+    from pipeline.harness import _LockedBackend
+
+    h, _ = _retrying_harness({"status": "ok"})
+    del h._attempt  # the real one
+    h.cuda, h._reserve = True, lambda *a, **k: None
+    steps = iter(["compiled-run", "timing"])
+
+    def profile(task, m):
+        label = next(steps)
+        with h.lock.hold(label=label):
+            if label == "compiled-run":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        m["timing_alloc_retries"] = 0
+
+    h._profile = profile
+    m = h.profile({"task_id": "t"})
+    assert m["status"] == "ok" and m["reservation_retry"].startswith("7.00 GiB: oom in compiled-run: ")
+    assert "_step" not in m
+
+    def oom_compiling(gm, example_inputs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    with h.lock.hold(label="compiled-draw"), pytest.raises(torch.OutOfMemoryError):
+        _LockedBackend(oom_compiling, h.lock)(None, [])
+    assert h.lock.label == "compile"
