@@ -33,6 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from filters.base import decide  # noqa: E402
+from filters.checks import UNTIMED_CHECKS  # noqa: E402
 from pipeline.config import load_file  # noqa: E402
 from pipeline.selection import accepted_task_ids, first_rejection  # noqa: E402
 from pipeline.store import RunDir  # noqa: E402
@@ -262,6 +264,26 @@ def reservation_retries(rows: list[dict]) -> dict:
             "examples": [f"{r['task_id']}: {r['reservation_retry'][:200]}" for r in retried[:3]]}
 
 
+def rejected_before_timing(rows: list[dict], f) -> dict:
+    """The tasks the checks decided before their timed runs reject (filters.checks.UNTIMED_CHECKS at the run's
+    thresholds): how many were timed all the same and what that cost (their time holding the GPU alone and waiting
+    for it), and how many the worker left untimed (profile.skip_timing_when_rejected)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    out = [r for r in ok if decide(r, UNTIMED_CHECKS, f)[1]]
+    timed = [r for r in out if r.get("eager_ms") is not None]
+
+    def total(rs: list[dict], key: str) -> float:
+        return round(sum(r.get(key) or 0.0 for r in rs), 1)
+
+    alone = total(ok, "gpu_exclusive_s")
+    return {"ran": len(ok), "rejected_before_timing": len(out), "timed_anyway": len(timed),
+            "left_untimed": sum(1 for r in out if r.get("timing_skipped")),
+            "their_gpu_exclusive_s": total(timed, "gpu_exclusive_s"), "all_gpu_exclusive_s": alone,
+            "their_share_of_exclusive": round(total(timed, "gpu_exclusive_s") / alone, 4) if alone else None,
+            "their_wait_exclusive_s": total(timed, "lock_wait_exclusive_s"),
+            "all_wait_exclusive_s": total(ok, "lock_wait_exclusive_s")}
+
+
 def quick_over_median(rows: list[dict]) -> dict:
     """How far the untimed quick eager run (which early_reject_factor judges) strays from the timed median:
     quantiles of quick_eager_ms / eager_ms over the tasks that have both."""
@@ -333,6 +355,7 @@ def main() -> None:
         "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median(judged_rows),
         "reservation_retries": reservation_retries(judged_rows),
+        "rejected_before_timing": rejected_before_timing(judged_rows, cfg.filter),
         "long_first_compiled_runs": long_first_compiled_runs(judged_rows),
         "finish_timeline": finish_timeline(judged_rows),
         "worker_time_per_task_s": time_breakdown(judged_rows,
@@ -368,6 +391,11 @@ def main() -> None:
     if rr["tasks_recorded"]:
         print(f"run again with the worker's whole cap (out of their reservation): {rr['retried']} of "
               f"{rr['tasks_recorded']} tasks that record it" + "".join(f"\n  {e}" for e in rr["examples"]))
+    rb = result["rejected_before_timing"]
+    print(f"rejected by the checks before timing: {rb['rejected_before_timing']} of {rb['ran']} that ran; timed all the "
+          f"same: {rb['timed_anyway']} ({rb['their_gpu_exclusive_s']} of {rb['all_gpu_exclusive_s']} s held alone, "
+          f"{rb['their_wait_exclusive_s']} of {rb['all_wait_exclusive_s']} s waiting for it); left untimed: "
+          f"{rb['left_untimed']}")
     lf = result["long_first_compiled_runs"]
     if lf["tasks"]:
         print(f"first compiled runs over {lf['over_s']:g} s of GPU (the pool waits behind them): {lf['tasks']} tasks, "

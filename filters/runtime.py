@@ -15,7 +15,8 @@ def ran_ok(m: dict[str, Any], f: Any) -> str | None:
 def eager_in_window(m: dict[str, Any], f: Any) -> str | None:
     ms = m.get("eager_ms")
     if ms is None:
-        return "no eager runtime"
+        # not timed because a check rejected it: that check names the reason (or `timed` does, at other thresholds)
+        return None if m.get("timing_skipped") else "no eager runtime"
     if ms < f.min_eager_ms:
         return f"too fast (eager {ms:.3g} ms < {f.min_eager_ms:g} ms)"
     if ms > f.max_eager_ms:
@@ -38,4 +39,13 @@ def peak_memory_under_cap(m: dict[str, Any], f: Any) -> str | None:
     cap = f.max_peak_memory_gb * 2**30
     if peak > cap:
         return f"too much memory (peak {peak / 2**30:.2f} GiB > {f.max_peak_memory_gb:g} GiB)"
+    return None
+
+
+def timed(m: dict[str, Any], f: Any) -> str | None:
+    """Last of the checks: a task the worker did not time (profile.skip_timing_when_rejected) and that every other
+    check keeps at these thresholds (looser than the profile's) has no runtime to judge or publish."""
+    if m.get("eager_ms") is None and m.get("timing_skipped"):
+        return (f"not timed: profile it again with profile.skip_timing_when_rejected off to judge it at these "
+                f"thresholds (rejected while profiling: {m['timing_skipped']})")[:200]
     return None

@@ -113,6 +113,12 @@ class ProfileSection:
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True
+    # a task the checks before timing already reject (the eager checks, or the compiled graph failing or disagreeing,
+    # at the filter's thresholds) is not timed: its timed runs hold the GPU alone and each phase of them waits for a
+    # drain, and the filter throws the task away anyway (calls 66-68: 445 of 5,279 tasks that ran, 31.1 of 363.1 s
+    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; not yet measured on a GPU). Its row says why
+    # (timing_skipped) and has no runtimes, so a looser filter later rejects it as not timed. False: all are timed
+    skip_timing_when_rejected: bool = False
     # a GPU task gives back the memory share it does not use while inductor compiles (CPU work) and queues for
     # it again before the compiled graph runs; off: it holds a whole forward's peak throughout
     shrink_while_compiling: bool = True

@@ -46,7 +46,7 @@ from typing import Any, NamedTuple
 import torch
 
 from filters.base import decide
-from filters.checks import EAGER_CHECKS
+from filters.checks import EAGER_CHECKS, UNTIMED_CHECKS
 from filters.tensor_checks import (
     agreement,
     draw_checks,
@@ -718,6 +718,11 @@ class Harness:
                 compiled = self._compile(model, ns, ref0, subs, stride, m)
         # the checks are done: their outputs would only crowd the timed runs' allocations under the hard cap
         del ref0, subs
+        m["timing_skipped"] = ""
+        if s.skip_timing_when_rejected and (why := decide(m, UNTIMED_CHECKS, self.s.filter)[1]):
+            m["timing_skipped"] = why  # the filter rejects it for this whatever it times: no GPU held alone for it
+            m["timing_alloc_retries"] = 0
+            return
         x0, done_runs = self._warm_in_drain(ns, model, compiled) if s.warm_in_drain else (None, s.warmup - 1)
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput. The input

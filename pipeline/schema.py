@@ -55,6 +55,9 @@ MEASUREMENTS = pa.schema([
     ("compile_iqr_ms", pa.float64()),
     ("compile_runs", pa.int32()),
     ("timing_alloc_retries", pa.int32()),
+    # "" or why the worker did not time the task: the filter's verdict from the checks decided before timing
+    # (profile.skip_timing_when_rejected); eager_ms and compile_ms are then null
+    ("timing_skipped", pa.string()),
     ("compile_max_abs_err", pa.float64()),
     ("compile_max_rel_err", pa.float64()),
     ("compile_agrees_1e4", pa.bool_()),

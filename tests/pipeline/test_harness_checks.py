@@ -319,3 +319,36 @@ def test_a_failing_compile_backend_is_reported_by_its_inner_error():
     assert line.startswith("BackendCompilerFailed (NotImplementedError: NYI TritonSplitDimKernel reductions)"), line
     assert "0x" not in line
     assert one_line(ValueError("first\nsecond")) == "ValueError: first"
+
+
+@pytest.mark.parametrize("expr, why", [
+    ("self.w.expand(32, 16) + 0 * x", "input-insensitive"),
+    ("self.drop(x)", "non-deterministic"),
+])
+def test_a_task_the_checks_reject_is_not_timed_when_told_so(expr, why):
+    from filters.checks import CHECKS
+
+    r = run(expr, compile=True, skip_timing_when_rejected=True)
+    assert r["status"] == "ok" and r["timing_skipped"].startswith(why)
+    assert r.get("eager_ms") is None and r.get("eager_runs") is None and r.get("compile_ms") is None
+    # the filter stage rejects it for the same reason it was not timed, not for its missing runtime
+    assert decide(r, CHECKS, FilterSection())[1] == r["timing_skipped"]
+    # at thresholds loose enough to keep it, it has no runtime to publish: rejected as not timed, with the fix
+    loose = FilterSection(require_deterministic=False, min_input_sensitivity=0.0, min_input_sensitivity_ratio=0.0,
+                          require_compile=False,
+                          min_eager_ms=0.0)
+    reason = decide(r, CHECKS, loose)[1]
+    assert reason.startswith("not timed: profile it again with profile.skip_timing_when_rejected off")
+    assert "(rejected while profiling: " in reason
+
+
+def test_a_compile_failure_is_not_timed_and_a_clean_task_is(clean):
+    from filters.checks import CHECKS
+
+    r = run("torch.sin(x * self.w) + x", compile=False, skip_timing_when_rejected=True)  # filter requires compile
+    assert r["timing_skipped"].startswith("compile failed") and r.get("eager_ms") is None
+    assert decide(r, CHECKS, FilterSection())[1] == r["timing_skipped"]
+    r = run("torch.sin(x * self.w) + x", compile=True, skip_timing_when_rejected=True)
+    assert r["timing_skipped"] == "" and r["eager_ms"] > 0 and r["compile_ms"] > 0
+    assert decide(r, CHECKS, WIDE)[0]
+    assert clean["timing_skipped"] == "" and clean["eager_ms"] > 0  # off: every task that ran is timed

@@ -51,3 +51,46 @@ def test_a_lost_shard_is_measured_again_whatever_the_filter_said(tmp_path, tanh_
     got = _run(tmp_path, tanh_tasks(2), skip_dropped=True, filtered=True)
     assert got["rows"]["t0"]["status"] == "ok" and got["rows"]["t0"]["eager_ms"] > 0
     assert got["rows"]["t1"]["status"] == "skipped" and "decontaminate" in got["rows"]["t1"]["error"]
+
+
+INSENSITIVE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.ones(16, 16) * 3 + 0 * x
+
+def get_inputs():
+    return [torch.rand(16, 16)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_task_rejected_before_timing_keeps_its_verdict_untimed(tmp_path, tanh_tasks):
+    """profile.skip_timing_when_rejected: the filter stage keeps and rejects the same tasks for the same reasons,
+    and the rejected task's row says why it was not timed."""
+    from pipeline.stages import filter as filter_stage
+
+    tasks = [*tanh_tasks(1), {"task_id": "t1", "name": "Ones", "code": INSENSITIVE}]
+    got = {}
+    for skip in (False, True):
+        cfg = load_preset("demo")
+        cfg = dataclasses.replace(
+            cfg, run=dataclasses.replace(cfg.run, workers=1),
+            profile=dataclasses.replace(cfg.profile, compile=False, skip_timing_when_rejected=skip),
+            filter=dataclasses.replace(cfg.filter, min_eager_ms=0.0, max_eager_ms=1e9, require_compile=False))
+        rd = RunDir(tmp_path / f"run-{skip}")
+        rd.init(cfg)
+        rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+        profile.run(rd, cfg, "local")
+        filter_stage.run(rd, cfg)
+        rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
+        verdicts = {v["task_id"]: (v["keep"], v["reason"].split(" (")[0]) for v in rd.read_rows("verdicts")}
+        got[skip] = rows, verdicts
+    assert got[True][1] == got[False][1] == {"t0": (True, ""), "t1": (False, "input-insensitive")}
+    (timed, untimed), (_, kept_off) = [got[True][0][t] for t in ("t0", "t1")], [got[False][0][t] for t in ("t0", "t1")]
+    assert untimed["timing_skipped"].startswith("input-insensitive") and untimed["eager_ms"] is None
+    assert timed["timing_skipped"] == "" and timed["eager_ms"] > 0
+    assert kept_off["eager_ms"] > 0 and kept_off["timing_skipped"] == ""  # off: timed like any other
