@@ -1,7 +1,8 @@
 """The measured checks, in the order the filter applies them, and which of them the eager runs alone decide.
 
 The filter stage applies CHECKS to every measurement; a profile worker applies EAGER_CHECKS before compiling, so
-a task they reject is not compiled, and UNTIMED_CHECKS before its timed runs, so a task they reject is not timed. Both read them here, with the config's filter section as settings.
+a task they reject is not compiled, and UNTIMED_CHECKS before its timed runs, so a task they reject is not timed.
+Both read them here, with the config's filter section as settings.
 """
 
 from __future__ import annotations

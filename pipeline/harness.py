@@ -721,7 +721,6 @@ class Harness:
         m["timing_skipped"] = ""
         if s.skip_timing_when_rejected and (why := decide(m, UNTIMED_CHECKS, self.s.filter)[1]):
             m["timing_skipped"] = why  # the filter rejects it for this whatever it times: no GPU held alone for it
-            m["timing_alloc_retries"] = 0
             return
         x0, done_runs = self._warm_in_drain(ns, model, compiled) if s.warm_in_drain else (None, s.warmup - 1)
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every

@@ -64,25 +64,9 @@ def test_the_fork_server_preloads_inductor_only_when_asked():
     assert preload_modules(base.with_profile(compile=False)) == list(PRELOAD)
 
 
-GOOD = """
-import torch
-import torch.nn as nn
-class Model(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-        self.lin = nn.Linear(n, n)
-    def forward(self, x):
-        return torch.softmax(self.lin(x), dim=-1) * {k} + torch.tanh(x)
-def get_inputs():
-    return [torch.rand(256, 512)]
-def get_init_inputs():
-    return [512]
-"""
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("preload", [True, False])
-def test_forked_gpu_workers_compile_with_the_h200_settings_either_way(preload):
+def test_forked_gpu_workers_compile_with_the_h200_settings_either_way(preload, tanh_tasks):
     """The h200 preset's profile section (bounded autotuning, capped configs, the GPU lock around inductor's
     benchmarks, MPS) set up in the fork server or at each worker's first compile: every task compiles and agrees."""
     import torch
@@ -95,8 +79,7 @@ def test_forked_gpu_workers_compile_with_the_h200_settings_either_way(preload):
     cfg = load_preset("h200")
     cfg = dataclasses.replace(cfg, filter=dataclasses.replace(cfg.filter, min_eager_ms=0.0))  # tiny tasks time too
     s = WorkerSettings.from_config(cfg).with_profile(preload_compile=preload, fork_workers=True)
-    tasks = [{"task_id": f"t{k}", "code": GOOD.replace("{k}", str(k + 2)), "flops": 2 * 256 * 512 * 512,
-              "bytes_moved": 4 * 256 * 512 * 3} for k in range(6)]
+    tasks = tanh_tasks(6)
     with make_executor("local", device="cuda", workers=3, gpus=[0], settings=s) as ex:
         out = {r["task_id"]: r for r in ex.imap_unordered(tasks)}
     assert {t: (r["status"], r["compile_ok"], r["compile_agrees_1e2"]) for t, r in out.items()} == \
