@@ -155,6 +155,12 @@ class ProfileSection:
     # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
     # input held the GPU lock 84 s while every neighbour waited to time (call 33), a batch norm's 48 s (call 45); 0: off
     autotune_config_cap_ms: float = 0.0
+    # host cores kept for workers that hold the GPU: a worker runs on all of its cores while it holds the GPU lock
+    # (launching kernels, timed runs) and on the others otherwise (compiling, building models), so a step that feeds
+    # the GPU never waits behind a neighbour's compile for a core. Launch gaps inside timed runs are the tasks' own
+    # (KernelBench counts them); a launch thread preempted by a compile makes them longer than on an idle host.
+    # 0: every worker may run anywhere. Ignored (all cores) when the host has no more cores than this
+    holder_cores: int = 0
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
     mps: bool = False
@@ -320,6 +326,7 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.reserve_margin_compiled == 0 or p.reserve_margin_compiled >= 1, where,
            f"profile.reserve_margin_compiled must be 0 (off) or >= 1 (got {p.reserve_margin_compiled})")
     _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
+    _check(p.holder_cores >= 0, where, f"profile.holder_cores must be >= 0, 0 for none kept (got {p.holder_cores})")
     _check(p.first_run_wait_s >= 0, where,
            f"profile.first_run_wait_s must be >= 0 seconds (got {p.first_run_wait_s}; 0: no wait)")
     return p

@@ -13,6 +13,18 @@ from collections.abc import Callable
 from typing import Any
 
 
+def holder_core_split(keep: int) -> tuple[frozenset[int], frozenset[int]] | None:
+    """(all cores, cores for a worker holding nothing) when `keep` of this process's cores are kept for workers
+    holding the GPU (profile.holder_cores): the highest-numbered ones. None when nothing is kept, the host cannot
+    spare them (no core left for the rest) or the platform sets no affinity."""
+    if keep <= 0 or not hasattr(os, "sched_getaffinity"):
+        return None
+    every = frozenset(os.sched_getaffinity(0))
+    if len(every) <= keep:
+        return None
+    return every, frozenset(sorted(every)[:-keep])
+
+
 class GpuLock:
     """One GPU shared by its workers: timed runs hold it exclusively; other device work (setup, checks, the
     first compiled call with inductor's autotuning) holds it shared, so neighbours overlap untimed work with
@@ -36,13 +48,17 @@ class GpuLock:
     Why: a compiled graph's first run is mostly host work (call 63: 25 of 35 drains over 0.3 s ended with one,
     holds of 1.2-2.9 s), and a drain behind it left the GPU idle while every other worker waited at the gate; now
     the others go on with their shared work until it ends, and the drain that follows waits for short sections
-    only. The wait is bounded, so it can never deadlock; a timer that finds the gate closed already joins at once."""
+    only. The wait is bounded, so it can never deadlock; a timer that finds the gate closed already joins at once.
+
+    With `cores` (all, free: `holder_core_split`), the holding thread runs on all cores and on `free` otherwise, so the
+    cores outside `free` only ever run GPU holders."""
 
     POLL_S = 0.005  # how often a gathering worker looks for an announced one
 
     def __init__(self, path: str | None, notify: Callable[[str], None],
                  sync: Callable[[], None] = lambda: None, phases: bool = False, gather_s: float = 0.0,
-                 wait_out_s: float = 0.0, wait_out_label: str = "compiled-run") -> None:
+                 wait_out_s: float = 0.0, wait_out_label: str = "compiled-run",
+                 cores: tuple[frozenset[int], frozenset[int]] | None = None) -> None:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.intent = os.open(path + ".intent", os.O_RDWR | os.O_CREAT, 0o600) if path and phases else None
@@ -72,6 +88,13 @@ class GpuLock:
         self.trace = os.environ.get("OPSYNTH_LOCK_TRACE") or None
         self.pid = os.getpid()
         self.label = ""  # what the holder does (the harness's step: eager, compiled-run, timing...), for the trace
+        self.cores = cores
+        self._pin(held=False)
+
+    def _pin(self, held: bool) -> None:
+        if self.cores is not None:
+            with contextlib.suppress(OSError):  # a container that forbids it: the worker runs where it may
+                os.sched_setaffinity(0, self.cores[0] if held else self.cores[1])
 
     def _trace(self, event: str, mode: str) -> None:
         if self.trace:
@@ -222,6 +245,7 @@ class GpuLock:
             finally:
                 fcntl.flock(self.turnstile, fcntl.LOCK_UN)
         self.mode, self._since = mode, time.perf_counter()
+        self._pin(held=True)
         self._trace("hold", mode)
 
     def release(self, keep_announced: bool = False) -> None:
@@ -245,6 +269,7 @@ class GpuLock:
                     self._trace("unwant", "exclusive")  # announced, then gave up before timing (the task failed)
                 self._announced_here = False
         self.mode = None
+        self._pin(held=False)
 
     def yield_(self) -> None:
         """Between steps of a shared section: let a waiting exclusive holder in (the turnstile queues this

@@ -60,7 +60,7 @@ from operators.peak import LiveBytes
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
 from pipeline.config import ConfigError
-from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
+from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
 from pipeline.kernel_warmup import KernelWarmup
 from pipeline.worker_settings import WorkerSettings
 
@@ -355,7 +355,8 @@ class Harness:
         self.device = torch.device("cuda", 0) if self.cuda else torch.device("cpu")
         self.lock = GpuLock(lock_path, notify, sync=self._sync, phases=settings.profile.timing_phases,
                             gather_s=settings.profile.timing_gather_s, wait_out_s=settings.profile.first_run_wait_s,
-                            wait_out_label="compiled-run")
+                            wait_out_label="compiled-run",
+                            cores=holder_core_split(settings.profile.holder_cores) if lock_path else None)
         self._lock_path = lock_path
         self.notify = notify
         self.cache = InductorCache(os.path.dirname(lock_path) if lock_path else None)

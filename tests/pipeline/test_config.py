@@ -43,6 +43,7 @@ def test_overrides_change_only_run_fields():
         ({"filter": {"min_eager_ms": 5.0, "max_eager_ms": 1.0}}, "min_eager_ms"),
         ({"filter": {"min_input_sensitivity_ratio": -1.0}}, "min_input_sensitivity_ratio must be >= 0"),
         ({"profile": {"first_run_wait_s": -1.0}}, "profile.first_run_wait_s must be >= 0"),
+        ({"profile": {"holder_cores": -1}}, "profile.holder_cores must be >= 0"),
         ({"profiel": {}}, "unknown section"),
         ({"run": {"nn": 3}}, "unknown key"),
         ({"decontaminate": {"reference": []}}, "reference"),

@@ -1,5 +1,6 @@
 """How the workers of one GPU share it (pipeline.gpu_share): the shared/exclusive lock and the memory budget."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks
+from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
 
 
 def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:
@@ -666,3 +667,37 @@ def test_the_lock_trace_marks_a_wait_out_and_lock_trace_reads_it_beside_nvidia_s
     got = lt.wait_outs(spans, smi)
     assert got["n"] == 1 and got["samples_inside"] == 2 and got["mean_utilisation_inside"] == 70.0
     assert lt.wait_outs([], smi) == {"n": 0}
+
+
+def test_holder_cores_are_the_highest_numbered_and_never_all_of_them():
+    every = os.sched_getaffinity(0)
+    assert holder_core_split(0) is None
+    assert holder_core_split(len(every)) is None  # nothing left for the workers holding nothing
+    if len(every) >= 2:
+        split = holder_core_split(1)
+        assert split == (frozenset(every), frozenset(every - {max(every)}))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two host cores")
+def test_a_holder_runs_on_every_core_and_a_worker_holding_nothing_off_the_kept_ones(tmp_path):
+    """The pinning is per thread: a worker's other threads and the test process are untouched."""
+    split = holder_core_split(1)
+    seen: list[set[int]] = []
+
+    def worker():
+        lock = GpuLock(str(tmp_path / "gpu.lock"), lambda _: None, cores=split)
+        seen.append(os.sched_getaffinity(0))  # from its start
+        for exclusive in (False, True):
+            with lock.hold(exclusive=exclusive):
+                seen.append(os.sched_getaffinity(0))
+                lock.yield_()
+                seen.append(os.sched_getaffinity(0))
+            seen.append(os.sched_getaffinity(0))
+
+    before = os.sched_getaffinity(0)
+    t, done = _in_thread(worker)
+    t.join(10)
+    assert done.is_set()
+    free, every = set(split[1]), set(split[0])
+    assert seen == [free, every, every, free, every, every, free]
+    assert os.sched_getaffinity(0) == before

@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -298,6 +299,39 @@ def test_locked_backend_takes_the_lock_when_the_graph_runs_not_when_compiling_re
     assert fn(3) == 1 and lock.mode == "exclusive" and lock.label == "timing"
     lock.release()
     assert seen == ["shared", "exclusive"]
+
+
+@pytest.mark.skipif(len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2, reason="needs two host cores")
+def test_with_holder_cores_a_worker_compiles_off_them_and_runs_its_graph_on_every_core(tmp_path):
+    """profile.holder_cores: inductor's compile (CPU work, no hold) runs on the cores left to non-holders; the
+    compiled graph's run (a shared hold) may use every core, and the worker is back off them after its hold."""
+    from pipeline.gpu_share import GpuLock, holder_core_split
+    from pipeline.harness import _LockedBackend
+
+    everything = os.sched_getaffinity(0)
+    split = holder_core_split(1)
+    assert split is not None
+    lock = GpuLock(str(tmp_path / "gpu.lock"), lambda _: None, cores=split)
+    seen: dict[str, set[int]] = {}
+
+    def inner(gm, example_inputs):
+        seen["compile"] = os.sched_getaffinity(0)
+
+        def graph(*args):
+            seen["run"] = os.sched_getaffinity(0)
+            return len(args)
+        return graph
+
+    try:
+        lock.acquire(label="compiled-draw")
+        fn = _LockedBackend(inner, lock)(None, [])
+        assert fn(1) == 1
+        lock.release()
+        seen["after"] = os.sched_getaffinity(0)
+    finally:
+        os.sched_setaffinity(0, everything)
+    assert seen["compile"] == set(split[1]) and max(everything) not in seen["compile"]
+    assert seen["run"] == everything and seen["after"] == set(split[1])
 
 
 def test_a_failing_compile_backend_is_reported_by_its_inner_error():
