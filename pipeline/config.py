@@ -116,8 +116,9 @@ class ProfileSection:
     # a task the checks before timing already reject (the eager checks, or the compiled graph failing or disagreeing,
     # at the filter's thresholds) is not timed: its timed runs hold the GPU alone and each phase of them waits for a
     # drain, and the filter throws the task away anyway (calls 66-68: 445 of 5,279 tasks that ran, 31.1 of 363.1 s
-    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; not yet measured on a GPU). Its row says why
-    # (timing_skipped) and has no runtimes, so a looser filter later rejects it as not timed. False: all are timed
+    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; on in the h200 preset since calls 69-70). Its
+    # row says why (timing_skipped) and has no runtimes, so a looser filter later rejects it as not timed. False: all
+    # are timed
     skip_timing_when_rejected: bool = False
     # a GPU task gives back the memory share it does not use while inductor compiles (CPU work) and queues for
     # it again before the compiled graph runs; off: it holds a whole forward's peak throughout
@@ -159,7 +160,8 @@ class ProfileSection:
     # (launching kernels, timed runs) and on the others otherwise (compiling, building models), so a step that feeds
     # the GPU never waits behind a neighbour's compile for a core. Launch gaps inside timed runs are the tasks' own
     # (KernelBench counts them); a launch thread preempted by a compile makes them longer than on an idle host.
-    # 0: every worker may run anywhere. Ignored (all cores) when the host has no more cores than this
+    # 0: every worker may run anywhere. Ignored (all cores) when the host has no more cores than this. On one H200
+    # with 16 host cores and 20 workers, 2 kept cores moved neither utilisation nor timings (calls 69-70)
     holder_cores: int = 0
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
