@@ -57,14 +57,18 @@ class Budget:
 def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[bool],
               handed: list[float] | None = None,
               order: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None,
-              refuse: Callable[[dict[str, Any]], bool] | None = None) -> Iterator[dict[str, Any]]:
+              refuse: Callable[[dict[str, Any]], bool] | None = None,
+              merge_last: int = 0) -> Iterator[dict[str, Any]]:
     """The tasks of `shards`, shard by shard, until the budget is spent at a shard start (then stop[0] is set);
     handed[0] is when the last one was handed out. order: how a shard's tasks are handed out, decided when its
     first one is (what the call has measured by then may decide it). refuse: True for a task no worker may get
-    (it has recorded why); such a task is not counted against the budget."""
+    (it has recorded why); such a task is not counted against the budget. merge_last: with a budget that bounds
+    nothing (the call measures every shard), the last that many shards are ordered as one: their long tasks start
+    first, instead of the last shard's longest ending the call alone."""
+    shards = [rows for rows in shards if rows]
+    if merge_last > 1 and budget.max_seconds is None and budget.limit is None and len(shards) > 1:
+        shards = [*shards[:-merge_last], [t for rows in shards[-merge_last:] for t in rows]]
     for rows in shards:
-        if not rows:
-            continue
         if budget.spent():
             stop[0] = True
             return
@@ -229,7 +233,8 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                         uses_mps = getattr(ex, "uses_mps", None) if cfg.run.device == "cuda" else None
                         expect = ExpectedWall()
                         order = expect.order if cfg.profile.longest_first else None
-                        hand_out = _by_shard(list(to_run.values()), budget, stop, handed, order, refuse)
+                        hand_out = _by_shard(list(to_run.values()), budget, stop, handed, order, refuse,
+                                             merge_last=cfg.profile.longest_first_last_shards)
                         for m in ex.imap_unordered(hand_out):
                             bar.phase("")
                             expect.observe(ops_of.get(m["task_id"]), m.get("wall_s"))

@@ -44,6 +44,7 @@ def test_overrides_change_only_run_fields():
         ({"filter": {"min_input_sensitivity_ratio": -1.0}}, "min_input_sensitivity_ratio must be >= 0"),
         ({"profile": {"first_run_wait_s": -1.0}}, "profile.first_run_wait_s must be >= 0"),
         ({"profile": {"holder_cores": -1}}, "profile.holder_cores must be >= 0"),
+        ({"profile": {"longest_first_last_shards": -1}}, "profile.longest_first_last_shards must be >= 0"),
         ({"profiel": {}}, "unknown section"),
         ({"run": {"nn": 3}}, "unknown key"),
         ({"decontaminate": {"reference": []}}, "reference"),

@@ -1,5 +1,6 @@
 """The hand-out order of a profile call: a shard's tasks longest expected first, learnt from the call's own results,
-decided when the shard's first task is handed out, never across shards."""
+decided when the shard's first task is handed out, never across shards but the last few of a call that measures
+every shard."""
 
 from pipeline.stages.profile import Budget, _by_shard
 from pipeline.task_order import ExpectedWall
@@ -40,3 +41,16 @@ def test_each_shard_is_ordered_when_its_first_task_is_handed_out_and_shards_neve
     e.observe(["torch.sort"], 12.0)
     e.observe(["torch.add"], 1.0)
     assert [t["task_id"] for t in it] == ["d", "c"]  # shard 1, learnt from shard 0's results
+
+
+def test_a_call_that_measures_every_shard_orders_its_last_shards_as_one():
+    e = ExpectedWall()
+    e.observe(["torch.sort"], 25.0)
+    e.observe(["torch.add"], 1.0)
+    shards = [[_t("a", "torch.add"), _t("b", "torch.sort")], [_t("c", "torch.add")], [],
+              [_t("d", "torch.add"), _t("e", "torch.sort")]]
+    handed = [t["task_id"] for t in _by_shard(shards, Budget(), [False], order=e.order, merge_last=2)]
+    assert handed == ["b", "a", "e", "c", "d"]  # the last two non-empty shards as one: e's sort before c
+    bounded = [t["task_id"] for t in _by_shard(shards, Budget(max_seconds=1e9), [False], order=e.order, merge_last=2)]
+    assert bounded == ["b", "a", "c", "e", "d"]  # a call that may stop at a shard start keeps every shard apart
+    assert [t["task_id"] for t in _by_shard(shards, Budget(limit=99), [False], order=e.order, merge_last=2)] == bounded
