@@ -330,6 +330,9 @@ def main() -> None:
     published = set(accepted_task_ids(rd)) & judged
     rejections = {t: r for t, r in rejections.items() if t in judged}
     n = len(tasks)
+    if not n:
+        sys.exit(f"error: no task of {a.run} in the judged range [{a.since_index}, {a.until_index}); a re-measure copy "
+                 "logs its call after the original's: give --since-index, --until-index and --profile-seconds")
     profile = dict(manifest.get("stages", {}).get("profile", {}))
     if a.profile_seconds is not None:
         profile["seconds"] = a.profile_seconds

@@ -112,8 +112,9 @@ class ProfileSection:
     longest_first: bool = True
     # with longest_first and a call that measures every shard (no --max-minutes or --limit), the run's last this many
     # shards are ordered as one: a call that reaches the run's end ended with one long compile of its last shard
-    # running alone (tasks 0-599 of seed 20261207, call 70: a cummax compiled 25 s, tail 22.8 s). A kill then loses
-    # up to that many shards in flight. 1 or 0: shard by shard to the end
+    # running alone (seed 20261207's last 696 tasks, call 70: a sort compiled 40 s, a 27 s tail, the GPU 27% busy over
+    # the last 30 s); its last 504 measured again with 4 (call 71): a 2.5 s tail, 89% busy over the last 30 s. A kill
+    # then loses up to that many shards in flight. 1 or 0: shard by shard to the end
     longest_first_last_shards: int = 4
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost

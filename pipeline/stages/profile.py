@@ -9,6 +9,8 @@ its rows and is written again once its new tasks are measured.
 A Budget (`--max-minutes`, `--limit`) is checked only before the first task of a shard is handed out: once
 it is spent no shard starts, the shards already started are finished and written, and the call returns with
 `stopped` set. So a stop never leaves a shard half measured, and the next call starts at the next shard.
+A call with no such bound hands the run's last few shards out as one (profile.longest_first_last_shards), so
+those are in flight together near its end.
 """
 
 from __future__ import annotations
