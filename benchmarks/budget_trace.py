@@ -5,7 +5,10 @@ same worker released a smaller one), the seconds waited for each kind of request
 when a request had to wait. With --measurements, each traced task is matched to its measurement row by start time
 (the worker reserves within milliseconds of starting it) to compare what the retried tasks look like.
 
-    python benchmarks/budget_trace.py --trace TRACE[.gz] [--measurements DIR] [--label TEXT] [--out JSON]
+    python benchmarks/budget_trace.py --trace TRACE[.gz] [--measurements DIR] [--retry-factor F] [--label TEXT]
+        [--out JSON]
+
+--retry-factor F replays the waits as if every whole-cap retry had held F times the reservation its task outgrew.
 
 pyarrow and stdlib.
 """
@@ -80,6 +83,50 @@ def waits(rows: list[tuple], cap: int) -> dict:
         "held_by_others_at_a_wait_gib_q50": round(statistics.median(held_at_wait), 1) if held_at_wait else None}
 
 
+def retry_replay(rows: list[tuple], cap: int, factor: float) -> dict:
+    """Over the trace's span: the share of the budget whole-cap reservations held on average, the share of time some
+    worker waited, the worker-seconds waited, and of those the seconds in which the waiting request would have fit if
+    every whole-cap reservation had been `factor` times the same worker's reservation before it (the one its task
+    outgrew; profile.retry_reserve_factor), and as it was. First order only: what earlier admissions would have
+    changed after them is not replayed, nor a sized retry that runs out again."""
+    held: dict[str, int] = {}
+    wants: dict[str, int] = {}
+    outgrown: dict[str, int] = {}  # each worker's last reservation under the cap
+    last = rows[0][0]
+    span = any_wait = big_gib_s = waited = would_fit = fit_as_is = 0.0
+    budget = rows[0][5]
+
+    def sized(w: str, v: int) -> int:
+        return min(v, int(factor * outgrown.get(w, cap))) if v >= cap else v
+
+    for r in rows:
+        dt, last = r[0] - last, r[0]
+        span += dt
+        big_gib_s += dt * sum(v for v in held.values() if v >= cap) / GIB
+        if wants:
+            any_wait += dt
+            now, smaller = sum(held.values()), sum(sized(w, v) for w, v in held.items())
+            for w, n in wants.items():
+                waited += dt
+                would_fit += dt * (smaller - sized(w, held.get(w, 0)) + sized(w, n) <= budget)
+                fit_as_is += dt * (now - held.get(w, 0) + n <= budget)  # room, but a queue ahead of it
+        if r[2] in ("admit", "wait") and r[3] < cap:
+            outgrown[r[1]] = r[3]
+        if r[2] == "admit":
+            held[r[1]] = r[3]
+            wants.pop(r[1], None)
+        elif r[2] == "wait":
+            wants[r[1]] = r[3]
+        elif r[2] == "release":
+            held.pop(r[1], None)
+            wants.pop(r[1], None)
+    return {"retry_factor": factor, "span_s": round(span, 1),
+            "whole_cap_share_of_budget": round(big_gib_s / span / (budget / GIB), 3) if span else None,
+            "share_of_time_someone_waits": round(any_wait / span, 3) if span else None,
+            "worker_s_waited": round(waited, 1), "worker_s_that_would_fit": round(would_fit, 1),
+            "worker_s_that_fit_as_it_was": round(fit_as_is, 1)}
+
+
 def q10_q50_q90(xs: list[float]) -> list[float] | None:
     xs = sorted(x for x in xs if x is not None)
     return [round(xs[int(q * (len(xs) - 1))], 2) for q in (0.1, 0.5, 0.9)] if xs else None
@@ -117,6 +164,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, required=True)
     ap.add_argument("--measurements", type=Path, help="the run's measurements/ (rows with started_at)")
+    ap.add_argument("--retry-factor", type=float,
+                    help="replay the waits with every whole-cap retry at this many times the reservation it outgrew")
     ap.add_argument("--label", default="")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
@@ -136,6 +185,8 @@ def main() -> None:
            **waits(rows, cap)}
     if a.measurements:
         res["by_retry"] = match_measurements(tasks, a.measurements)
+    if a.retry_factor:
+        res["retry_replay"] = retry_replay(rows, cap, a.retry_factor)
     print(f"{res['first_attempts']} first attempts, {res['whole_cap_attempts']} attempts with the whole cap "
           f"({res['whole_cap_gib']} GiB of a {res['budget_gib']} GiB budget; {res['run_again_with_whole_cap']} right "
           f"after the same worker's smaller one), {res['worker_s_in_whole_cap_attempts']} worker-s waiting for or "
@@ -144,6 +195,12 @@ def main() -> None:
     for kind, v in res.get("by_retry", {}).items():
         print(f"  {kind:<12} {v['tasks']:>5} tasks ({v['matched']} matched): output GiB q10/q50/q90 "
               f"{v['output_gib_q10_q50_q90']}, peak {v['peak_gib_q10_q50_q90']}")
+    if "retry_replay" in res:
+        rr = res["retry_replay"]
+        print(f"whole-cap reservations held {rr['whole_cap_share_of_budget']:.1%} of the budget on average; some worker "
+              f"waited {rr['share_of_time_someone_waits']:.0%} of the span, {rr['worker_s_waited']} worker-s; with them "
+              f"at {rr['retry_factor']}x what they outgrew, {rr['worker_s_that_would_fit']} of those would have fit (as it was: "
+              f"{rr['worker_s_that_fit_as_it_was']}, room the queue ahead kept)")
     if a.out:
         a.out.write_text(json.dumps(res, indent=1) + "\n")
         print(f"wrote {a.out}")

@@ -184,6 +184,14 @@ class ProfileSection:
     # need more than the eager forward: of the release run's 707 tasks run again with the worker's cap, 495 ran
     # out while a graph ran, needing a median 1.21x (p90 1.40x) of that peak and output
     reserve_margin_compiled: float = 0.0
+    # a task that outgrew its reservation runs again with this many times that reservation (at most the worker's
+    # cap), and only if that is not enough either, with the worker's whole cap; 0: with the whole cap at once. Whole-cap
+    # retries (26 GiB in the h200 preset) held 11-13% of one H200's budget on average in calls 66, 67 and 69, while
+    # some worker waited for memory 55-61% of the time; replayed with retries at 2x what they outgrew, 77-82% of the
+    # worker-seconds waited would have found room at once, 11-17% as they were (benchmarks/budget_trace.py
+    # --retry-factor 2; first order). Of 342 OOM retries of seeds 20261205-07, the need at the failure was over 2x
+    # the outgrown share in 1 (p99 1.89x). Not yet measured on a GPU
+    retry_reserve_factor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -334,6 +342,8 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.reserve_margin_compiled == 0 or p.reserve_margin_compiled >= 1, where,
            f"profile.reserve_margin_compiled must be 0 (off) or >= 1 (got {p.reserve_margin_compiled})")
     _check(p.timing_gather_s >= 0, where, f"profile.timing_gather_s must be >= 0 seconds (got {p.timing_gather_s})")
+    _check(p.retry_reserve_factor == 0 or p.retry_reserve_factor > 1, where,
+           f"profile.retry_reserve_factor must be 0 (the whole cap) or > 1 (got {p.retry_reserve_factor})")
     _check(p.longest_first_last_shards >= 0, where,
            f"profile.longest_first_last_shards must be >= 0, 0 for shard by shard (got {p.longest_first_last_shards})")
     _check(p.holder_cores >= 0, where, f"profile.holder_cores must be >= 0, 0 for none kept (got {p.holder_cores})")

@@ -345,6 +345,14 @@ def _budget_bytes(settings: WorkerSettings, total: int) -> int:
     return int(0.95 * total - settings.workers_per_gpu * 2**30)
 
 
+def _outgrown_why(m: dict) -> str:
+    """What an attempt that outgrew its reservation ran into, for the retry note: the step of an OOM, or the
+    allocator's retries inside timed runs."""
+    if m["status"] != "ok":
+        return f"{m['status']} in {m.get('_step') or 'setup'}: {m['error']}"
+    return f"timing alloc retries {m.get('timing_alloc_retries')}"
+
+
 class Harness:
     """One worker's state: torch, the device, the L2 flush buffer, the GPU lock; `profile` runs one task."""
 
@@ -527,17 +535,23 @@ class Harness:
         first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
         if self._outgrew_reservation(m):
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
-            # again with the worker's whole cap, so an OOM or a disturbed timing is the task's own. (Reserving the
+            # again with a larger one (profile.retry_reserve_factor), the worker's whole cap at last, so an OOM or a
+            # disturbed timing is the task's own. (Reserving the
             # whole GPU instead drained every worker for each retry: 0.70 GPU-s per task instead of 0.44 on the
             # H200, call 7.)
             self.retrying = True
             # the step the first attempt was in when it failed (the GPU lock's last label: eager, compiled-run,
             # compile-check, timing...) says which part of a task its reservation misses
-            first = (f"{m['status']} in {m.get('_step') or 'setup'}: {m['error']}" if m["status"] != "ok"
-                     else f"timing alloc retries {m.get('timing_alloc_retries')}")
-            m = self._attempt(task, dict(base), self.task_cap)
-            m["reservation_retry"] = f"{first_cap / 2**30:.2f} GiB: {first}"[:300]
-            m["error"] = f"{m['error']} (retried with the worker's cap reserved)" if m["status"] != "ok" else ""
+            notes = [f"{first_cap / 2**30:.2f} GiB: {_outgrown_why(m)}"[:200]]
+            for cap in self._retry_caps(first_cap):
+                m = self._attempt(task, dict(base), cap)
+                if cap >= self.task_cap or not self._outgrew_reservation(m):
+                    break
+                # not enough either: the whole cap next
+                notes.append(f"{cap / 2**30:.2f} GiB: {_outgrown_why(m)}"[:95])
+            m["reservation_retry"] = "; ".join(notes)[:300]
+            held = "the worker's cap" if cap >= self.task_cap else f"{cap / 2**30:.2f} GiB"
+            m["error"] = f"{m['error']} (retried with {held} reserved)" if m["status"] != "ok" else ""
         m.setdefault("reservation_retry", "")
         m.pop("_step", None)
         m["wall_s"] = time.perf_counter() - t0
@@ -550,6 +564,13 @@ class Harness:
         m["regrow_wait_s"] = self.regrow_wait_s  # part of budget_wait_s: after compiling, before running
         m["cpu_s"] = _cpu_s() - cpu0
         return m
+
+    def _retry_caps(self, outgrown: int) -> list[int]:
+        """The reservations a task that outgrew `outgrown` runs again with: profile.retry_reserve_factor times it
+        first (when that is under the worker's cap), then the whole cap."""
+        factor = self.s.profile.retry_reserve_factor
+        sized = int(factor * outgrown) if factor > 1 else self.task_cap
+        return [sized, self.task_cap] if sized < self.task_cap else [self.task_cap]
 
     def _outgrew_reservation(self, m: dict) -> bool:
         """Whether a first attempt failed for want of memory its reservation did not give: an OOM, or timed runs in

@@ -50,13 +50,13 @@ def test_an_unpredicted_peak_reserves_the_filters_cap_not_the_whole_worker():
 
 
 def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float = 26,
-                      step: str = "") -> tuple[Harness, list[int]]:
-    """A CPU harness whose first attempt returns `first` under a reservation of reserved_gib (as a GPU worker with a
-    memory budget would), having failed in `step`, and whose second returns a clean measurement;
+                      step: str = "", fails: int = 1, **profile) -> tuple[Harness, list[int]]:
+    """A CPU harness whose first `fails` attempts return `first` under a reservation of reserved_gib (as a GPU worker
+    with a memory budget would), having failed in `step`, and whose next returns a clean measurement;
     the reservation of each attempt is kept."""
     from pipeline.gpu_share import GpuLock, MemoryBudget
 
-    h = _harness(task_cap_gib, 8)
+    h = _harness(task_cap_gib, 8, **profile)
     h.lock, h.budget = GpuLock(None, lambda _: None), MemoryBudget(None, 0, lambda _: None)
     h.budget.fd = -1  # a budget file is open (GPU workers): only then is there a larger cap to retry with
     h.cuda, h.gpu, h.torch_version, h.regrow_wait_s = False, "", "", 0.0
@@ -67,7 +67,7 @@ def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float 
         reserves.append(reserve)
         h.lock.label = "free-memory"  # the attempt's clean-up held the lock last, whatever step it failed in
         failed = {**first, "_step": step} if first["status"] != "ok" else first
-        return {**m, **(failed if len(reserves) == 1 else {"status": "ok", "timing_alloc_retries": 0})}
+        return {**m, **(failed if len(reserves) <= fails else {"status": "ok", "timing_alloc_retries": 0})}
 
     h._attempt, h._footprint = attempt, lambda *a, **k: int(reserved_gib * GIB)
     return h, reserves
@@ -96,6 +96,38 @@ def test_an_oom_is_retried_and_an_undisturbed_or_capped_task_is_not():
     h, reserves = _retrying_harness({"status": "crashed", "timing_alloc_retries": 1})
     h.profile({"task_id": "t"})
     assert len(reserves) == 1  # only a want of memory is retried
+
+
+def test_with_a_retry_factor_a_task_runs_again_with_a_larger_share_before_the_whole_cap():
+    oom = {"status": "oom", "error": "CUDA out of memory"}
+    h, reserves = _retrying_harness(oom, step="compiled-run", retry_reserve_factor=2.5)
+    m = h.profile({"task_id": "t"})
+    assert reserves == [7 * GIB, int(17.5 * GIB)] and m["status"] == "ok"
+    assert m["reservation_retry"] == "7.00 GiB: oom in compiled-run: CUDA out of memory"
+    h, reserves = _retrying_harness(oom, step="compiled-run", fails=2, retry_reserve_factor=2.5)
+    m = h.profile({"task_id": "t"})
+    assert reserves == [7 * GIB, int(17.5 * GIB), 26 * GIB] and m["status"] == "ok"  # not enough either: whole cap
+    assert m["reservation_retry"] == ("7.00 GiB: oom in compiled-run: CUDA out of memory; "
+                                      "17.50 GiB: oom in compiled-run: CUDA out of memory")
+    h, reserves = _retrying_harness(oom, step="eager", fails=3, retry_reserve_factor=2.5)
+    m = h.profile({"task_id": "t"})
+    assert len(reserves) == 3 and m["status"] == "oom"  # the whole cap is the last try
+    assert m["error"] == "CUDA out of memory (retried with the worker's cap reserved)"
+    h, reserves = _retrying_harness({"status": "ok", "timing_alloc_retries": 2}, retry_reserve_factor=4)
+    assert h.profile({"task_id": "t"})["status"] == "ok" and reserves == [7 * GIB, 26 * GIB]  # 28 GiB > the cap
+    h, reserves = _retrying_harness({"status": "crashed", "error": "boom"}, retry_reserve_factor=2.5)
+    h.profile({"task_id": "t"})
+    assert reserves == [7 * GIB]  # only a want of memory is retried
+
+
+def test_a_retry_factor_of_one_or_less_is_refused_and_zero_is_the_whole_cap(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[profile]\nretry_reserve_factor = 1.0\n")
+    with pytest.raises(ConfigError, match="retry_reserve_factor must be 0 .the whole cap. or > 1"):
+        load_file(cfg)
+    h, reserves = _retrying_harness({"status": "oom", "error": "CUDA out of memory"})
+    h.profile({"task_id": "t"})
+    assert reserves == [7 * GIB, 26 * GIB]
 
 
 @pytest.mark.parametrize(("margin", "grows_to_gib"), [(0.0, 5.0), (1.5, 1.5 * 4 + 0.25), (9.0, 26.0)])

@@ -364,6 +364,27 @@ def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
     assert [[e[3] for e in t["events"] if e[2] == "admit"] for t in tasks] == [[5], [6]]
 
 
+def test_budget_trace_replays_the_waits_with_retries_sized_on_what_they_outgrew(tmp_path):
+    """Budget 10: worker 7's task outgrew 3 and holds the whole cap 8; worker 9 waits 2 s for 4. At 2x what it
+    outgrew the retry would have held 6, and 6 + 4 fits: both seconds of the wait; as it was, none."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from budget_trace import read_trace, retry_replay
+
+    trace = tmp_path / "trace.txt"
+    trace.write_text("0.000 7 admit 3 0 3 10 1 0 0 1\n1.000 7 release 3 0 3 10 1 0 0 1\n"
+                     "1.000 7 admit 8 0 8 10 1 0 0 1\n2.000 9 wait 4 8 8 10 1 1 0 1\n"
+                     "4.000 7 release 8 0 8 10 1 1 0 1\n4.000 9 admit 4 0 4 10 1 0 0 1\n")
+    rows = read_trace(trace)
+    sized = retry_replay(rows, cap=8, factor=2.0)
+    assert sized["worker_s_waited"] == 2.0 and sized["worker_s_that_would_fit"] == 2.0
+    assert sized["worker_s_that_fit_as_it_was"] == 0.0
+    assert sized["whole_cap_share_of_budget"] == round(3 * 8 / 4 / 10, 3)  # 8 of 10 held for 3 of the 4 s
+    assert retry_replay(rows, cap=8, factor=3.0)["worker_s_that_would_fit"] == 0.0  # 9 is over the cap: 8 + 4 > 10
+
+
 def test_pipeline_yield_reads_the_steady_state_apart_from_the_start(tmp_path):
     """Utilisation over the busy span counts the workers' start; the figure after the span's first minute must not."""
     import sys
