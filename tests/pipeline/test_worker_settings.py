@@ -33,6 +33,8 @@ def _other(name: str, value):
         return "aot_eager"
     if name == "reserve_margin_compiled":  # 0 (off) or >= 1
         return 1.3
+    if name == "retry_reserve_factor":  # 0 (the whole cap) or > 1
+        return 2.0
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
