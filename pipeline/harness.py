@@ -536,9 +536,8 @@ class Harness:
         if self._outgrew_reservation(m):
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
             # again with a larger one (profile.retry_reserve_factor), the worker's whole cap at last, so an OOM or a
-            # disturbed timing is the task's own. (Reserving the
-            # whole GPU instead drained every worker for each retry: 0.70 GPU-s per task instead of 0.44 on the
-            # H200, call 7.)
+            # disturbed timing is the task's own. (Reserving the whole GPU instead drained every worker for each
+            # retry: 0.70 GPU-s per task instead of 0.44 on the H200, call 7.)
             self.retrying = True
             # the step the first attempt was in when it failed (the GPU lock's last label: eager, compiled-run,
             # compile-check, timing...) says which part of a task its reservation misses
