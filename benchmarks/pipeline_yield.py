@@ -61,6 +61,37 @@ def _smi_time(stamp: str) -> float | None:
         return None
 
 
+PROJECT_MINUTES = (15, 60)  # call lengths the whole-call figure is projected to
+
+
+def call_length_projection(vals: list[int], when: list[float | None],
+                           minutes: tuple[float, ...] = PROJECT_MINUTES) -> dict:
+    """What this call's whole-call utilisation would read at other lengths: its first minute and last TAIL_S seconds
+    as they were (fixed costs: the start, the tail), the time between at this call's mean over that middle. A model,
+    not a measurement: it assumes the middle holds as long as the call goes on. Empty without timestamps or without a
+    middle."""
+    if not when or None in when or len(vals) < 2:
+        return {}
+    t0, t1 = when[0], when[-1]
+    dt = (t1 - t0) / (len(vals) - 1)  # the sampling period
+    head = [v for v, t in zip(vals, when, strict=True) if t - t0 < STEADY_AFTER_S]
+    tail = [v for v, t in zip(vals, when, strict=True) if t - t0 >= STEADY_AFTER_S and t1 - t < TAIL_S]
+    body = [v for v, t in zip(vals, when, strict=True) if t - t0 >= STEADY_AFTER_S and t1 - t >= TAIL_S]
+    if not body:
+        return {}
+    fixed_s = (len(head) + len(tail)) * dt
+    fixed_busy = sum(head + tail) / 100 * dt
+    middle = statistics.mean(body) / 100
+    out = {"first_minute_idle_gpu_s": round(sum(100 - v for v in head) / 100 * dt, 1),
+           "last_seconds_idle_gpu_s": round(sum(100 - v for v in tail) / 100 * dt, 1),
+           "middle_mean": round(100 * middle, 1)}
+    for m in minutes:
+        length = 60.0 * m
+        if length > fixed_s:
+            out[f"projected_mean_all_{m:g}_min"] = round(100 * (fixed_busy + middle * (length - fixed_s)) / length, 1)
+    return out
+
+
 def smi_utilisation(path: Path | None) -> dict | None:
     """Mean GPU utilisation over the samples between the first and last busy one (start-up and tail idle
     are the run's, not the GPU's, so they are reported apart), over that span less its first minute, and less its
@@ -97,7 +128,7 @@ def smi_utilisation(path: Path | None) -> dict | None:
     return {"samples": len(vals), "mean_all": statistics.mean(vals), "mean_busy_span": statistics.mean(inner), **edges,
             "mean_after_first_minute": round(statistics.mean(steady), 1) if steady else None,
             "mean_steady_state": round(statistics.mean(middle), 1) if middle else None,
-            **q, "memory_used_mib_max": used[-1]}
+            **q, "memory_used_mib_max": used[-1], **call_length_projection(vals, when)}
 
 
 def family_table(tasks: list[dict], published: set[str], category: str) -> list[dict]:
@@ -386,6 +417,11 @@ def main() -> None:
         print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and "
               f"last busy{f', {steady:.1f}% after its first minute' if steady is not None else ''}"
               f"{f', {middle:.1f}% without its last {TAIL_S:g} s too (steady state)' if middle is not None else ''}")
+        if "projected_mean_all_60_min" in u:
+            print(f"  its first minute idled {u['first_minute_idle_gpu_s']} GPU-s; with that start and tail, and the "
+                  f"{u['middle_mean']}% between them going on, a call of "
+                  + " / ".join(f"{m} min would read {u[f'projected_mean_all_{m}_min']}%" for m in PROJECT_MINUTES
+                               if f"projected_mean_all_{m}_min" in u) + " over all samples (a model)")
     if result["worker_time_per_task_s"]:
         b = result["worker_time_per_task_s"]
         print("worker time per task (s): " + ", ".join(f"{k} {b[k]}" for k in WAITS)

@@ -429,6 +429,34 @@ def test_pipeline_yield_leaves_the_tail_out_of_the_steady_state(tmp_path):
     assert u["mean_after_first_minute"] == round((90 * (tail_from - 120) + 10 * (n - tail_from)) / (n - 120), 1)
 
 
+def test_pipeline_yield_projects_a_call_to_other_lengths(tmp_path):
+    """The projection keeps the call's first minute and last TAIL_S seconds and stretches what lies between: at the
+    call's own length it gives back the mean over all samples, and longer calls approach the middle's mean."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import TAIL_S, call_length_projection, smi_utilisation
+
+    lines = ["timestamp, index, utilization.gpu [%], memory.used [MiB]"]
+    n = 360  # 180 s at 500 ms: an idle first half minute, a slow second one, 90 s at 92%, a tail of TAIL_S at 40%
+    tail_from = n - int(2 * TAIL_S)
+    vals = [0 if k < 60 else 50 if k < 120 else 92 if k < tail_from else 40 for k in range(n)]
+    for k, util in enumerate(vals):
+        lines.append(f"2026/12/02 09:{k // 120:02d}:{(k % 120) // 2:02d}.{500 * (k % 2):03d}, 0, {util} %, 1000 MiB")
+    path = tmp_path / "smi.csv"
+    path.write_text("\n".join(lines) + "\n")
+    u = smi_utilisation(path)
+    assert u["first_minute_idle_gpu_s"] == 30 + 15  # 30 s idle, 30 s at half
+    assert u["last_seconds_idle_gpu_s"] == 18.0
+    assert u["middle_mean"] == 92.0
+    when = [1000.0 + 0.5 * k for k in range(n)]
+    own = call_length_projection(vals, when, minutes=(3,))["projected_mean_all_3_min"]
+    assert own == round(sum(vals) / n, 1)
+    assert own < u["projected_mean_all_15_min"] < u["projected_mean_all_60_min"] < 92.0
+    assert call_length_projection(vals[:150], when[:150]) == {}  # no middle between the first minute and the tail
+
+
 def test_a_remeasure_copy_refuses_a_run_with_other_unmeasured_tasks(tmp_path, tanh_tasks):
     """The copy's profile takes pending tasks in order: with tasks of the run unmeasured outside the chosen ones it
     would measure those first, so the copy is refused with one line naming where they start, and none is made."""
