@@ -9,10 +9,9 @@ in a private cache gets the timeout once more), stops the worker's whole process
 so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
 reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). With profile.mps the
 workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them,
-busy or idle: the GPU's idle workers are replaced, and each task whose worker saw its context poisoned is measured
-once more, alone on that GPU (no other task starts there until it is done), so a task is recorded as crashed only
-when it faults by itself. A worker
-stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
+busy or idle: the GPU's idle and still-starting workers are replaced, and each task whose worker saw its context
+poisoned is measured once more, alone on that GPU (no other task starts there until it is done), so a task is
+recorded as crashed only when it faults by itself. A worker stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
 On an exception (Ctrl-C included) every worker is stopped and none is started.
 
 Ray: one actor per GPU (`num_gpus=1`, never a fraction: shared GPUs ruin timings), each running a local
@@ -470,9 +469,9 @@ class LocalExecutor(Executor):
             if self.solo[w.group] is w:
                 self.solo[w.group] = None
             if msg.get("fatal"):  # the worker exits on its own; a fresh one takes its place
-                self._retire(w, kill=False)
                 if self.uses_mps:
-                    self._poisoned(w.group)
+                    self._poisoned(w.group, source=w)
+                self._retire(w, kill=False)
                 if self.uses_mps and task.get("task_id") not in self.retried:
                     # under MPS a neighbour's fault poisons this context too: the task is not judged by it
                     self.retried.add(task.get("task_id"))
@@ -481,13 +480,13 @@ class LocalExecutor(Executor):
             return msg["result"]
         return None
 
-    def _poisoned(self, group: str) -> None:
-        """A fatal fault under MPS reached every client of this GPU: replace the ready ones not running a task
-        (their next task would fail); those running one report it poisoned in turn, and those still starting fail
-        to start or report their first task poisoned. A worker ready after this fault cannot be poisoned by it: the
-        server takes no new client until every poisoned one has exited, so none is replaced needlessly."""
+    def _poisoned(self, group: str, source: _Worker) -> None:
+        """A fatal fault under MPS reached every client of this GPU: replace those not running a task, ready or
+        still starting (the next task of either would fail, and a retry measured alone must not meet a context
+        poisoned before it began); those running one report it poisoned in turn. A worker started after this
+        fault cannot be poisoned by it: the server takes no new client until every poisoned one has exited."""
         self.last_fault = time.monotonic()
-        for x in [x for x in self.workers if x.group == group and x.ready and x.task is None]:
+        for x in [x for x in self.workers if x.group == group and x.task is None and x is not source]:
             self._retire(x, kill=True)
 
     def _dead(self, w: _Worker, task: dict) -> dict:
