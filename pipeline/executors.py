@@ -11,7 +11,8 @@ reports a poisoned CUDA context; that task alone is recorded (timeout | crashed 
 workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them,
 busy or idle: the GPU's idle and still-starting workers are replaced, and each task whose worker saw its context
 poisoned is measured once more, alone on that GPU (no other task starts there until it is done), so a task is
-recorded as crashed only when it faults by itself. A worker stopped by SIGINT, SIGTERM or SIGHUP from outside is an interruption of the run, not a result of its task.
+recorded as crashed only when it faults by itself. A worker stopped by SIGINT, SIGTERM or SIGHUP from outside is
+an interruption of the run, not a result of its task.
 On an exception (Ctrl-C included) every worker is stopped and none is started.
 
 Ray: one actor per GPU (`num_gpus=1`, never a fraction: shared GPUs ruin timings), each running a local
