@@ -233,16 +233,21 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
+def start_fork_server(settings: WorkerSettings, device: str) -> ForkServer | None:
     """A fork server importing PRELOAD (profile.fork_workers), started now and not waited for: a caller with
-    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
+    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later.
+    On cuda its packages' files are read ahead (profile.read_ahead): a GPU machine is often a fresh one, and on a
+    CPU run the reads would take the cores the imports need."""
     if not settings.profile.fork_workers:
         return None
     # one thread while it imports (a thread pool made there would be every worker's; each sets its own count); the
     # GPUs stay visible: inductor decides at import which benchmarker it uses by whether CUDA is there (with
     # CUDA_VISIBLE_DEVICES="" it took one without the arguments profile.autotune_benchmark_ms needs)
     env = {**worker_env(), "OMP_NUM_THREADS": "1"}
-    return ForkServer(env, preload_modules(settings))
+    from pipeline.page_cache import PACKAGES
+
+    read_ahead = settings.profile.read_ahead and device == "cuda"
+    return ForkServer(env, preload_modules(settings), list(PACKAGES) if read_ahead else None)
 
 
 def preload_modules(settings: WorkerSettings) -> list[str]:
@@ -282,7 +287,7 @@ class LocalExecutor(Executor):
             groups = ["cpu"]
         self.groups = groups
         # started first: its imports overlap the MPS daemon's start (fork_server: one started earlier, now ours)
-        self.forks = fork_server or start_fork_server(settings)
+        self.forks = fork_server or start_fork_server(settings, device)
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)

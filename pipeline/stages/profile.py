@@ -117,7 +117,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     t0 = time.time()
     started = time.monotonic()
     # the workers' fork server imports torch while this process reads its tables (seconds each on a large run)
-    early = start_fork_server(WorkerSettings.from_config(cfg)) if executor == "local" else None
+    early = start_fork_server(WorkerSettings.from_config(cfg), cfg.run.device) if executor == "local" else None
     try:
         return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, t0, started, early)
     finally:
