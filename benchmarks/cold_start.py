@@ -1,15 +1,15 @@
-"""How long the fork server's imports take on a cold page cache, with and without reading their files ahead
-(pipeline/page_cache.py), in fresh interpreters; prints a table and writes JSON.
+"""How long the fork server's imports take, as installed and with our bytecode cache (pipeline/bytecode.py), in
+fresh interpreters; prints a table and writes JSON.
 
-    python benchmarks/cold_start.py --out cold_start.json [--packages torch,sympy,...]
+    python benchmarks/cold_start.py --out cold_start.json [--cache DIR]
 
-Run it first thing on a fresh machine: its first arm is the machine's own cold import. The other arms need the
-page cache emptied between them (`/proc/sys/vm/drop_caches`, root); where that is refused they are measured warm
-and say so. Arms:
-- cold_import: the preload imports on the fresh machine's cache;
-- warm_import: the same again, everything cached;
-- read_then_import: the cache emptied, the files read ahead (32 threads), then the imports;
-- read_beside_import: the cache emptied, the reader started and the imports at once (what the fork server does).
+Arms, in this order (the first is the machine's own cold start only when nothing imported torch before it):
+- as_installed: the preload imports with the installation's bytecode, or none;
+- as_installed_again: the same, the page cache warm;
+- torch_only: `import torch` alone, as installed;
+- compile_ahead: an empty cache folder (--cache, removed first), every package compiled ahead on every core;
+- from_cache: the preload imports reading that folder's bytecode;
+- cache_cold: the page cache emptied (`/proc/sys/vm/drop_caches`, root; said when refused), from_cache again.
 Stdlib only besides the imports it times.
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,30 +27,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from pipeline.bytecode import COMPILE_AHEAD_VAR, PACKAGES, PREFIX_VAR  # noqa: E402
 from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
-from pipeline.page_cache import PACKAGES  # noqa: E402
 
 IMPORT = ("import time; t = time.perf_counter(); import {mods}; "
           "print(round(time.perf_counter() - t, 3))")
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-            "OMP_NUM_THREADS": "1"}
+def _env(cache: Path | None = None) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "OMP_NUM_THREADS": "1"}
+    if cache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env[PREFIX_VAR] = str(cache)
+    return env
 
 
-def timed_import(modules: list[str]) -> float:
-    """Seconds a fresh interpreter takes to import `modules`, from its start."""
+def _child(code: str, cache: Path | None) -> tuple[float, str]:
+    """(seconds from the interpreter's start to its end, its last line of output)."""
     t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", IMPORT.format(mods=", ".join(modules))], env=_env(), check=True,
-                         capture_output=True, text=True)
-    inner = float(out.stdout.strip().splitlines()[-1])
-    return round(max(inner, time.perf_counter() - t0), 3)
+    out = subprocess.run([sys.executable, "-c", code], env=_env(cache), check=True, capture_output=True, text=True)
+    return round(time.perf_counter() - t0, 3), out.stdout.strip().splitlines()[-1]
 
 
-def start_reader(packages: list[str], budget_s: float = 60.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipeline.page_cache", str(budget_s), *packages], env=_env(),
-                            stdout=subprocess.PIPE, text=True)
+def timed_import(modules: list[str], cache: Path | None = None) -> float:
+    """Seconds a fresh interpreter takes to import `modules`, from its start to its end."""
+    return _child(IMPORT.format(mods=", ".join(modules)), cache)[0]
+
+
+def timed_compile_ahead(packages: list[str], cache: Path) -> dict:
+    code = (f"import json, os; os.environ[{COMPILE_AHEAD_VAR!r}] = {','.join(packages)!r}; "
+            "from pipeline.bytecode import compile_ahead_from_env as c; print(json.dumps(c()))")
+    seconds, line = _child(code, cache)
+    return {"seconds": seconds, **{k: v for k, v in json.loads(line).items() if k != "seconds"}}
 
 
 def drop_caches() -> bool:
@@ -64,33 +74,26 @@ def drop_caches() -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--packages", default=",".join(PACKAGES))
+    ap.add_argument("--cache", type=Path, default=Path("/tmp/opsynth-cold-start-pycache"))
     args = ap.parse_args()
-    packages = args.packages.split(",")
     modules = [*PRELOAD, *PRELOAD_COMPILE]
     arms: dict[str, dict] = {}
-    arms["cold_import"] = {"seconds": timed_import(modules)}
-    arms["warm_import"] = {"seconds": timed_import(modules)}
-    arms["torch_only_warm"] = {"seconds": timed_import(["torch"])}
+    arms["as_installed"] = {"seconds": timed_import(modules)}
+    arms["as_installed_again"] = {"seconds": timed_import(modules)}
+    arms["torch_only"] = {"seconds": timed_import(["torch"])}
+    shutil.rmtree(args.cache, ignore_errors=True)
+    arms["compile_ahead"] = timed_compile_ahead(list(PACKAGES), args.cache)
+    arms["from_cache"] = {"seconds": timed_import(modules, args.cache)}
     dropped = drop_caches()
-    if dropped:
-        arms["cold_again"] = {"seconds": timed_import(modules)}
-        drop_caches()
-    reader = start_reader(packages)
-    read = json.loads(reader.communicate()[0].strip().splitlines()[-1])
-    arms["read_then_import"] = {"seconds": round(read["seconds"] + timed_import(modules), 3), "read": read,
-                                "cache_emptied": dropped}
-    if dropped:
-        drop_caches()
-    t0 = time.perf_counter()
-    reader = start_reader(packages)
-    beside = timed_import(modules)
-    arms["read_beside_import"] = {"seconds": beside, "cache_emptied": dropped,
-                                  "reader_s": round(time.perf_counter() - t0, 3)}
-    reader.kill()
-    reader.wait()
-    result = {"python": sys.version.split()[0], "cpus": os.cpu_count(), "modules": modules, "packages": packages,
-              "cache_emptied_between_arms": dropped, "arms": arms}
+    arms["cache_cold" if dropped else "cache_cold_refused"] = {"seconds": timed_import(modules, args.cache)}
+    import torch
+
+    from pipeline.bytecode import ships_bytecode
+
+    result = {"python": sys.version.split()[0], "torch": torch.__version__, "cpus": os.cpu_count(),
+              "torch_ships_bytecode": ships_bytecode("torch"),
+              "dont_write_bytecode_env": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")), "modules": modules,
+              "packages": list(PACKAGES), "arms": arms}
     print(f"{'arm':<20} {'seconds':>8}")
     for name, arm in arms.items():
         print(f"{name:<20} {arm['seconds']:>8.2f}")

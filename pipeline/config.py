@@ -107,9 +107,10 @@ class ProfileSection:
     # (calls 66-67, cold machines) false readied workers at 5.8 s against 16.0 s, but 20 workers importing inductor at
     # once held back their first compiles as long: the GPU idled 20.5 GPU-s of the first 30 s against 22.0
     preload_compile: bool = True
-    # while the fork server imports, a process of its own reads the imported packages' files ahead, many at once
-    # (pipeline/page_cache.py): a cold page cache made the imports 9.9-12.8 s on fresh H200 machines (calls 67-72)
-    read_ahead: bool = True
+    # where the installed torch ships no bytecode (the H200 image: every import compiled torch, Dynamo and inductor
+    # from source, 13.7 s of the fork server's start), workers write and read it in a cache folder of their own
+    # and the fork server compiles the packages ahead on every core (pipeline/bytecode.py); false: as installed
+    bytecode_cache: bool = True
     # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
     longest_first: bool = True

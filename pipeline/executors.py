@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from pipeline.bytecode import with_cache as with_bytecode_cache
 from pipeline.errors import Interrupted, OpsynthError
 from pipeline.fork_server import ForkedProc, ForkServer
 from pipeline.mps import MpsDaemon
@@ -220,10 +221,12 @@ def visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def worker_env() -> dict[str, str]:
+def worker_env(settings: WorkerSettings) -> dict[str, str]:
     """The environment every worker of this process starts from (the fork server's too): each adds its GPU, its
     MPS folders and its thread count."""
     env = dict(os.environ)
+    if settings.profile.bytecode_cache:
+        env = with_bytecode_cache(env)
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # workers compile in parallel already
     # freed blocks are returned to segments that grow and shrink, so a worker's reserved memory stays
     # near what it allocated and the memory budget holds
@@ -233,21 +236,16 @@ def worker_env() -> dict[str, str]:
     return env
 
 
-def start_fork_server(settings: WorkerSettings, device: str) -> ForkServer | None:
+def start_fork_server(settings: WorkerSettings) -> ForkServer | None:
     """A fork server importing PRELOAD (profile.fork_workers), started now and not waited for: a caller with
-    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later.
-    On cuda its packages' files are read ahead (profile.read_ahead): a GPU machine is often a fresh one, and on a
-    CPU run the reads would take the cores the imports need."""
+    seconds of its own work to do first (the profile stage reading its tables) passes it to LocalExecutor later."""
     if not settings.profile.fork_workers:
         return None
     # one thread while it imports (a thread pool made there would be every worker's; each sets its own count); the
     # GPUs stay visible: inductor decides at import which benchmarker it uses by whether CUDA is there (with
     # CUDA_VISIBLE_DEVICES="" it took one without the arguments profile.autotune_benchmark_ms needs)
-    env = {**worker_env(), "OMP_NUM_THREADS": "1"}
-    from pipeline.page_cache import PACKAGES
-
-    read_ahead = settings.profile.read_ahead and device == "cuda"
-    return ForkServer(env, preload_modules(settings), list(PACKAGES) if read_ahead else None)
+    env = {**worker_env(settings), "OMP_NUM_THREADS": "1"}
+    return ForkServer(env, preload_modules(settings))
 
 
 def preload_modules(settings: WorkerSettings) -> list[str]:
@@ -287,7 +285,7 @@ class LocalExecutor(Executor):
             groups = ["cpu"]
         self.groups = groups
         # started first: its imports overlap the MPS daemon's start (fork_server: one started earlier, now ours)
-        self.forks = fork_server or start_fork_server(settings, device)
+        self.forks = fork_server or start_fork_server(settings)
         self.tmp = Path(tempfile.mkdtemp(prefix="opsynth-exec-"))
         total = workers * len(groups)
         self.threads = max(1, (os.cpu_count() or 1) // total)
@@ -330,7 +328,7 @@ class LocalExecutor(Executor):
         return self.forks
 
     def _spawn(self, group: str, replacement: bool = False) -> _Worker:
-        env = worker_env()
+        env = worker_env(self.settings)
         env["CUDA_VISIBLE_DEVICES"] = "" if group == "cpu" else group
         env["OMP_NUM_THREADS"] = str(self.threads)
         if group in self.mps:

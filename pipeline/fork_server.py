@@ -38,8 +38,9 @@ import warnings
 from pathlib import Path
 from typing import IO
 
+from pipeline.bytecode import compile_ahead_from_env
+
 MAX_MESSAGE = 1 << 20  # a spawn request carries the worker's whole environment
-READ_AHEAD_S = 60.0  # the reader's time box: the server's cold imports took 13 s at most (calls 57-73)
 READY_TIMEOUT_S = 300.0  # the server's imports on a cold machine, as a worker's own start-up allows
 
 
@@ -103,6 +104,8 @@ def serve(sock_fd: int, preload: list[str]) -> None:
     """The server's loop (`python -m pipeline.fork_server FD MODULE...`)."""
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client stops the run; a terminal's Ctrl-C is its to handle
+    # before the imports it speeds up, before any thread exists (it forks), with Ctrl-C ignored in its processes
+    compiled = compile_ahead_from_env()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -126,7 +129,7 @@ def serve(sock_fd: int, preload: list[str]) -> None:
     # torch's import leaves one idle native thread; forking then is what DataLoader does on every epoch
     warnings.filterwarnings("ignore", message=".*use of fork\\(\\) may lead to deadlocks.*")
     with contextlib.suppress(OSError):  # a client gone meanwhile: nothing to serve
-        _send(sock, {"ready": True, "import_s": round(time.perf_counter() - t0, 2)})
+        _send(sock, {"ready": True, "import_s": round(time.perf_counter() - t0, 2), "compile_ahead": compiled})
         _loop(sock, wake_r, wake_w)
 
 
@@ -188,19 +191,17 @@ class ForkServer:
     """The client: `start` it early (the imports take seconds), `wait_ready` for a problem line or None, `spawn`
     workers, `close` after the last worker is gone."""
 
-    def __init__(self, env: dict[str, str], preload: list[str], read_ahead: list[str] | None = None) -> None:
-        """read_ahead: packages whose files a reader process (pipeline.page_cache) reads while the server imports;
-        it is stopped when the server is ready, gone or closed."""
+    def __init__(self, env: dict[str, str], preload: list[str]) -> None:
         self.exits: dict[int, int] = {}
         self.problem: str | None = None
         self.ready = False
         self.started = time.monotonic()
         self.ready_s: float | None = None  # seconds from its start until it could fork
         self.import_s: float | None = None  # of which its imports
+        self.compile_ahead: dict | None = None  # of which compiling bytecode ahead (pipeline.bytecode), when it did
         self.gone = False  # the server exited (or never started)
         self._serial = 0
         self._pending: dict[int, dict] = {}  # answers to spawn requests, by request number
-        self.reader = _start_reader(env, read_ahead) if read_ahead else None
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # its own output (a failed import's traceback); removed when it closes
         self._log = tempfile.NamedTemporaryFile(prefix="opsynth-fork-server-", suffix=".log", delete=False)  # noqa: SIM115
@@ -220,8 +221,8 @@ class ForkServer:
             self._pending[int(msg["spawned"])] = msg
         elif msg.get("ready"):
             self.ready, self.ready_s = True, time.monotonic() - self.started
-            self._stop_reader()  # its reads would only compete with the workers' CUDA contexts now
             self.import_s = msg.get("import_s")
+            self.compile_ahead = msg.get("compile_ahead")
         elif "failed" in msg:
             self.problem = str(msg["failed"])
 
@@ -249,16 +250,8 @@ class ForkServer:
             tail = self._log_tail()
             self.problem = "the fork server exited before it was ready" + (f": {tail}" if tail else "")
         self.ready, self.gone = False, True
-        self._stop_reader()
         with contextlib.suppress(OSError):
             self.sock.close()
-
-    def _stop_reader(self) -> None:
-        if self.reader is not None:
-            with contextlib.suppress(OSError):
-                self.reader.kill()
-            self.reader.wait()
-            self.reader = None
 
     def _log_tail(self) -> str:
         with contextlib.suppress(OSError):
@@ -326,7 +319,6 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (after its workers: their exit codes come through it)."""
-        self._stop_reader()
         with contextlib.suppress(OSError):
             self.sock.close()
         if self.proc is not None and not self.ready and self.proc.poll() is None:
@@ -340,17 +332,6 @@ class ForkServer:
         self._log.close()
         with contextlib.suppress(OSError):
             os.unlink(self._log.name)
-
-
-def _start_reader(env: dict[str, str], packages: list[str]) -> subprocess.Popen | None:
-    """`python -m pipeline.page_cache` reading `packages` ahead of the server's imports; None when it cannot start
-    (the imports then read their files themselves, as without it)."""
-    try:
-        return subprocess.Popen([sys.executable, "-P", "-m", "pipeline.page_cache", str(READ_AHEAD_S), *packages],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=env)
-    except OSError:
-        return None
 
 
 def _main(argv: list[str]) -> None:

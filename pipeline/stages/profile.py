@@ -117,7 +117,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     t0 = time.time()
     started = time.monotonic()
     # the workers' fork server imports torch while this process reads its tables (seconds each on a large run)
-    early = start_fork_server(WorkerSettings.from_config(cfg), cfg.run.device) if executor == "local" else None
+    early = start_fork_server(WorkerSettings.from_config(cfg)) if executor == "local" else None
     try:
         return _run(rd, cfg, executor, gpus, ray_address, skip_dropped, budget, settings, t0, started, early)
     finally:
@@ -249,6 +249,8 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                         if early is not None and early.ready_s is not None:  # from the call's start
                             timing["fork_server_ready_s"] = round(early.started - started + early.ready_s, 1)
                             timing["fork_server_import_s"] = early.import_s
+                            if early.compile_ahead:
+                                timing["fork_server_compile_ahead"] = early.compile_ahead
                         if handed[0]:
                             timing["tail_s"] = round(time.monotonic() - handed[0], 1)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a worker stopped from outside: the call cost GPU time too
