@@ -62,6 +62,12 @@ class GpuLock:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.turnstile = os.open(path + ".turn", os.O_RDWR | os.O_CREAT, 0o600) if path else None
         self.intent = os.open(path + ".intent", os.O_RDWR | os.O_CREAT, 0o600) if path and phases else None
+        # held shared by every announced worker beside `intent`, and probed only by `_announced` under `probe`:
+        # probing `intent` itself read the momentary exclusive flock of another prober, or of a worker waiting for
+        # a phase to end, as an announcement (call 75: three timers waiting out a 6.5 s first run all stopped
+        # after 0.6 s, at one such collision, and the drain behind it idled the GPU)
+        self.mark = os.open(path + ".mark", os.O_RDWR | os.O_CREAT, 0o600) if path and phases else None
+        self.probe = os.open(path + ".probe", os.O_RDWR | os.O_CREAT, 0o600) if path and phases else None
         waits_out = bool(path and phases and wait_out_s > 0)
         # held shared by each worker inside a `wait_out_label` section; by a timer waiting those out (its own gate)
         self.sections = os.open(path + ".sections", os.O_RDWR | os.O_CREAT, 0o600) if waits_out else None
@@ -123,13 +129,27 @@ class GpuLock:
             self._count_wait(t0)
 
     def _announced(self) -> bool:
-        """Whether some worker has announced that it is about to time (holds the intent file shared)."""
+        """Whether some worker has announced that it is about to time (holds the mark file shared). Probes take
+        turns, so one never mistakes another's probe for an announcement."""
+        fcntl.flock(self.probe, fcntl.LOCK_EX)  # type: ignore[arg-type]  # microseconds: no wait to count
         try:
-            fcntl.flock(self.intent, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
+            fcntl.flock(self.mark, fcntl.LOCK_EX | fcntl.LOCK_NB)  # type: ignore[arg-type]
         except BlockingIOError:
             return True
+        else:
+            fcntl.flock(self.mark, fcntl.LOCK_UN)  # type: ignore[arg-type]
+            return False
+        finally:
+            fcntl.flock(self.probe, fcntl.LOCK_UN)  # type: ignore[arg-type]
+
+    def _mark_announced(self) -> None:
+        """Take the intent file shared (the gate for new shared holders) and the mark that `_announced` reads."""
+        self._flock(self.intent, fcntl.LOCK_SH)
+        fcntl.flock(self.mark, fcntl.LOCK_SH)  # type: ignore[arg-type]  # waits for a probe at most
+
+    def _unmark_announced(self) -> None:
+        fcntl.flock(self.mark, fcntl.LOCK_UN)  # type: ignore[arg-type]  # first: the gate never looks open twice
         fcntl.flock(self.intent, fcntl.LOCK_UN)  # type: ignore[arg-type]
-        return False
 
     def _gather(self) -> None:
         """Wait up to gather_s for another worker to announce (then join its phase at once)."""
@@ -202,7 +222,7 @@ class GpuLock:
         if self.gather_s > 0:
             self._gather()
         self._wait_out_sections()
-        self._flock(self.intent, fcntl.LOCK_SH)
+        self._mark_announced()
         self._open_section_gate()
         self._announced_here = True
         self._trace("want", "exclusive")
@@ -227,7 +247,7 @@ class GpuLock:
                 if self.gather_s > 0:
                     self._gather()
                 self._wait_out_sections()
-                self._flock(self.intent, fcntl.LOCK_SH)  # announced: the gate below closes for new shared holders
+                self._mark_announced()  # announced: the gate below closes for new shared holders
                 self._open_section_gate()
                 self._trace("want", mode)
             elif not exclusive and self.sections is not None and label == self.wait_out_label:
@@ -264,7 +284,7 @@ class GpuLock:
         if self.fd is not None:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             if (self.mode == "exclusive" or self._announced_here) and self.intent is not None and not keep_announced:
-                fcntl.flock(self.intent, fcntl.LOCK_UN)
+                self._unmark_announced()
                 if self._announced_here and self.mode == "shared":
                     self._trace("unwant", "exclusive")  # announced, then gave up before timing (the task failed)
                 self._announced_here = False

@@ -702,3 +702,44 @@ def test_a_holder_runs_on_every_core_and_a_worker_holding_nothing_off_the_kept_o
     free, every = set(split[1]), set(split[0])
     assert seen == [free, every, every, free, every, every, free]
     assert os.sched_getaffinity(0) == before
+
+
+def test_neither_a_probe_nor_a_worker_waiting_for_a_phase_reads_as_an_announcement(tmp_path):
+    """A worker waiting for a phase to end holds the intent file exclusively for an instant, and so does (did) a
+    timer probing for announcements: neither may look like an announced timer, or a timer waiting out a first
+    run stops early and closes the gate behind it (call 75)."""
+    import fcntl
+
+    path = str(tmp_path / "gpu.lock")
+    timer, other = _phase_lock(path, wait_out_s=5.0), _phase_lock(path, wait_out_s=5.0)
+    fcntl.flock(other.intent, fcntl.LOCK_EX)  # what a phase-waiter (and an old-style probe) holds for an instant
+    try:
+        assert not timer._announced()
+    finally:
+        fcntl.flock(other.intent, fcntl.LOCK_UN)
+    other.acquire(label="eager")
+    other.announce(label="timing-warm-up")
+    assert timer._announced()  # a real announcement is seen
+    other.release()
+    assert not timer._announced()  # and its end
+
+
+def test_timers_probing_together_all_wait_out_a_first_run_to_its_end(tmp_path):
+    """Three timers wait out one long first run at once, probing for announcements all the while: none stops
+    early; they time after the run ends, not at the wait-out bound or before."""
+    path = str(tmp_path / "gpu.lock")
+    first = _phase_lock(path, wait_out_s=3.0)
+    timers = [_phase_lock(path, wait_out_s=3.0) for _ in range(3)]
+    first.acquire(label="compiled-run")
+    started = time.perf_counter()
+    done = [_in_thread(lambda t=t: (t.acquire(exclusive=True), t.release()))[1] for t in timers]
+    time.sleep(1.2)
+    assert not any(d.is_set() for d in done)
+    # nobody closed the gate meanwhile: a newcomer's shared step gets in at once
+    newcomer = _phase_lock(path)
+    _, got = _in_thread(lambda: (newcomer.acquire(label="eager"), newcomer.release()))
+    assert got.wait(1.0)
+    first.release()
+    assert all(d.wait(5) for d in done)
+    assert time.perf_counter() - started >= 1.2
+    assert all(t.wait_out_spent >= 1.0 for t in timers)
