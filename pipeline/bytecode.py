@@ -5,9 +5,9 @@ Why: a GPU image whose torch came without `__pycache__` (and does not write one)
 imports from source, in every fresh interpreter. On the H200 image that made the fork server's imports of torch,
 Dynamo and inductor 13.7 s with the page cache warm (16.6 s cold; `benchmarks/cold_start.py`, 2026-12-03), and
 each worker compiled Triton and inductor's code generators again at its first compile: the GPU idled meanwhile.
-With PYTHONPYCACHEPREFIX pointing at a folder we can write, an interpreter writes and reads its bytecode there;
-compiling the packages' sources ahead on every core first turns a serial compile inside the import into a
-parallel one before it.
+With PYTHONPYCACHEPREFIX pointing at a folder we can write, an interpreter reads its bytecode there (and writes
+it there, unless PYTHONDONTWRITEBYTECODE says not to); compiling the packages' sources into it ahead, on every
+core, turns a serial compile inside the import into a parallel one before it.
 
 Only where the installation lacks bytecode (`needs_cache`): where pip compiled it, a prefix would only make
 every interpreter compile again into the new folder. Tests folders are left out: nothing imports them.
@@ -69,11 +69,12 @@ def needs_cache(env: dict[str, str], probe: str = "torch") -> bool:
 
 
 def with_cache(env: dict[str, str], packages: Iterable[str] = PACKAGES, probe: str = "torch") -> dict[str, str]:
-    """`env` for the fork server (and fresh workers) that writes and reads bytecode in cache_dir() (writing turned
-    on) and compiles `packages` ahead; `env` unchanged when needs_cache says no."""
+    """`env` for the fork server (and fresh workers) that reads bytecode from cache_dir() and compiles `packages`
+    into it ahead; `env` unchanged when needs_cache says no. PYTHONDONTWRITEBYTECODE stays as it is: the imports
+    then read what was compiled ahead and write nothing else (inductor's generated modules stay unwritten too)."""
     if not needs_cache(env, probe):
         return env
-    out = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    out = dict(env)
     out[PREFIX_VAR] = str(cache_dir())
     out[COMPILE_AHEAD_VAR] = ",".join(packages)
     return out

@@ -108,8 +108,8 @@ class ProfileSection:
     # once held back their first compiles as long: the GPU idled 20.5 GPU-s of the first 30 s against 22.0
     preload_compile: bool = True
     # where the installed torch ships no bytecode (the H200 image: every import compiled torch, Dynamo and inductor
-    # from source, 13.7 s of the fork server's start), workers write and read it in a cache folder of their own
-    # and the fork server compiles the packages ahead on every core (pipeline/bytecode.py); false: as installed
+    # from source, 13.7 s of the fork server's start), workers read it from a cache folder of their own, which the
+    # fork server fills first on every core (pipeline/bytecode.py); false: as installed
     bytecode_cache: bool = True
     # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
