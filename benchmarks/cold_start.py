@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def drop_caches() -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/opsynth-cold-start-pycache"))
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "opsynth-cold-start-pycache")
     args = ap.parse_args()
     modules = [*PRELOAD, *PRELOAD_COMPILE]
     arms: dict[str, dict] = {}
