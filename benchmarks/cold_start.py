@@ -38,8 +38,7 @@ IMPORT = ("import time; t = time.perf_counter(); import {mods}; "
 def _env(cache: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "OMP_NUM_THREADS": "1"}
-    if cache is not None:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if cache is not None:  # as pipeline.bytecode.with_cache sets it: PYTHONDONTWRITEBYTECODE stays as it is
         env[PREFIX_VAR] = str(cache)
     return env
 
