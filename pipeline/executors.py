@@ -298,9 +298,6 @@ class LocalExecutor(Executor):
                         started.stop()  # all GPUs alike: a fault is handled the same way on each
                     break
         self.uses_mps = bool(self.mps) and all(d.running for d in self.mps.values())
-        if self.uses_mps:
-            for d in self.mps.values():
-                d.start_server()  # while the fork server imports: its context is not the first worker's wait
         # per GPU, tasks to measure once more, each alone (MPS faults), and the worker measuring one now
         self.again: dict[str, collections.deque[dict]] = {g: collections.deque() for g in groups}
         self.solo: dict[str, _Worker | None] = dict.fromkeys(groups)

@@ -8,9 +8,7 @@ eager medians within 0.06%, compiled within 0.05%; 18% less worker time per task
 
 The executor starts a private control daemon per GPU (its pipe and log folders in the executor's temporary folder,
 passed to that GPU's workers in CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY; the daemon sees that GPU alone)
-and stops it when it closes, so a run leaves no daemon behind and never touches one an administrator runs. It also
-has the daemon start its server at once (`start_server`), so the server's own GPU context comes up while the
-workers are still being made, not in front of the first worker's. What MPS
+and stops it when it closes, so a run leaves no daemon behind and never touches one an administrator runs. What MPS
 changes for faults: a fatal GPU fault of one client (an illegal memory access) is reported to every client of that
 GPU, and its server takes no new client until they have all exited, so the executor replaces that GPU's idle workers
 and measures again, once and alone on the GPU, each task whose worker saw its CUDA context poisoned
@@ -24,13 +22,9 @@ import contextlib
 import os
 import shutil
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 CONTROL = "nvidia-cuda-mps-control"
-PRESTART_TRIES = 20  # the daemon answers commands a moment after `-d` returns: tried again until it does
-PRESTART_PAUSE_S = 0.05
 
 
 class MpsDaemon:
@@ -40,8 +34,6 @@ class MpsDaemon:
         self.pipe, self.log = root / "mps-pipe", root / "mps-log"
         self.gpu = gpu  # the one GPU its server may use (CUDA_VISIBLE_DEVICES); None: what this process sees
         self.exe: str | None = None
-        self._prestart: threading.Thread | None = None
-        self.prestart: dict[str, object] = {}  # how starting the server ahead went: ok, seconds, tries, why not
 
     @property
     def running(self) -> bool:
@@ -77,42 +69,11 @@ class MpsDaemon:
         self.exe = exe
         return None
 
-    def start_server(self) -> None:
-        """Have the daemon start its server now, in the background, instead of at the first worker's CUDA
-        context: the server brings up its own context on the GPU (seconds on a fresh machine), and started here it
-        does so while the fork server imports torch, not while every worker waits for it. An optimisation only:
-        should the command fail, the first client starts the server as before (`prestart` says why)."""
-        if self.exe is None or self._prestart is not None:
-            return
-        self._prestart = threading.Thread(target=self._start_server, args=(self.exe,), daemon=True,
-                                          name="mps-prestart")
-        self._prestart.start()
-
-    def _start_server(self, exe: str) -> None:
-        t0 = time.perf_counter()
-        why = ""
-        for tries in range(1, PRESTART_TRIES + 1):
-            try:
-                r = subprocess.run([exe], input=f"start_server -uid {os.getuid()}\n".encode(), env=self._env(),
-                                   capture_output=True, timeout=30)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                why = type(e).__name__
-                break
-            if r.returncode == 0:
-                self.prestart = {"ok": True, "s": round(time.perf_counter() - t0, 2), "tries": tries}
-                return
-            lines = (r.stderr or r.stdout).decode(errors="replace").strip().splitlines()
-            why = f"exit {r.returncode}: {lines[-1] if lines else 'no output'}"[:200]
-            time.sleep(PRESTART_PAUSE_S)
-        self.prestart = {"ok": False, "s": round(time.perf_counter() - t0, 2), "why": why}
-
     def stop(self) -> None:
         """Ask the daemon to quit (its server goes with it once the workers are gone); no wait: nothing after it
         needs the daemon gone, and a profile call's seconds count until here."""
         if self.exe is None:
             return
-        if self._prestart is not None:  # its command first: a quit sent before it would leave a server behind
-            self._prestart.join(timeout=30)
         exe, self.exe = self.exe, None
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             subprocess.run([exe], input=b"quit\n", env=self._env(), capture_output=True, timeout=30)

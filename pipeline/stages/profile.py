@@ -246,8 +246,6 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                         flush_ready()  # shards whose last tasks the static check refused
                         if getattr(ex, "ready_s", None) is not None:
                             timing["workers_ready_s"] = round(ex.ready_s, 1)
-                        if prestarts := [d.prestart for d in getattr(ex, "mps", {}).values() if d.prestart]:
-                            timing["mps_server_prestart"] = prestarts  # per GPU: ok, seconds, tries (or why not)
                         if early is not None and early.ready_s is not None:  # from the call's start
                             timing["fork_server_ready_s"] = round(early.started - started + early.ready_s, 1)
                             timing["fork_server_import_s"] = early.import_s
