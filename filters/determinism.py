@@ -26,4 +26,4 @@ def deterministic(m: dict[str, Any], f: Any) -> str | None:
     diff = m.get("determinism_max_diff")
     if m.get("deterministic") or (diff is not None and diff <= f.determinism_tolerance):
         return None
-    return f"non-deterministic (two eager runs differ by {diff})"
+    return f"non-deterministic (eager runs on the same inputs differ by {diff})"

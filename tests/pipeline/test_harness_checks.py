@@ -156,6 +156,19 @@ def test_stochastic_op_is_not_deterministic(clean):
     assert not r["deterministic"] and r["determinism_max_diff"] > 0
 
 
+ALTERNATING = TEMPLATE.replace("        self.drop = nn.Dropout(0.5)\n", "        self.calls = 0\n").replace(
+    "        return {expr}", "        self.calls += 1\n        return x * self.w * (2.0 if self.calls == 2 else 1.0)")
+
+
+def test_a_non_determinism_only_the_second_run_shows_is_caught():
+    """The first and third eager runs agree and the second differs (a reduction order that changes now and then):
+    the quick run's repeat is compared too, so the task is not kept as deterministic."""
+    assert "self.calls == 2" in ALTERNATING
+    r = profile(ALTERNATING)
+    assert r["status"] == "ok" and not r["deterministic"] and r["determinism_max_diff"] > 0
+    assert decide(r, EAGER_CHECKS, WIDE)[1].startswith("non-deterministic (eager runs on the same inputs differ")
+
+
 def test_early_reject_outside_the_window():
     r = run("x + 1", filter=FilterSection(min_eager_ms=1e6, max_eager_ms=1e7))
     assert r["status"] == "early_reject" and "<" in r["error"] and r["eager_ms"] > 0
