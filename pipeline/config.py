@@ -162,14 +162,6 @@ class ProfileSection:
     # compile (CPU) and no benchmark (GPU) per pointwise kernel. Changes the compiled baseline only where the
     # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
     autotune_pointwise: bool = True
-    # inductor's deterministic mode (torch._inductor.config.deterministic): each reduction and scan kernel gets one
-    # config by a fixed rule instead of the fastest of several timed on the GPU (their block sizes change the order
-    # of the arithmetic), so a compiled graph computes the same bits in every run on the same GPU and torch. Off: a
-    # scan or reduction feeding a step op (cumprod then ge, say) passes the compile check in one run and fails it in
-    # the next, whichever config the autotuning picked (1-3 of 1,000 tasks, calls 70 and 81). Fewer Triton
-    # compiles (CPU) and no reduction benchmarks (GPU) per task; the compiled baseline is inductor's without
-    # reduction autotuning
-    inductor_deterministic: bool = False
     # a config of a new kernel whose first run in inductor's autotuning takes longer than this many ms is not
     # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
     # input held the GPU lock 84 s while every neighbour waited to time (call 33), a batch norm's 48 s (call 45); 0: off

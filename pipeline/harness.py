@@ -315,20 +315,6 @@ def _set_pointwise_autotuning(on: bool) -> None:
     inductor_config.triton.autotune_pointwise = on
 
 
-def set_inductor_deterministic(on: bool) -> None:
-    """inductor's deterministic mode for every graph this worker compiles (profile.inductor_deterministic). Raises
-    ConfigError where this torch's inductor has no such mode and it is asked for: a compile check that flips from
-    run to run would otherwise pass as reproducible."""
-    import torch._inductor.config as inductor_config
-
-    if not hasattr(inductor_config, "deterministic"):
-        if on:
-            raise ConfigError(f"profile.inductor_deterministic needs torch._inductor.config.deterministic, which "
-                              f"torch {torch.__version__} lacks: set it to false")
-        return
-    inductor_config.deterministic = on
-
-
 def _address_space_bytes() -> int:
     """This process's mapped address space now (what RLIMIT_AS counts)."""
     with open("/proc/self/statm") as f:
@@ -493,7 +479,6 @@ class Harness:
         if self.cuda and p.autotune_benchmark_ms > 0:
             require_autotuning_bound(p.autotune_benchmark_ms)
         _set_pointwise_autotuning(p.autotune_pointwise)
-        set_inductor_deterministic(p.inductor_deterministic)
         if self.cuda and p.autotune_config_cap_ms > 0:
             _cap_autotune_configs(p.autotune_config_cap_ms)
         if self.cuda and self._lock_path:

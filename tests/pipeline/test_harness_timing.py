@@ -2,11 +2,6 @@
 (pipeline.harness._bound_autotuning, _cap_autotune_configs): profile-section settings a worker applies."""
 
 import dataclasses
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +14,6 @@ from pipeline.harness import (
     require_autotuning_bound,
     timed_enough,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(("med", "iqr", "runs", "precision", "expected"), [
@@ -177,94 +170,3 @@ def test_a_config_whose_first_run_is_over_the_cap_is_not_benchmarked_further(mon
     assert len(runs) == 1 and 30 <= slow_ms < slower_ms  # slow configs stay ranked: inductor picks the faster one
     runs.clear()
     assert fake.benchmark_gpu(_callable=lambda: runs.append(1), rep=40) == 11 and len(runs) == 10  # fast: untouched
-
-
-@pytest.mark.parametrize("on", [False, True])
-def test_inductor_deterministic_reaches_what_inductor_hands_its_triton_heuristics(on):
-    """profile.inductor_deterministic sets inductor's deterministic mode in the worker, inductor's codegen still
-    hands it to the Triton heuristics, and those still narrow a reduction's configs by it (a torch that drops
-    either must fail here, not autotune reductions again; read from the source, since calling them needs Triton)."""
-    import inspect
-
-    import torch._inductor.config as inductor_config
-    from torch._inductor.codegen.triton import TritonKernel
-    from torch._inductor.runtime import triton_heuristics
-
-    from pipeline.config import Config
-    from pipeline.harness import Harness
-    from pipeline.worker_settings import WorkerSettings
-
-    before = inductor_config.deterministic
-    try:
-        settings = WorkerSettings.from_config(Config()).with_profile(inductor_deterministic=on, memory_limit_gb=0)
-        Harness("cpu", settings)
-        assert inductor_config.deterministic is on
-        assert '"deterministic": config.deterministic' in inspect.getsource(TritonKernel.inductor_meta_common)
-        assert 'inductor_meta.get("deterministic"' in inspect.getsource(
-            triton_heuristics.filter_reduction_configs_for_determinism)
-    finally:
-        inductor_config.deterministic = before
-
-
-def test_a_torch_without_inductors_deterministic_mode_refuses_it(monkeypatch):
-    import sys
-    import types
-
-    import torch._inductor
-
-    from pipeline.harness import set_inductor_deterministic
-
-    bare = types.ModuleType("torch._inductor.config")  # an inductor config without the mode
-    monkeypatch.setitem(sys.modules, "torch._inductor.config", bare)
-    monkeypatch.setattr(torch._inductor, "config", bare)
-    set_inductor_deterministic(False)  # not asked for: nothing to do
-    assert not hasattr(bare, "deterministic")
-    with pytest.raises(ConfigError, match=r"inductor_deterministic needs .*set it to false"):
-        set_inductor_deterministic(True)
-
-
-# a fresh interpreter with empty inductor and Triton caches: how many autotuning benchmarks a compiled reduction's
-# first run makes, and the bits of its output
-DETERMINISTIC_PROBE = r'''
-import json, sys
-import torch
-import torch._inductor.config as ic
-from torch._inductor.runtime import benchmarking
-from pipeline.harness import set_inductor_deterministic
-
-set_inductor_deterministic(sys.argv[1] == "1")
-ic.triton.autotune_pointwise = False  # as the h200 preset: what is left to tune is the reduction
-calls = []
-timed = benchmarking.benchmarker.benchmark_gpu
-def counted(*args, **kwargs):
-    calls.append(1)
-    return timed(*args, **kwargs)
-benchmarking.benchmarker.benchmark_gpu = counted
-x = torch.randn(4096, 3000, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
-out = torch.compile(lambda x: (x * x.sigmoid()).sum(1))(x)
-print(json.dumps({"benchmarks": len(calls), "bits": out.view(torch.int32).tolist()}))
-'''
-
-
-def _probe_deterministic(on: bool, tmp: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-           "TRITON_CACHE_DIR": str(tmp / "triton"), "TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}
-    out = subprocess.run([sys.executable, "-c", DETERMINISTIC_PROBE, "1" if on else "0"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, env=env)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.gpu
-def test_inductor_deterministic_times_no_reduction_config_and_gives_the_same_bits(tmp_path):
-    """Off, inductor times a reduction's configs on the GPU in its first run (the pick, and with it the order of
-    the sums, can change from run to run); on, it times none, and two fresh processes compute the same bits."""
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    off = _probe_deterministic(False, tmp_path / "off")
-    on = [_probe_deterministic(True, tmp_path / f"on{k}") for k in range(2)]
-    assert off["benchmarks"] > 0
-    assert on[0]["benchmarks"] == on[1]["benchmarks"] == 0
-    assert on[0]["bits"] == on[1]["bits"]
