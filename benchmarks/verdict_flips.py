@@ -1,0 +1,110 @@
+"""Whether a task's compile verdict changes from process to process on an idle GPU: each named task of a run is
+built, drawn and run eagerly and through a fresh torch.compile in several fresh interpreters, one after another, and
+each reports a checksum of its eager and of its compiled output and their largest difference. Tasks whose verdict
+flipped between two profile calls (`pipeline_yield.py --repeat`) are what it is for: if every process computes
+the same bits, the flip came from the conditions of a shared GPU (neighbours, memory), not from the task alone.
+
+    python benchmarks/verdict_flips.py --run DIR --ids ID,ID,... [--reps 4] [--fresh-cache] --out JSON
+
+torch and pyarrow only (it runs on a bare GPU image); needs a CUDA GPU. Prints a table and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# one process: the task built and drawn as the profile stage's worker does (its seeds, on the GPU), then eager and
+# compiled outputs on draw 0, flattened as the compile check flattens them
+PROBE = r'''
+import json, sys
+import torch
+from filters.tensor_checks import flatten, max_diff
+from pipeline.config import load_file
+from pipeline.harness import Harness
+from pipeline.worker_settings import WorkerSettings
+
+run, code = sys.argv[1], sys.stdin.read()
+s = WorkerSettings.from_config(load_file(run + "/config.toml")).with_profile(memory_limit_gb=0.0)
+h = Harness("cuda", s)
+ns = {}
+exec(code, ns)
+torch.manual_seed(s.seed)
+with torch.device("cuda"):
+    model = ns["Model"](*ns["get_init_inputs"]())
+x = h._draw(ns, 0)
+with torch.no_grad():
+    eager = flatten(model(*x)).clone()
+    compiled = flatten(torch.compile(model)(*x))
+def checksum(t):
+    return float(t.double().nan_to_num(0.0, 0.0, 0.0).abs().sum())
+print(json.dumps({"eager": checksum(eager), "compiled": checksum(compiled), "max_diff": max_diff(eager, compiled),
+                  "agrees_1e2": bool(torch.allclose(compiled, eager, atol=1e-2, rtol=1e-2, equal_nan=True))}))
+'''
+
+
+def task_codes(run: Path, ids: list[str]) -> dict[str, str]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parts = [pq.read_table(f, columns=["task_id", "code"]) for f in sorted((run / "tasks").glob("*.parquet"))]
+    rows = {r["task_id"]: r["code"] for r in pa.concat_tables(parts).to_pylist() if r["task_id"] in ids}
+    missing = [i for i in ids if i not in rows]
+    if missing:
+        sys.exit(f"error: {run} has no task {missing[0]}; give task ids of its tasks table")
+    return rows
+
+
+def probe(run: Path, code: str, fresh_cache: bool) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with tempfile.TemporaryDirectory() as tmp:
+        if fresh_cache:
+            env |= {"TORCHINDUCTOR_CACHE_DIR": f"{tmp}/inductor", "TRITON_CACHE_DIR": f"{tmp}/triton"}
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", PROBE, str(run)], input=code, capture_output=True, text=True,
+                             timeout=600, env=env, cwd=ROOT)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return json.loads(out.stdout.strip().splitlines()[-1]) | {"seconds": round(time.perf_counter() - t0, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", type=Path, required=True)
+    ap.add_argument("--ids", required=True, help="task ids, comma-separated")
+    ap.add_argument("--reps", type=int, default=4, help="fresh processes per task")
+    ap.add_argument("--fresh-cache", action="store_true", help="each process with empty inductor and Triton caches")
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    codes = task_codes(a.run, [i for i in a.ids.split(",") if i])
+    rows = []
+    for tid, code in codes.items():
+        for rep in range(a.reps):
+            r = {"task_id": tid, "rep": rep} | probe(a.run, code, a.fresh_cache)
+            rows.append(r)
+            print(f"{tid} rep {rep}: " + ", ".join(f"{k} {v}" for k, v in r.items() if k not in ("task_id", "rep")),
+                  flush=True)
+    summary = {}
+    for tid in codes:
+        mine = [r for r in rows if r["task_id"] == tid and "error" not in r]
+        summary[tid] = {"processes": len(mine), "eager_checksums": len({r["eager"] for r in mine}),
+                        "compiled_checksums": len({r["compiled"] for r in mine}),
+                        "verdicts": sorted({r["agrees_1e2"] for r in mine})}
+    print(f"{'task':18} {'procs':>5} {'eager sums':>10} {'compiled sums':>13} verdicts")
+    for tid, s in summary.items():
+        print(f"{tid:18} {s['processes']:>5} {s['eager_checksums']:>10} {s['compiled_checksums']:>13} {s['verdicts']}")
+    a.out.write_text(json.dumps({"command": " ".join(sys.argv), "fresh_cache": a.fresh_cache, "summary": summary,
+                                 "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
