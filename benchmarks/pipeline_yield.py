@@ -161,6 +161,14 @@ def measured(rd: RunDir) -> dict[str, dict]:
     return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms", "compile_ms"])}
 
 
+def output_checksums(rd: RunDir) -> dict[str, dict]:
+    """task_id -> its eager and compiled output checksums; empty for a run measured before they were recorded (its
+    shards lack the columns: read whole, they come back null)."""
+    rows = rd.read_rows("measurements")
+    return {m["task_id"]: {"eager_checksum": m.get("eager_checksum"), "compile_checksum": m.get("compile_checksum")}
+            for m in rows}
+
+
 def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
     """Second over first of paired timings: how many, the median ratio and the median and p90 of |ratio - 1|."""
     r = sorted(b / a for a, b in pairs if a and b)
@@ -188,12 +196,20 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
                 return True
         return False
 
+    sums1, sums2 = output_checksums(rd), output_checksums(rd2)
+
+    def same(t: str, col: str) -> bool | None:
+        """Whether both runs computed the same output (its checksum), None where either run recorded none."""
+        a, b = (sums1.get(t) or {}).get(col), (sums2.get(t) or {}).get(col)
+        return None if a is None or b is None else a == b
+
     diff = []
     for t in sorted(published ^ pub2):
         diff.append({"task_id": t, "first": "published" if t in published else rej1.get(t, ("", ""))[1],
                      "second": "published" if t in pub2 else rej2.get(t, ("", ""))[1],
                      "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
-                     "within_5pct_of_bound": near_bound(t)})
+                     "within_5pct_of_bound": near_bound(t),
+                     "same_eager_output": same(t, "eager_checksum"), "same_compiled_output": same(t, "compile_checksum")})
     both = [(m1[t], m2[t]) for t in sorted(published & pub2) if t in m1 and t in m2]
     return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
             "same": len(published & pub2),

@@ -102,7 +102,11 @@ def main() -> None:
     print(f"{'task':18} {'procs':>5} {'eager sums':>10} {'compiled sums':>13} verdicts")
     for tid, s in summary.items():
         print(f"{tid:18} {s['processes']:>5} {s['eager_checksums']:>10} {s['compiled_checksums']:>13} {s['verdicts']}")
-    a.out.write_text(json.dumps({"command": " ".join(sys.argv), "fresh_cache": a.fresh_cache, "summary": summary,
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    a.out.write_text(json.dumps({"command": " ".join(["benchmarks/verdict_flips.py", *sys.argv[1:]]), "gpu": gpu,
+                                 "torch": torch.__version__, "fresh_cache": a.fresh_cache, "summary": summary,
                                  "rows": rows}, indent=1))
 
 

@@ -46,6 +46,22 @@ def _chunks(*ts: Any) -> Any:
         yield tuple(f[i:i + CHUNK] for f in flat)
 
 
+CHECKSUM_PERIOD = 1021  # weights 1..1021 by position: a permutation of equal values changes the sum
+
+
+def checksum(flat: Any) -> float:
+    """A position-weighted float64 sum of a flat output (NaN and infinities count as 0), read back once: two runs
+    whose outputs differ in any element (an argsort that orders ties otherwise, say) almost surely differ here, so
+    a repeat can tell which side of a compile check moved. Chunked like the other whole-output checks."""
+    if flat.numel() == 0:
+        return 0.0
+    parts = []
+    for i, (c,) in enumerate(_chunks(flat)):
+        w = torch.arange(i * CHUNK, i * CHUNK + c.numel(), device=c.device, dtype=torch.int64) % CHECKSUM_PERIOD + 1
+        parts.append((c.double().nan_to_num(0.0, 0.0, 0.0) * w).sum())
+    return float(torch.stack(parts).sum())
+
+
 def _worst(maxima: list) -> float:
     """One number from per-chunk maxima (0-d tensors) as one torch max over the whole gives it (NaN if any is
     NaN), read back once rather than once per chunk; 0.0 for no chunk (an empty output)."""

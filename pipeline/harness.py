@@ -50,6 +50,7 @@ from filters.base import decide
 from filters.checks import EAGER_CHECKS, UNTIMED_CHECKS
 from filters.tensor_checks import (
     agreement,
+    checksum,
     draw_checks,
     flatten,
     max_diff,
@@ -723,6 +724,7 @@ class Harness:
             diff, quick_diff = max_diff(ref0, _flat(out1)), m.get("determinism_max_diff", 0.0)
             m["determinism_max_diff"] = diff if math.isnan(diff) or diff > quick_diff else quick_diff
             m["deterministic"] = m["determinism_max_diff"] == 0.0
+            m["eager_checksum"] = checksum(ref0)
             del out1
             owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *tensors(x0)]}
             if ref0.numel() < 2**28 or ref0.untyped_storage().data_ptr() in owned:
@@ -864,6 +866,7 @@ class Harness:
         # the hold goes on after the check (the caller's next step, the timing, ends it): the warm-ups of
         # profile.warm_in_drain need a shared hold, and a new one would wait out a whole phase of timed runs
         self.lock.acquire(label="compile-check")
+        m["compile_checksum"] = checksum(out)
         errs = [agreement(out, ref0)]
         del out
         for k in range(1, len(subs)):

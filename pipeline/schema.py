@@ -64,6 +64,10 @@ MEASUREMENTS = pa.schema([
     ("compile_agrees_1e2", pa.bool_()),
     ("deterministic", pa.bool_()),
     ("determinism_max_diff", pa.float64()),
+    # filters.tensor_checks.checksum of draw 0's eager and compiled outputs: which side of a compile check moved
+    # between two runs of the same task (benchmarks/pipeline_yield.py --repeat)
+    ("eager_checksum", pa.float64()),
+    ("compile_checksum", pa.float64()),
     ("input_min_pairwise_diff", pa.float64()),
     # max over draws k >= 1 of max |out_k - out_0| / (tol + tol * |out_k|) at the verifier's tolerance:
     # < 1 means draw 0's output, returned for every input, passes the verifier on every draw

@@ -104,3 +104,25 @@ def test_degenerate_needs_a_few_chunks_beside_its_bounded_saturation_sample(monk
     with LiveBytes() as live:
         assert tc.degenerate(flat) == ""
     assert 0 < live.peak <= 8 * tc.CHUNK * 4 + 4 * 1_000_000 * 8  # one pass: |flat| alone is 64 MiB
+
+
+def _one_pass_checksum(flat):
+    w = torch.arange(flat.numel(), dtype=torch.int64) % tc.CHECKSUM_PERIOD + 1
+    return float((flat.double().nan_to_num(0.0, 0.0, 0.0) * w).sum())
+
+
+def test_the_checksum_is_the_one_pass_sum_in_chunks_and_sees_positions(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(50, generator=g)
+    a[3], a[17] = math.nan, math.inf
+    whole = tc.checksum(a)
+    monkeypatch.setattr(tc, "CHUNK", 7)  # several chunks, the weights go on across their edges
+    assert tc.checksum(a) == pytest.approx(whole, rel=1e-12) and whole == pytest.approx(_one_pass_checksum(a))
+    assert tc.checksum(a.clone()) == tc.checksum(a)
+    swapped = a.clone()
+    swapped[[0, 1]] = a[[1, 0]]  # the same values, two in other places: an argsort ordering ties otherwise
+    assert tc.checksum(swapped) != tc.checksum(a)
+    nudged = a.clone()
+    nudged[40] = torch.nextafter(a[40], torch.tensor(math.inf))  # one element one ulp away
+    assert tc.checksum(nudged) != tc.checksum(a)
+    assert tc.checksum(torch.empty(0)) == 0.0

@@ -169,6 +169,21 @@ def test_a_non_determinism_only_the_second_run_shows_is_caught():
     assert decide(r, EAGER_CHECKS, WIDE)[1].startswith("non-deterministic (eager runs on the same inputs differ")
 
 
+def test_output_checksums_say_which_side_of_the_compile_check_computed_what():
+    """The eager and compiled outputs of draw 0 are checksummed (what a repeat compares): the same task gives the
+    same eager checksum in another worker, a compiled graph that computes the same bits gives the same checksum,
+    and another task gives another."""
+    from filters.tensor_checks import checksum
+
+    first, again = (run("x * self.w + 1", compile=True) for _ in range(2))
+    other = run("x * self.w + 2", compile=True)
+    assert first["compile_ok"] and first["compile_max_abs_err"] == 0.0
+    assert first["eager_checksum"] == again["eager_checksum"] == first["compile_checksum"]
+    assert other["eager_checksum"] != first["eager_checksum"]
+    assert checksum(torch.zeros(3)) == 0.0 and first["eager_checksum"] != 0.0
+    assert "compile_checksum" not in run("x + 1")  # not compiled: nothing to checksum
+
+
 def test_early_reject_outside_the_window():
     r = run("x + 1", filter=FilterSection(min_eager_ms=1e6, max_eager_ms=1e7))
     assert r["status"] == "early_reject" and "<" in r["error"] and r["eager_ms"] > 0

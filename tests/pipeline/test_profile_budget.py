@@ -494,3 +494,27 @@ def test_profile_arms_that_measured_nothing_in_common_say_so_in_one_line(tmp_pat
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1].startswith("error: no task of --index/--ids was measured by every arm")
     assert (out / "arms.json").exists()
+
+
+def test_pipeline_yield_reads_output_checksums_and_none_from_shards_written_before_them(tmp_path):
+    """A repeat says which side of a compile check moved from the output checksums; a run measured before they were
+    recorded (its shards lack the columns) reads as none, not as an unreadable shard."""
+    import sys
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from pipeline.schema import MEASUREMENTS, conform
+    from pipeline.store import RunDir
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import output_checksums
+
+    rd = RunDir(tmp_path / "run")
+    rd.write_shard("measurements", 0, conform([{"task_id": "a", "status": "ok", "eager_checksum": 1.5,
+                                                "compile_checksum": 2.5}], MEASUREMENTS), MEASUREMENTS)
+    older = pa.schema([f for f in MEASUREMENTS if f.name not in ("eager_checksum", "compile_checksum")])
+    rd.write_shard("measurements", 1, conform([{"task_id": "b", "status": "ok"}], older), older)
+    got = output_checksums(rd)
+    assert got["a"] == {"eager_checksum": 1.5, "compile_checksum": 2.5}
+    assert got["b"] == {"eager_checksum": None, "compile_checksum": None}
