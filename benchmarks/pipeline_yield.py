@@ -165,8 +165,17 @@ def output_checksums(rd: RunDir) -> dict[str, dict]:
     """task_id -> its eager and compiled output checksums; empty for a run measured before they were recorded (its
     shards lack the columns: read whole, they come back null)."""
     rows = rd.read_rows("measurements")
-    return {m["task_id"]: {"eager_checksum": m.get("eager_checksum"), "compile_checksum": m.get("compile_checksum")}
-            for m in rows}
+    cols = ("eager_checksum", "compile_checksum", "compile_rerun_checksum")
+    return {m["task_id"]: {c: m.get(c) for c in cols} for m in rows}
+
+
+def compiled_reruns(rows: list[dict]) -> dict:
+    """Tasks whose compiled graph ran twice on draw 0 in one worker (the compile check, then a warm-up in the
+    drain) with both outputs checksummed, and those whose two checksums differ: a compiled graph that computes
+    other bits from run to run, whose compile verdict may then change too."""
+    both = [m for m in rows if m.get("compile_checksum") is not None and m.get("compile_rerun_checksum") is not None]
+    differ = [m["task_id"] for m in both if m["compile_checksum"] != m["compile_rerun_checksum"]]
+    return {"tasks_recorded": len(both), "differ": len(differ), "examples": differ[:10]}
 
 
 def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
@@ -203,13 +212,19 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
         a, b = (sums1.get(t) or {}).get(col), (sums2.get(t) or {}).get(col)
         return None if a is None or b is None else a == b
 
+    def varied(sums: dict[str, dict], t: str) -> bool | None:
+        """Whether one run's compiled graph gave two outputs on draw 0, None where it recorded no rerun."""
+        a, b = (sums.get(t) or {}).get("compile_checksum"), (sums.get(t) or {}).get("compile_rerun_checksum")
+        return None if a is None or b is None else a != b
+
     diff = []
     for t in sorted(published ^ pub2):
         diff.append({"task_id": t, "first": "published" if t in published else rej1.get(t, ("", ""))[1],
                      "second": "published" if t in pub2 else rej2.get(t, ("", ""))[1],
                      "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
                      "within_5pct_of_bound": near_bound(t),
-                     "same_eager_output": same(t, "eager_checksum"), "same_compiled_output": same(t, "compile_checksum")})
+                     "same_eager_output": same(t, "eager_checksum"), "same_compiled_output": same(t, "compile_checksum"),
+                     "compiled_varied_within_run": [varied(sums1, t), varied(sums2, t)]})
     both = [(m1[t], m2[t]) for t in sorted(published & pub2) if t in m1 and t in m2]
     return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
             "same": len(published & pub2),
@@ -405,6 +420,7 @@ def main() -> None:
         "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median(judged_rows),
         "reservation_retries": reservation_retries(judged_rows),
+        "compiled_reruns": compiled_reruns(judged_rows),
         "rejected_before_timing": rejected_before_timing(judged_rows, cfg.filter),
         "long_first_compiled_runs": long_first_compiled_runs(judged_rows),
         "finish_timeline": finish_timeline(judged_rows),

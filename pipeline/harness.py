@@ -753,7 +753,7 @@ class Harness:
         if s.skip_timing_when_rejected and (why := decide(m, UNTIMED_CHECKS, self.s.filter)[1]):
             m["timing_skipped"] = why  # the filter rejects it for this whatever it times: no GPU held alone for it
             return
-        x0, done_runs = self._warm_in_drain(ns, model, compiled) if s.warm_in_drain else (None, s.warmup - 1)
+        x0, done_runs = self._warm_in_drain(ns, model, compiled, m) if s.warm_in_drain else (None, s.warmup - 1)
         # one exclusive section per task for all timed runs: each exclusive hold first waits for every
         # neighbour's shared section to end, and those drains, not the timed runs, bounded throughput. The input
         # is drawn inside it (unless drawn in the drain): a shared section of its own would wait out a whole
@@ -772,19 +772,25 @@ class Harness:
         m["timing_alloc_retries"] = self._alloc_retries() - retries0
         self._roofline(task, m)
 
-    def _warm_in_drain(self, ns: dict, model: Any, compiled: Any) -> tuple[tuple, int]:
+    def _warm_in_drain(self, ns: dict, model: Any, compiled: Any, m: dict) -> tuple[tuple, int]:
         """Announce the timed runs from a shared hold (the compile check's, still held, or a new one) and, while
         the neighbours' sections drain, draw the timing inputs and run every warm-up of both models: untimed work,
         so it may overlap theirs, and the exclusive hold that follows holds the timed runs alone. (Drains were
         14.9% of call 53's span at 48% utilisation; the draw and warm-ups, 44 of its 184 exclusive GPU-s with the
-        measured runs' flushes and syncs.) The inputs and how many runs `_time` may count as warm-up."""
+        measured runs' flushes and syncs.) The inputs and how many runs `_time` may count as warm-up. The compiled
+        warm-up's output is checksummed (`compile_rerun_checksum`): beside `compile_checksum`, of the compile check's
+        run on the same draw, it says whether the compiled graph computed the same bits twice in one worker."""
         self.lock.acquire(label="timing-warm-up")
         self.lock.announce(label="timing-warm-up")
         x0 = self._draw(ns, 0)  # the same values: draws are seeded
         runs = min(1, self.s.profile.warmup)  # as many as `_time` runs otherwise: the checks' runs count
         for fn in (model, compiled) if compiled is not None else (model,):
+            out = None  # the eager warm-up's output goes before the compiled one runs
             for _ in range(runs):
-                fn(*x0)
+                out = fn(*x0)
+            if fn is compiled and out is not None:
+                m["compile_rerun_checksum"] = checksum(_flat(out))
+            del out
         return x0, self.s.profile.warmup
 
     def _warm_kernels(self, ops: list[str]) -> None:

@@ -68,6 +68,9 @@ MEASUREMENTS = pa.schema([
     # between two runs of the same task (benchmarks/pipeline_yield.py --repeat)
     ("eager_checksum", pa.float64()),
     ("compile_checksum", pa.float64()),
+    # the same of the compiled graph's warm-up run on draw 0 (profile.warm_in_drain): a compiled graph whose bits
+    # change from run to run in one worker differs from compile_checksum
+    ("compile_rerun_checksum", pa.float64()),
     ("input_min_pairwise_diff", pa.float64()),
     # max over draws k >= 1 of max |out_k - out_0| / (tol + tol * |out_k|) at the verifier's tolerance:
     # < 1 means draw 0's output, returned for every input, passes the verifier on every draw

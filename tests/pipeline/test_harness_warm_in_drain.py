@@ -69,3 +69,34 @@ def test_the_timed_hold_holds_the_timed_runs_alone_when_warm_ups_run_in_the_drai
     fd = os.open(str(lock) + ".intent", os.O_RDWR)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     os.close(fd)
+
+
+@pytest.mark.parametrize("varies", [False, True])
+def test_the_compiled_warm_up_is_checksummed_beside_the_compile_checks_run(tmp_path, varies):
+    """With warm-ups in the drain, the compiled graph's warm-up on draw 0 is checksummed: the same bits as the
+    compile check's run on that draw give the same checksum, a graph whose output changes from run to run another."""
+    code = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+    def forward(self, x):
+        self.calls += 1
+        return x * 2 + ''' + ("self.calls" if varies else "1") + '''
+def get_inputs():
+    return [torch.rand(16, 16)]
+def get_init_inputs():
+    return []
+'''
+    s = WorkerSettings.from_config(Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0,
+                                                                                         max_eager_ms=1e9)))
+    s = s.with_profile(memory_limit_gb=0.0, compile=True, warmup=3, min_runs=3, max_runs=3, timing_phases=True,
+                       warm_in_drain=True, skip_timing_when_rejected=False,
+                       skip_compile_when_rejected=False)  # the varying task is non-deterministic eagerly too
+    m = Harness("cpu", s, lock_path=str(tmp_path / "gpu.lock")).profile(
+        {"task_id": "t", "code": code, "flops": 0, "bytes_moved": 0})
+    assert m["status"] == "ok", m["error"]
+    assert m["compile_ok"] and m["compile_checksum"] is not None
+    assert (m["compile_rerun_checksum"] != m["compile_checksum"]) is varies

@@ -516,5 +516,19 @@ def test_pipeline_yield_reads_output_checksums_and_none_from_shards_written_befo
     older = pa.schema([f for f in MEASUREMENTS if f.name not in ("eager_checksum", "compile_checksum")])
     rd.write_shard("measurements", 1, conform([{"task_id": "b", "status": "ok"}], older), older)
     got = output_checksums(rd)
-    assert got["a"] == {"eager_checksum": 1.5, "compile_checksum": 2.5}
-    assert got["b"] == {"eager_checksum": None, "compile_checksum": None}
+    assert got["a"] == {"eager_checksum": 1.5, "compile_checksum": 2.5, "compile_rerun_checksum": None}
+    assert got["b"] == {"eager_checksum": None, "compile_checksum": None, "compile_rerun_checksum": None}
+
+
+def test_pipeline_yield_counts_compiled_graphs_whose_bits_changed_within_a_run():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import compiled_reruns
+
+    rows = [{"task_id": "old"},  # measured before the checksums
+            {"task_id": "untimed", "compile_checksum": 3.0, "compile_rerun_checksum": None},  # no warm-up ran
+            {"task_id": "same", "compile_checksum": 3.0, "compile_rerun_checksum": 3.0},
+            {"task_id": "moved", "compile_checksum": 3.0, "compile_rerun_checksum": 3.5}]
+    assert compiled_reruns(rows) == {"tasks_recorded": 2, "differ": 1, "examples": ["moved"]}
