@@ -532,3 +532,32 @@ def test_pipeline_yield_counts_compiled_graphs_whose_bits_changed_within_a_run()
             {"task_id": "same", "compile_checksum": 3.0, "compile_rerun_checksum": 3.0},
             {"task_id": "moved", "compile_checksum": 3.0, "compile_rerun_checksum": 3.5}]
     assert compiled_reruns(rows) == {"tasks_recorded": 2, "differ": 1, "examples": ["moved"]}
+
+
+def test_verdict_flips_probes_a_task_in_fresh_processes_beside_a_busy_neighbour(tmp_path):
+    """benchmarks/verdict_flips.py on the CPU: a deterministic task gives one eager and one compiled checksum over
+    its fresh processes and one verdict, while a neighbour keeps the device busy; an id the run lacks is one line."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
+            "        return torch.softmax(x, dim=1).cumsum(1)\n"
+            "def get_inputs():\n    return [torch.randn(8, 32)]\ndef get_init_inputs():\n    return []\n")
+    rd, _ = _run_dir(tmp_path / "run", [{"task_id": "t1", "code": code}], shard_size=1)
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = tmp_path / "flips.json"
+    done = subprocess.run([sys.executable, "benchmarks/verdict_flips.py", "--run", str(rd.path), "--ids", "t1",
+                           "--reps", "2", "--neighbours", "1", "--device", "cpu", "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(out.read_text())
+    assert got["summary"]["t1"] == {"processes": 2, "eager_checksums": 1, "compiled_checksums": 1, "verdicts": [True]}
+    assert got["neighbours"] == 1 and all(r["eager"] != 0 for r in got["rows"])
+    missing = subprocess.run([sys.executable, "benchmarks/verdict_flips.py", "--run", str(rd.path), "--ids", "nope",
+                              "--device", "cpu", "--out", str(out)], cwd=root, env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert missing.returncode != 0 and "has no task nope" in missing.stderr
