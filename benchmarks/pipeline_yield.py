@@ -158,24 +158,26 @@ def dedupe_pairs(rd: RunDir, ops_of: dict[str, list[str]]) -> list[dict]:
 
 
 def measured(rd: RunDir) -> dict[str, dict]:
-    return {m["task_id"]: m for m in rd.read_rows("measurements", ["task_id", "status", "eager_ms", "compile_ms"])}
+    """task_id -> its whole measurement row, read once. Whole rows, not chosen columns: a run measured before the
+    output checksums has shards without those columns, and read whole they come back null."""
+    return {m["task_id"]: m for m in rd.read_rows("measurements")}
 
 
-def output_checksums(rd: RunDir) -> dict[str, dict]:
-    """task_id -> its eager and compiled output checksums; empty for a run measured before they were recorded (its
-    shards lack the columns: read whole, they come back null)."""
-    rows = rd.read_rows("measurements")
-    cols = ("eager_checksum", "compile_checksum", "compile_rerun_checksum")
-    return {m["task_id"]: {c: m.get(c) for c in cols} for m in rows}
+def rerun_differs(m: dict | None) -> bool | None:
+    """Whether a task's compiled graph gave other bits on its warm-up than on its compile check (draw 0 both
+    times, one worker); None where either checksum is missing."""
+    a, b = (m or {}).get("compile_checksum"), (m or {}).get("compile_rerun_checksum")
+    return None if a is None or b is None else a != b
 
 
 def compiled_reruns(rows: list[dict]) -> dict:
     """Tasks whose compiled graph ran twice on draw 0 in one worker (the compile check, then a warm-up in the
     drain) with both outputs checksummed, and those whose two checksums differ: a compiled graph that computes
     other bits from run to run, whose compile verdict may then change too."""
-    both = [m for m in rows if m.get("compile_checksum") is not None and m.get("compile_rerun_checksum") is not None]
-    differ = [m["task_id"] for m in both if m["compile_checksum"] != m["compile_rerun_checksum"]]
-    return {"tasks_recorded": len(both), "differ": len(differ), "examples": differ[:10]}
+    seen = {m["task_id"]: rerun_differs(m) for m in rows}
+    differ = [t for t, d in seen.items() if d]
+    return {"tasks_recorded": sum(d is not None for d in seen.values()), "differ": len(differ),
+            "examples": differ[:10]}
 
 
 def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
@@ -188,11 +190,12 @@ def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
             "median_abs_dev": round(statistics.median(dev), 4), "p90_abs_dev": round(dev[int(0.9 * (len(dev) - 1))], 4)}
 
 
-def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, float]) -> dict:
+def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, float],
+                m1: dict[str, dict] | None = None) -> dict:
     """The judged tasks measured again in rd2 (the same tasks, another profile run): which published set each run
     gives (a task whose eager time lies within 5% of a window bound may flip) and how the paired timings agree
     (eager: the run-to-run noise; compile: that noise plus whatever the second run's settings changed)."""
-    m1, m2 = measured(rd), measured(rd2)
+    m1, m2 = m1 if m1 is not None else measured(rd), measured(rd2)  # m1: rd's rows when the caller has them
     judged = judged & set(m2)  # a time-boxed second run may not have measured them all
     published, pub2 = set(accepted_task_ids(rd)) & judged, set(accepted_task_ids(rd2)) & judged
     rej1, rej2 = first_rejection(rd), first_rejection(rd2)
@@ -205,17 +208,10 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
                 return True
         return False
 
-    sums1, sums2 = output_checksums(rd), output_checksums(rd2)
-
     def same(t: str, col: str) -> bool | None:
         """Whether both runs computed the same output (its checksum), None where either run recorded none."""
-        a, b = (sums1.get(t) or {}).get(col), (sums2.get(t) or {}).get(col)
+        a, b = (m1.get(t) or {}).get(col), (m2.get(t) or {}).get(col)
         return None if a is None or b is None else a == b
-
-    def varied(sums: dict[str, dict], t: str) -> bool | None:
-        """Whether one run's compiled graph gave two outputs on draw 0, None where it recorded no rerun."""
-        a, b = (sums.get(t) or {}).get("compile_checksum"), (sums.get(t) or {}).get("compile_rerun_checksum")
-        return None if a is None or b is None else a != b
 
     diff = []
     for t in sorted(published ^ pub2):
@@ -224,7 +220,7 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
                      "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
                      "within_5pct_of_bound": near_bound(t),
                      "same_eager_output": same(t, "eager_checksum"), "same_compiled_output": same(t, "compile_checksum"),
-                     "compiled_varied_within_run": [varied(sums1, t), varied(sums2, t)]})
+                     "compiled_varied_within_run": [rerun_differs(m1.get(t)), rerun_differs(m2.get(t))]})
     both = [(m1[t], m2[t]) for t in sorted(published & pub2) if t in m1 and t in m2]
     return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
             "same": len(published & pub2),
@@ -383,7 +379,7 @@ def main() -> None:
     all_tasks = rd.read_rows("tasks", ["task_id", "name", "ops"])
     tasks = all_tasks[a.since_index:a.until_index]
     rejections = first_rejection(rd)
-    meas_rows = {m["task_id"]: m for m in rd.read_rows("measurements")}
+    meas_rows = measured(rd)
     if a.since_index or a.until_index is not None:  # a grown run: only the new tasks that a stage has decided so far
         tasks = [t for t in tasks if t["task_id"] in meas_rows or t["task_id"] in rejections]
     ops_of = {t["task_id"]: list(t["ops"] or []) for t in all_tasks}
@@ -437,7 +433,8 @@ def main() -> None:
         "near_duplicate_pairs": pairs,
     }
     if a.repeat:
-        result["repeat"] = repeat_diff(rd, RunDir(a.repeat), judged, (cfg.filter.min_eager_ms, cfg.filter.max_eager_ms))
+        result["repeat"] = repeat_diff(rd, RunDir(a.repeat), judged, (cfg.filter.min_eager_ms, cfg.filter.max_eager_ms),
+                                       meas_rows)
 
     print(f"run {a.run} ({a.label}): {n} sampled -> {len(published)} published "
           f"({result['published_over_sampled']:.1%}); profile {profile.get('seconds')} s x {a.gpus} GPU -> "

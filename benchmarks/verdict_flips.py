@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 PROBE = r'''
 import json, sys
 import torch
-from filters.tensor_checks import flatten, max_diff
+from filters.tensor_checks import checksum, flatten, max_diff
 from pipeline.config import load_file
 from pipeline.harness import Harness
 from pipeline.worker_settings import WorkerSettings
@@ -51,19 +51,15 @@ x = h._draw(ns, 0)
 with torch.no_grad():
     eager = flatten(model(*x)).clone()
     compiled = flatten(torch.compile(model)(*x))
-def checksum(t):
-    return float(t.double().nan_to_num(0.0, 0.0, 0.0).abs().sum())
 print(json.dumps({"eager": checksum(eager), "compiled": checksum(compiled), "max_diff": max_diff(eager, compiled),
                   "agrees_1e2": bool(torch.allclose(compiled, eager, atol=1e-2, rtol=1e-2, equal_nan=True))}))
 '''
 
 
 def task_codes(run: Path, ids: list[str]) -> dict[str, str]:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from pipeline.store import RunDir
 
-    parts = [pq.read_table(f, columns=["task_id", "code"]) for f in sorted((run / "tasks").glob("*.parquet"))]
-    rows = {r["task_id"]: r["code"] for r in pa.concat_tables(parts).to_pylist() if r["task_id"] in ids}
+    rows = {r["task_id"]: r["code"] for r in RunDir(run).read_rows("tasks", ["task_id", "code"]) if r["task_id"] in ids}
     missing = [i for i in ids if i not in rows]
     if missing:
         sys.exit(f"error: {run} has no task {missing[0]}; give task ids of its tasks table")

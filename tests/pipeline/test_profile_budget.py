@@ -508,14 +508,15 @@ def test_pipeline_yield_reads_output_checksums_and_none_from_shards_written_befo
     from pipeline.store import RunDir
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from pipeline_yield import output_checksums
+    from pipeline_yield import measured
 
     rd = RunDir(tmp_path / "run")
     rd.write_shard("measurements", 0, conform([{"task_id": "a", "status": "ok", "eager_checksum": 1.5,
                                                 "compile_checksum": 2.5}], MEASUREMENTS), MEASUREMENTS)
     older = pa.schema([f for f in MEASUREMENTS if f.name not in ("eager_checksum", "compile_checksum")])
     rd.write_shard("measurements", 1, conform([{"task_id": "b", "status": "ok"}], older), older)
-    got = output_checksums(rd)
+    cols = ("eager_checksum", "compile_checksum", "compile_rerun_checksum")
+    got = {t: {c: m[c] for c in cols} for t, m in measured(rd).items()}
     assert got["a"] == {"eager_checksum": 1.5, "compile_checksum": 2.5, "compile_rerun_checksum": None}
     assert got["b"] == {"eager_checksum": None, "compile_checksum": None, "compile_rerun_checksum": None}
 
