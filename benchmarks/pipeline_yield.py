@@ -180,6 +180,32 @@ def compiled_reruns(rows: list[dict]) -> dict:
             "examples": differ[:10]}
 
 
+def outputs_moved(m1: dict[str, dict], m2: dict[str, dict], judged: set[str]) -> dict:
+    """Over every task both runs checksummed, whatever either verdict: how many computed other eager bits, other
+    compiled bits, and of the latter how many ran another compiled program (compile_code) or one whose choices
+    were timed (compile_benchmarks > 0 in either run); a few examples of each."""
+    eager, compiled, code, timed = [], [], [], []
+    for t in sorted(judged):
+        a, b = m1.get(t) or {}, m2.get(t) or {}
+        if a.get("eager_checksum") is not None and b.get("eager_checksum") is not None \
+                and a["eager_checksum"] != b["eager_checksum"]:
+            eager.append(t)
+        if a.get("compile_checksum") is None or b.get("compile_checksum") is None \
+                or a["compile_checksum"] == b["compile_checksum"]:
+            continue
+        compiled.append(t)
+        if a.get("compile_code") and b.get("compile_code") and a["compile_code"] != b["compile_code"]:
+            code.append(t)
+        if (a.get("compile_benchmarks") or 0) > 0 or (b.get("compile_benchmarks") or 0) > 0:
+            timed.append(t)
+    both = sum(1 for t in judged if (m1.get(t) or {}).get("compile_checksum") is not None
+               and (m2.get(t) or {}).get("compile_checksum") is not None)
+    return {"compiled_in_both": both, "eager_moved": len(eager), "compiled_moved": len(compiled),
+            "compiled_moved_other_code": len(code), "compiled_moved_timed_choices": len(timed),
+            "examples": {"eager": eager[:10], "compiled": compiled[:10], "other_code": code[:10],
+                         "timed": timed[:10]}}
+
+
 def ratio_stats(pairs: list[tuple[float, float]]) -> dict:
     """Second over first of paired timings: how many, the median ratio and the median and p90 of |ratio - 1|."""
     r = sorted(b / a for a, b in pairs if a and b)
@@ -220,11 +246,15 @@ def repeat_diff(rd: RunDir, rd2: RunDir, judged: set[str], window: tuple[float, 
                      "eager_ms": [(m1.get(t) or {}).get("eager_ms"), (m2.get(t) or {}).get("eager_ms")],
                      "within_5pct_of_bound": near_bound(t),
                      "same_eager_output": same(t, "eager_checksum"), "same_compiled_output": same(t, "compile_checksum"),
-                     "compiled_varied_within_run": [rerun_differs(m1.get(t)), rerun_differs(m2.get(t))]})
+                     "compiled_varied_within_run": [rerun_differs(m1.get(t)), rerun_differs(m2.get(t))],
+                     "same_compiled_code": same(t, "compile_code"),
+                     "compile_benchmarks": [(m1.get(t) or {}).get("compile_benchmarks"),
+                                            (m2.get(t) or {}).get("compile_benchmarks")]})
     both = [(m1[t], m2[t]) for t in sorted(published & pub2) if t in m1 and t in m2]
     return {"tasks_in_both": len(judged), "published_first": len(published), "published_second": len(pub2),
             "same": len(published & pub2),
             "differ": len(diff), "differ_not_near_bound": sum(not d["within_5pct_of_bound"] for d in diff),
+            "outputs_moved": outputs_moved(m1, m2, judged),
             "paired_eager_ms": ratio_stats([(a["eager_ms"], b["eager_ms"]) for a, b in both]),
             "paired_compile_ms": ratio_stats([(a["compile_ms"], b["compile_ms"]) for a, b in both]),
             "rows": diff}

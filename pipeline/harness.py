@@ -61,6 +61,7 @@ from filters.tensor_checks import (
 from operators.peak import LiveBytes
 from operators.trace import SKIP_OPS, aten_name
 from pipeline.compile_cache import InductorCache
+from pipeline.compiled_code import benchmarks_run, code_hashes_since, code_mark, count_benchmarks
 from pipeline.config import ConfigError
 from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
 from pipeline.kernel_warmup import KernelWarmup
@@ -484,6 +485,7 @@ class Harness:
             _cap_autotune_configs(p.autotune_config_cap_ms)
         if self.cuda and self._lock_path:
             _guard_benchmarks(self.lock, p.yield_in_autotuning)
+        count_benchmarks(_inductor_benchmarker())  # outermost: every benchmark inductor asks for counts once
         # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose failure
         # inductor takes silently (scalar code from then on)
         removed = self.cache.repair_shared()
@@ -855,6 +857,7 @@ class Harness:
 
         self.cache.use_shared()  # a private cache of an earlier task's retry is done with
         self._configure_compile()  # a setup failure is the worker's, not this task's compile failure
+        code_at, benchmarks_at = code_mark(), benchmarks_run()
         try:
             (compiled, out, compile_s), repaired = self._with_cache_repair(lambda: self._first_compiled_run(model, ns),
                                                                 f"task {m.get('task_id')}")
@@ -866,6 +869,10 @@ class Harness:
             m["graph_breaks"] = int(sum(dynamo.utils.counters["graph_break"].values()))
             return None
         m["compile_cache_repaired"] = repaired
+        # which program the check ran and how many of its choices were timed: a verdict that differs between two runs
+        # of the task says with these whether the program, a timed choice or the bits of one program moved
+        m["compile_code"] = code_hashes_since(code_at)
+        m["compile_benchmarks"] = benchmarks_run() - benchmarks_at
         m["gpu_busy_compile_s"] = self.lock.held_s - m["gpu_busy_eager_s"] + (
             time.perf_counter() - self.lock._since if self.lock.held else 0.0)
         m["compile_wall_s"] = compile_s

@@ -71,6 +71,10 @@ MEASUREMENTS = pa.schema([
     # the same of the compiled graph's warm-up run on draw 0 (profile.warm_in_drain): a compiled graph whose bits
     # change from run to run in one worker differs from compile_checksum
     ("compile_rerun_checksum", pa.float64()),
+    # pipeline.compiled_code: hashes of the output code inductor generated for the task (comma-joined, one per graph)
+    # and how many benchmarks it timed while compiling and in the graph's first run (autotuning, pad_mm)
+    ("compile_code", pa.string()),
+    ("compile_benchmarks", pa.int32()),
     ("input_min_pairwise_diff", pa.float64()),
     # max over draws k >= 1 of max |out_k - out_0| / (tol + tol * |out_k|) at the verifier's tolerance:
     # < 1 means draw 0's output, returned for every input, passes the verifier on every draw

@@ -26,7 +26,9 @@ TIERS: list[tuple[str, list[str]]] = [
     # the stages, the command line
     ("pipeline contracts", ["pipeline.errors", "pipeline.config", "pipeline.schema", "pipeline.stage_defs",
                             "pipeline.worker_settings", "pipeline.progress", "pipeline.gpu_share",
-                            "pipeline.compile_cache", "pipeline.mps", "pipeline.bytecode", "pipeline.fork_server", "pipeline.task_order",
+                            "pipeline.compile_cache", "pipeline.compiled_code", "pipeline.mps", "pipeline.bytecode",
+                            "pipeline.fork_server",
+                            "pipeline.task_order",
                             "pipeline.tensor_checks"]),
     ("pipeline store", ["pipeline.store", "pipeline.selection", "pipeline.completeness", "pipeline.reference"]),
     ("pipeline worker", ["pipeline.harness", "pipeline.kernel_warmup", "pipeline.executors"]),
