@@ -11,8 +11,9 @@ import re
 import sys
 from typing import Any
 
-# inductor writes where each kernel's file lies into the output code; the place is not the program
-_KERNEL_PATH = re.compile(r"^# kernel path: .*$", re.MULTILINE)
+# inductor writes where each kernel's file lies, and the process's count of graphs so far, into the output code:
+# neither is the program
+_NOT_THE_PROGRAM = re.compile(r"^# (kernel path|AOT ID): .*$", re.MULTILINE)
 _benchmarks = [0]
 
 
@@ -34,12 +35,13 @@ def source_hash(source: str, cache_dir: str = "") -> str:
     program in a private or a shared inductor cache hashes alike."""
     if cache_dir:
         source = source.replace(cache_dir, "<cache>")
-    return hashlib.sha256(_KERNEL_PATH.sub("", source).encode()).hexdigest()[:12]
+    return hashlib.sha256(_NOT_THE_PROGRAM.sub("", source).encode()).hexdigest()[:12]
 
 
 def code_hashes_since(mark: int) -> str:
-    """Comma-joined source_hash of each output-code module loaded since `mark` (in load order; all of them when
-    the list was cleared meanwhile), "" when none was."""
+    """Comma-joined source_hash of each graph's output code loaded since `mark` (in load order; all of them when
+    the list was cleared meanwhile), "" when none was. Kernel modules are left out: the output code holds their
+    source, and which of them a worker loads anew depends on what it compiled before."""
     cache = _py_code_cache()
     if cache is None:
         return ""
@@ -52,7 +54,7 @@ def code_hashes_since(mark: int) -> str:
     out = []
     for mod in mods:
         path = getattr(mod, "__file__", None)
-        if not path:
+        if not path or not callable(getattr(mod, "call", None)):
             continue
         try:
             with open(path, encoding="utf-8") as f:

@@ -166,6 +166,12 @@ class ProfileSection:
     # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
     # input held the GPU lock 84 s while every neighbour waited to time (call 33), a batch norm's 48 s (call 45); 0: off
     autotune_config_cap_ms: float = 0.0
+    # inductor makes some choices of a compiled graph by timing them on the GPU: which config of a reduction kernel
+    # runs (autotuning) and whether a matmul's operands are padded (pad_mm). Timed beside neighbours' work, two runs
+    # of the same task choose differently and compute other last bits: a comparison or rounding after them then flips
+    # the compile verdict. False: nothing is timed, the first config (inductor's heuristic pick) runs and no
+    # operand is padded, so the compiled program and its bits are the task's alone
+    compile_timed_choices: bool = True
     # host cores kept for workers that hold the GPU: a worker runs on all of its cores while it holds the GPU lock
     # (launching kernels, timed runs) and on the others otherwise (compiling, building models), so a step that feeds
     # the GPU never waits behind a neighbour's compile for a core. Launch gaps inside timed runs are the tasks' own

@@ -310,6 +310,33 @@ def _cap_autotune_configs(cap_ms: float) -> bool:
     return True
 
 
+UNTIMED_MS = 1.0  # what every untimed benchmark reads: all candidates tie
+
+
+def _untime_compile_choices() -> bool:
+    """Make every benchmark inductor asks for return UNTIMED_MS without running (profile.compile_timed_choices
+    off): its autotuner keeps the first of tied configs (its heuristic pick) and pad_mm, never faster padded, pads
+    nothing. Choices an earlier, timed run left in the cache are not read either: the autotuner's best configs
+    (autotune_local_cache) and pad_mm's decisions (shape_padding off). False when this torch has no benchmarker or
+    it is untimed already."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.autotune_local_cache = False
+    inductor_config.shape_padding = False
+    bench = _inductor_benchmarker()
+    fn = getattr(bench, "benchmark_gpu", None)
+    if fn is None or getattr(fn, "_untimed", False):
+        return False
+
+    @functools.wraps(fn)
+    def untimed(*args: Any, **kwargs: Any) -> float:
+        return UNTIMED_MS
+
+    untimed._untimed = True  # type: ignore[attr-defined]
+    bench.benchmark_gpu = untimed
+    return True
+
+
 def _set_pointwise_autotuning(on: bool) -> None:
     """inductor's triton.autotune_pointwise for every graph this worker compiles (profile.autotune_pointwise)."""
     import torch._inductor.config as inductor_config
@@ -485,7 +512,9 @@ class Harness:
             _cap_autotune_configs(p.autotune_config_cap_ms)
         if self.cuda and self._lock_path:
             _guard_benchmarks(self.lock, p.yield_in_autotuning)
-        count_benchmarks(_inductor_benchmarker())  # outermost: every benchmark inductor asks for counts once
+        count_benchmarks(_inductor_benchmarker())  # every benchmark inductor runs counts once
+        if self.cuda and not p.compile_timed_choices:
+            _untime_compile_choices()  # outermost: nothing below it runs, so the count stays 0
         # before anything compiles: a binary cut short by a killed worker may be the vector-ISA probe, whose failure
         # inductor takes silently (scalar code from then on)
         removed = self.cache.repair_shared()

@@ -5,6 +5,8 @@ of another program and of a timed choice apart."""
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.compiled_code import benchmarks_run, count_benchmarks, source_hash
 from tests.pipeline.test_harness_checks import run
 
@@ -13,8 +15,8 @@ from pipeline_yield import outputs_moved  # noqa: E402
 
 
 def test_source_hash_ignores_where_the_files_lie_and_sees_the_program():
-    a = "# kernel path: /tmp/a/x.py\nimport c\nload('/tmp/a/k.so')\ndef call(): return 1\n"
-    b = "# kernel path: /var/b/y.py\nimport c\nload('/var/b/k.so')\ndef call(): return 1\n"
+    a = "# AOT ID: ['5_inference']\n# kernel path: /tmp/a/x.py\nimport c\nload('/tmp/a/k.so')\ndef call(): return 1\n"
+    b = "# AOT ID: ['9_inference']\n# kernel path: /var/b/y.py\nimport c\nload('/var/b/k.so')\ndef call(): return 1\n"
     assert source_hash(a, "/tmp/a") == source_hash(b, "/var/b")
     assert source_hash(a, "/tmp/a") != source_hash(a.replace("return 1", "return 2"), "/tmp/a")
 
@@ -55,3 +57,69 @@ def test_outputs_moved_names_which_side_moved_and_why():
     got = outputs_moved(m1, m2, set(m1))
     assert got["compiled_in_both"] == 4 and got["eager_moved"] == 1 and got["compiled_moved"] == 2
     assert got["examples"]["other_code"] == ["code"] and got["examples"]["timed"] == ["timed"]
+
+
+def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monkeypatch):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.runtime import benchmarking
+
+    from pipeline.harness import UNTIMED_MS, _untime_compile_choices
+
+    ran = []
+
+    class Bench:
+        def benchmark_gpu(self, fn, **kwargs):
+            ran.append(fn)
+            return fn()
+
+    bench = Bench()
+    monkeypatch.setattr(benchmarking, "benchmarker", bench)
+    monkeypatch.setattr(inductor_config, "autotune_local_cache", True)
+    monkeypatch.setattr(inductor_config, "shape_padding", True)
+    assert count_benchmarks(bench)
+    before = benchmarks_run()
+    assert _untime_compile_choices() and not _untime_compile_choices()
+    assert [bench.benchmark_gpu(lambda: 7.0, rep=40) for _ in range(2)] == [UNTIMED_MS] * 2
+    assert ran == [] and benchmarks_run() == before  # nothing ran, so nothing counts as timed
+    assert not inductor_config.autotune_local_cache and not inductor_config.shape_padding
+
+
+GPU_REDUCTION = '''
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return (x.softmax(-1) * x).sum(-1) > 0.1
+def get_inputs():
+    return [torch.randn(1 << 18, 8)]
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_untimed_choices_time_nothing_where_timed_ones_do():
+    """A persistent reduction of 8-wide rows is offered several configs: with timed choices inductor times them
+    (compile_benchmarks > 0); untimed it times none, and two fresh workers compile the same bits."""
+    import torch
+    from torch._inductor.runtime import benchmarking
+
+    from pipeline.config import Config, RunSection
+    from pipeline.harness import Harness
+    from pipeline.worker_settings import WorkerSettings
+    from tests.pipeline.test_harness_checks import WIDE
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    base = WorkerSettings.from_config(Config(run=RunSection(seed=0, device="cuda"), filter=WIDE)).with_profile(
+        memory_limit_gb=0.0, compile=True, warmup=1, min_runs=3, max_runs=5)
+    task = {"task_id": "r", "code": GPU_REDUCTION, "flops": 1, "bytes_moved": 1}
+    try:
+        timed = Harness("cuda:0", base).profile(task)
+        untimed = [Harness("cuda:0", base.with_profile(compile_timed_choices=False)).profile(task) for _ in range(2)]
+    finally:
+        vars(benchmarking.benchmarker).pop("benchmark_gpu", None)  # the class's method again
+    assert timed["compile_ok"] and timed["compile_benchmarks"] > 0, timed
+    assert [u["compile_benchmarks"] for u in untimed] == [0, 0]
+    assert untimed[0]["compile_checksum"] == untimed[1]["compile_checksum"]
+    assert untimed[0]["compile_code"] == untimed[1]["compile_code"] != ""
