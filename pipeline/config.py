@@ -169,8 +169,8 @@ class ProfileSection:
     # inductor makes some choices of a compiled graph by timing them on the GPU: which config of a reduction kernel
     # runs (autotuning) and whether a matmul's operands are padded (pad_mm). Timed beside neighbours' work, two runs
     # of the same task choose differently and compute other last bits: a comparison or rounding after them then flips
-    # the compile verdict. False: nothing is timed, the first config (inductor's heuristic pick) runs and no
-    # operand is padded, so the compiled program and its bits are the task's alone
+    # the compile verdict. False: nothing is timed: a reduction or scan runs the one config inductor's deterministic
+    # mode keeps, any other kernel its first, and no operand is padded, so the program and its bits are the task's
     compile_timed_choices: bool = True
     # host cores kept for workers that hold the GPU: a worker runs on all of its cores while it holds the GPU lock
     # (launching kernels, timed runs) and on the others otherwise (compiling, building models), so a step that feeds

@@ -315,14 +315,19 @@ UNTIMED_MS = 1.0  # what every untimed benchmark reads: all candidates tie
 
 def _untime_compile_choices() -> bool:
     """Make every benchmark inductor asks for return UNTIMED_MS without running (profile.compile_timed_choices
-    off): its autotuner keeps the first of tied configs (its heuristic pick) and pad_mm, never faster padded, pads
-    nothing. Choices an earlier, timed run left in the cache are not read either: the autotuner's best configs
-    (autotune_local_cache) and pad_mm's decisions (shape_padding off). False when this torch has no benchmarker or
-    it is untimed already."""
+    off): its autotuner keeps the first of tied configs and pad_mm, never faster padded, pads nothing. A reduction
+    or scan kernel is first cut down to the one config inductor's deterministic mode keeps (its rule: no tiny
+    RBLOCK, no XBLOCK 1 where that is slow, then the second largest blocks and warps): the first config alone ran
+    scans and softmaxes up to 120x slower than timed ones (call 89). Choices an earlier, timed run left in the
+    cache are not read either: the autotuner's best configs (autotune_local_cache) and pad_mm's decisions
+    (shape_padding off). False when this torch has no benchmarker or it is untimed already."""
     import torch._inductor.config as inductor_config
 
     inductor_config.autotune_local_cache = False
     inductor_config.shape_padding = False
+    tests = getattr(inductor_config, "test_configs", None)
+    if tests is not None and hasattr(tests, "force_filter_reduction_configs"):
+        tests.force_filter_reduction_configs = True
     bench = _inductor_benchmarker()
     fn = getattr(bench, "benchmark_gpu", None)
     if fn is None or getattr(fn, "_untimed", False):

@@ -76,12 +76,14 @@ def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monke
     monkeypatch.setattr(benchmarking, "benchmarker", bench)
     monkeypatch.setattr(inductor_config, "autotune_local_cache", True)
     monkeypatch.setattr(inductor_config, "shape_padding", True)
+    monkeypatch.setattr(inductor_config.test_configs, "force_filter_reduction_configs", False)
     assert count_benchmarks(bench)
     before = benchmarks_run()
     assert _untime_compile_choices() and not _untime_compile_choices()
     assert [bench.benchmark_gpu(lambda: 7.0, rep=40) for _ in range(2)] == [UNTIMED_MS] * 2
     assert ran == [] and benchmarks_run() == before  # nothing ran, so nothing counts as timed
     assert not inductor_config.autotune_local_cache and not inductor_config.shape_padding
+    assert inductor_config.test_configs.force_filter_reduction_configs  # reductions: deterministic mode's pick
 
 
 GPU_REDUCTION = '''
