@@ -45,6 +45,35 @@ def moved(runs: list[dict[str, dict]]) -> list[str]:
                   and len({r[t]["compile_checksum"] for r in runs}) > 1)
 
 
+def pairs(runs: list[dict[str, dict]], names: list[str]) -> list[dict]:
+    """For each two runs: tasks both compiled, how many of them computed other compiled bits, and of those how many
+    had a choice timed (compile_benchmarks > 0) in either run."""
+    out = []
+    for i in range(len(runs)):
+        for j in range(i + 1, len(runs)):
+            a, b = runs[i], runs[j]
+            both = [t for t in set(a) & set(b) if a[t].get("compile_checksum") is not None
+                    and b[t].get("compile_checksum") is not None]
+            moved_ = [t for t in both if a[t]["compile_checksum"] != b[t]["compile_checksum"]]
+            timed = [t for t in moved_ if (a[t].get("compile_benchmarks") or 0) + (b[t].get("compile_benchmarks") or 0)]
+            out.append({"runs": [names[i], names[j]], "compiled_in_both": len(both), "compiled_moved": len(moved_),
+                        "moved_with_timed_choices": len(timed)})
+    return out
+
+
+def verdicts_differ(runs: list[dict[str, dict]]) -> list[dict]:
+    """Tasks whose compile verdict (agreement at 1e-2) is not the same in every run, with each run's largest
+    difference and timed choices."""
+    common = set.intersection(*(set(r) for r in runs)) if runs else set()
+    out = []
+    for t in sorted(common):
+        seen = [r[t].get("compile_agrees_1e2") for r in runs]
+        if None not in seen and len(set(seen)) > 1:
+            out.append({"task_id": t, "agrees": seen, "max_abs_err": [r[t].get("compile_max_abs_err") for r in runs],
+                        "compile_benchmarks": [r[t].get("compile_benchmarks") for r in runs]})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--run", action="append", required=True, type=Path)
@@ -70,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{'one program' if len(codes) == 1 else f'{len(codes)} programs'}, benchmarks "
               f"{[r[t].get('compile_benchmarks') for r in runs]}, agrees {[r[t].get('compile_agrees_1e2') for r in runs]}")
         rows.append(row)
+    names = [r.name for r in a.run]
     summary = {"runs": [str(r) for r in a.run], "tasks_in_all": len(set.intersection(*(set(r) for r in runs))),
-               "compiled_moved": len(rows), "rows": rows}
+               "compiled_moved": len(rows), "compiled_moved_with_timed_choices": sum(
+                   any((x.get("compile_benchmarks") or 0) > 0 for x in row["runs"]) for row in rows),
+               "pairs": pairs(runs, names), "verdicts_differ": verdicts_differ(runs), "rows": rows}
     (a.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"{len(rows)} tasks compiled to other bits in some run; {a.out / 'summary.json'}")
     return 0

@@ -339,6 +339,15 @@ def _composed(rows: list[dict[str, Any]]) -> str:
             "the LLM's module failed the checks")
 
 
+def untimed_compile(cfg: dict[str, Any]) -> str:
+    """What the card says of `compile_ms` when the run made none of torch.compile's choices by timing."""
+    if (cfg.get("profile") or {}).get("compile_timed_choices", True):
+        return ""
+    return (" `torch.compile` made no choice by timing (reductions and scans in the config of inductor's deterministic "
+            "mode, no autotuning benchmarks, no matmul padding): `compile_ms` and the compile verdict are the same in "
+            "every run of a task, and `compile_ms` is that program's time, not the fastest autotuned one's.")
+
+
 def _columns() -> list[str]:
     from pipeline.schema import COLUMNS
 
@@ -402,7 +411,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "profile": [
             "**profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
             "input sensitivity, degenerate outputs, runtimes, peak memory and the ATen ops that actually ran."
-            + skipped("profile"),
+            + untimed_compile(cfg) + skipped("profile"),
         ],
         "filter": [
             f"**filter**: eager runtime {cfg['filter']['min_eager_ms']:g}-{cfg['filter']['max_eager_ms']:g} ms, "

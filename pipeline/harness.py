@@ -505,8 +505,8 @@ class Harness:
 
     def _configure_compile(self) -> None:
         """Import inductor and set it up as the profile section says (autotuning bounds, pointwise autotuning, the
-        GPU lock around its benchmarks): at the worker's start, or with profile.preload_compile off just before its
-        first compile. Once per worker."""
+        GPU lock around its benchmarks, their count, or no timed choice at all): at the worker's start, or with
+        profile.preload_compile off just before its first compile. Once per worker."""
         if self.compile_configured:
             return
         p = self.s.profile

@@ -40,3 +40,10 @@ def test_a_grown_run_says_how_far_one_command_reproduces_it():
     assert plain.startswith("Reproduce: `opsynth run --preset h200 --seed 7") and "grew" not in plain
     grown = card._reproduce({"growth": [{"from": 900, "to": 3600}, {"from": 3600, "to": 9000}]}, cfg)
     assert "grew in 2 step(s) (n 900 -> 3,600 -> 9,000" in grown and "at n = 9,000" in grown
+
+
+def test_a_run_whose_compile_choices_were_untimed_says_what_compile_ms_measured():
+    said = card.untimed_compile({"profile": {"compile_timed_choices": False}})
+    assert "no choice by timing" in said and "not the fastest autotuned" in said
+    assert card.untimed_compile({"profile": {"compile_timed_choices": True}}) == ""
+    assert card.untimed_compile({"profile": {}}) == ""  # a run from before the setting: timed, as inductor does

@@ -74,16 +74,22 @@ def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monke
 
     bench = Bench()
     monkeypatch.setattr(benchmarking, "benchmarker", bench)
-    monkeypatch.setattr(inductor_config, "autotune_local_cache", True)
-    monkeypatch.setattr(inductor_config, "shape_padding", True)
-    monkeypatch.setattr(inductor_config.test_configs, "force_filter_reduction_configs", False)
-    assert count_benchmarks(bench)
-    before = benchmarks_run()
-    assert _untime_compile_choices() and not _untime_compile_choices()
-    assert [bench.benchmark_gpu(lambda: 7.0, rep=40) for _ in range(2)] == [UNTIMED_MS] * 2
-    assert ran == [] and benchmarks_run() == before  # nothing ran, so nothing counts as timed
-    assert not inductor_config.autotune_local_cache and not inductor_config.shape_padding
-    assert inductor_config.test_configs.force_filter_reduction_configs  # reductions: deterministic mode's pick
+    # inductor's config module is set back by hand: monkeypatch's undo deletes its entries
+    tests = inductor_config.test_configs
+    saved = (inductor_config.autotune_local_cache, inductor_config.shape_padding, tests.force_filter_reduction_configs)
+    inductor_config.autotune_local_cache, inductor_config.shape_padding = True, True
+    tests.force_filter_reduction_configs = False
+    try:
+        assert count_benchmarks(bench)
+        before = benchmarks_run()
+        assert _untime_compile_choices() and not _untime_compile_choices()
+        assert [bench.benchmark_gpu(lambda: 7.0, rep=40) for _ in range(2)] == [UNTIMED_MS] * 2
+        assert ran == [] and benchmarks_run() == before  # nothing ran, so nothing counts as timed
+        assert not inductor_config.autotune_local_cache and not inductor_config.shape_padding
+        assert tests.force_filter_reduction_configs  # reductions: deterministic mode's pick
+    finally:
+        inductor_config.autotune_local_cache, inductor_config.shape_padding = saved[:2]
+        tests.force_filter_reduction_configs = saved[2]
 
 
 GPU_REDUCTION = '''
@@ -115,12 +121,16 @@ def test_on_the_gpu_untimed_choices_time_nothing_where_timed_ones_do():
         pytest.skip("needs a CUDA GPU")
     base = WorkerSettings.from_config(Config(run=RunSection(seed=0, device="cuda"), filter=WIDE)).with_profile(
         memory_limit_gb=0.0, compile=True, warmup=1, min_runs=3, max_runs=5)
+    import torch._inductor.config as inductor_config
+
     task = {"task_id": "r", "code": GPU_REDUCTION, "flops": 1, "bytes_moved": 1}
+    saved = inductor_config.save_config()
     try:
         timed = Harness("cuda:0", base).profile(task)
         untimed = [Harness("cuda:0", base.with_profile(compile_timed_choices=False)).profile(task) for _ in range(2)]
     finally:
         vars(benchmarking.benchmarker).pop("benchmark_gpu", None)  # the class's method again
+        inductor_config.load_config(saved)
     assert timed["compile_ok"] and timed["compile_benchmarks"] > 0, timed
     assert [u["compile_benchmarks"] for u in untimed] == [0, 0]
     assert untimed[0]["compile_checksum"] == untimed[1]["compile_checksum"]
