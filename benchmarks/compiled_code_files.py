@@ -2,7 +2,7 @@
 tasks compiled to other bits (compile_checksum), which runs ran which program (compile_code, pipeline.compiled_code)
 and, where the inductor cache each run compiled into is still there, a copy of each program's output code to diff.
 
-    python benchmarks/compiled_code_files.py --run runs/A --cache /tmp/cacheA --run runs/B --cache /tmp/cacheB \\
+    python benchmarks/compiled_code_files.py --run runs/A --cache CACHE_A --run runs/B --cache CACHE_B \\
         --out DIR
 
 Prints one line per such task and writes DIR/summary.json (and DIR/<task>/<run>-<hash>.py). pyarrow and stdlib only
