@@ -59,9 +59,10 @@ def test_time_budget_stops_at_a_shard_start_and_the_next_call_measures_the_rest(
     # each call's fixed costs: its own reading, the fork server's imports, until every worker was ready, and the
     # drain after the last task was handed out
     calls = rd.manifest()["stages"]["profile"]["calls"]
-    for c in calls:
-        assert 0 < c["workers_ready_s"] < c["seconds"] and 0 <= c["tail_s"] < c["seconds"]
-        assert 0 <= c["tables_s"] < c["seconds"] and 0 < c["fork_server_ready_s"] < c["seconds"]
+    for c in calls:  # each cost is rounded to 0.1 s and the call's seconds to 1 ms: a short call may read less
+        within = c["seconds"] + 0.05
+        assert 0 < c["workers_ready_s"] <= within and 0 <= c["tail_s"] <= within
+        assert 0 <= c["tables_s"] <= within and 0 < c["fork_server_ready_s"] <= within
 
 
 def test_limit_counts_whole_shards_and_a_spent_budget_starts_no_worker(tmp_path, tanh_tasks):
