@@ -46,18 +46,17 @@ def moved(runs: list[dict[str, dict]]) -> list[str]:
 
 
 def pairs(runs: list[dict[str, dict]], names: list[str]) -> list[dict]:
-    """For each two runs: tasks both compiled, how many of them computed other compiled bits, and of those how many
-    had a choice timed (compile_benchmarks > 0) in either run."""
+    """For each two runs, pipeline_yield.outputs_moved's count of the tasks both compiled, those that computed other
+    compiled bits, and of those the ones with a choice timed in either run."""
+    from pipeline_yield import outputs_moved  # beside this script; pyarrow and stdlib too
+
     out = []
     for i in range(len(runs)):
         for j in range(i + 1, len(runs)):
-            a, b = runs[i], runs[j]
-            both = [t for t in set(a) & set(b) if a[t].get("compile_checksum") is not None
-                    and b[t].get("compile_checksum") is not None]
-            moved_ = [t for t in both if a[t]["compile_checksum"] != b[t]["compile_checksum"]]
-            timed = [t for t in moved_ if (a[t].get("compile_benchmarks") or 0) + (b[t].get("compile_benchmarks") or 0)]
-            out.append({"runs": [names[i], names[j]], "compiled_in_both": len(both), "compiled_moved": len(moved_),
-                        "moved_with_timed_choices": len(timed)})
+            got = outputs_moved(runs[i], runs[j], set(runs[i]) & set(runs[j]))
+            out.append({"runs": [names[i], names[j]], "compiled_in_both": got["compiled_in_both"],
+                        "compiled_moved": got["compiled_moved"],
+                        "moved_with_timed_choices": got["compiled_moved_timed_choices"]})
     return out
 
 

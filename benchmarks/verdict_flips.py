@@ -40,6 +40,7 @@ from pipeline.worker_settings import WorkerSettings
 run, device, fraction, code = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.stdin.read()
 s = WorkerSettings.from_config(load_file(run + "/config.toml")).with_profile(memory_limit_gb=0.0)
 h = Harness(device, s)
+h._configure_compile()  # inductor set up as the run's profile section sets up a worker's (timed choices or not)
 if fraction > 0:
     torch.cuda.set_per_process_memory_fraction(fraction)
 ns = {}
