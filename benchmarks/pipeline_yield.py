@@ -2,7 +2,7 @@
 published task, whether labels and dedupe drops were true, and whether a second profile of the same tasks
 publishes the same set.
 
-    python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv] [--gpus 1]
+    python benchmarks/pipeline_yield.py --run DIR [--repeat DIR2] [--smi nvidia_smi.csv ...] [--gpus 1]
         [--since-index N] [--until-index M] [--profile-seconds S] [--call K] [--out benchmarks/results/pipeline_yield.json]
 
 DIR is a run directory after publish (sample, decontaminate, profile, filter, dedupe have run). `--repeat`
@@ -11,7 +11,7 @@ shards removed, filtered and deduped): for the judged tasks, the published sets 
 eager and compiled timings (second / first), which say the run-to-run noise or what other `--set` settings
 changed. `--smi` is the CSV of
 `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
-profile stage. `--since-index N` judges only the tasks sampled at index N and later (a run grown with
+profile stage (once per call where the stage ran as several: their figures and the mean over all their samples). `--since-index N` judges only the tasks sampled at index N and later (a run grown with
 `opsynth sample DIR --n`; `--until-index M`: before index M, e.g. the tasks one profile call measured), and only those a stage has decided (a time-boxed profile leaves the rest for later);
 `--profile-seconds` gives the profile time of those tasks when the manifest's figure covers other calls too.
 With the worker diagnostics in the measurements (cpu_s, lock and budget waits), it also says where each
@@ -129,6 +129,18 @@ def smi_utilisation(path: Path | None) -> dict | None:
             "mean_after_first_minute": round(statistics.mean(steady), 1) if steady else None,
             "mean_steady_state": round(statistics.mean(middle), 1) if middle else None,
             **q, "memory_used_mib_max": used[-1], **call_length_projection(vals, when)}
+
+
+def stage_utilisation(paths: list[Path]) -> dict | None:
+    """The profile stage's utilisation when it ran as several calls, one nvidia-smi CSV each (same sampling period):
+    each call's figures, and the mean over every sample of them all, starts and tails included (what one GPU gave
+    the stage). One file: that call's figures as they are."""
+    calls = [u for u in (smi_utilisation(p) for p in paths) if u]
+    if len(calls) <= 1:
+        return calls[0] if calls else None
+    samples = sum(u["samples"] for u in calls)
+    return {"samples": samples, "calls": calls,
+            "mean_all": round(sum(u["mean_all"] * u["samples"] for u in calls) / samples, 2)}
 
 
 def family_table(tasks: list[dict], published: set[str], category: str) -> list[dict]:
@@ -387,7 +399,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
     ap.add_argument("--repeat", type=Path)
-    ap.add_argument("--smi", type=Path)
+    ap.add_argument("--smi", type=Path, action="append", default=[],
+                    help="nvidia-smi CSV of the profile call; again for each call of a stage profiled in several")
     ap.add_argument("--gpus", type=int, default=1)
     ap.add_argument("--label", default="")
     ap.add_argument("--commit", help="the tree the GPU measured, where its manifest has none (a checkout without git)")
@@ -441,7 +454,7 @@ def main() -> None:
         "profile_seconds": profile.get("seconds"), "gpus": a.gpus,
         "gpu_s_per_published": round(gpu_s / len(published), 4) if published else None,
         "gpu_s_per_sampled": round(gpu_s / n, 4) if n else None,
-        "gpu_utilisation": smi_utilisation(a.smi),
+        "gpu_utilisation": stage_utilisation(a.smi),
         "since_index": a.since_index, "until_index": a.until_index, "profile_settings": settings,
         "profile_fixed_costs_s": fixed,
         "quick_over_median": quick_over_median(judged_rows),
@@ -469,8 +482,13 @@ def main() -> None:
     print(f"run {a.run} ({a.label}): {n} sampled -> {len(published)} published "
           f"({result['published_over_sampled']:.1%}); profile {profile.get('seconds')} s x {a.gpus} GPU -> "
           f"{result['gpu_s_per_published']} GPU-s per published task")
-    if result["gpu_utilisation"]:
-        u = result["gpu_utilisation"]
+    stage = result["gpu_utilisation"]
+    if stage and "calls" in stage:
+        print(f"GPU utilisation over the stage's {len(stage['calls'])} calls: mean {stage['mean_all']:.1f}% over all "
+              f"{stage['samples']} samples; per call "
+              + ", ".join(f"{u['mean_all']:.1f}%" for u in stage["calls"]))
+    elif stage:
+        u = stage
         steady = u["mean_after_first_minute"]
         middle = u.get("mean_steady_state")
         print(f"GPU utilisation: mean {u['mean_all']:.1f}% over all samples, {u['mean_busy_span']:.1f}% between first and "

@@ -408,6 +408,29 @@ def test_pipeline_yield_reads_the_steady_state_apart_from_the_start(tmp_path):
     assert smi_utilisation(path)["mean_after_first_minute"] is None and smi_utilisation(path)["mean_steady_state"] is None
 
 
+def test_pipeline_yield_weighs_a_stage_of_several_calls_by_their_samples(tmp_path):
+    """A stage profiled in two calls: each call's own figures, and the stage's mean over every sample of both (a
+    short call weighs less than a long one, not half)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from pipeline_yield import stage_utilisation
+
+    def call(path: Path, samples: int, util: int) -> Path:
+        rows = [f"2026/12/02 09:{k // 120:02d}:{(k % 120) // 2:02d}.{500 * (k % 2):03d}, 0, {util} %, 1000 MiB"
+                for k in range(samples)]
+        path.write_text("timestamp, index, utilization.gpu [%], memory.used [MiB]\n" + "\n".join(rows) + "\n")
+        return path
+
+    long, short = call(tmp_path / "a.csv", 300, 90), call(tmp_path / "b.csv", 100, 50)
+    u = stage_utilisation([long, short])
+    assert [c["mean_all"] for c in u["calls"]] == [90, 50] and u["samples"] == 400
+    assert u["mean_all"] == 80.0  # (300 * 90 + 100 * 50) / 400, not (90 + 50) / 2
+    assert stage_utilisation([long])["mean_all"] == 90 and "calls" not in stage_utilisation([long])
+    assert stage_utilisation([]) is None
+
+
 def test_pipeline_yield_leaves_the_tail_out_of_the_steady_state(tmp_path):
     """The last TAIL_S seconds of the busy span (the last tasks finishing) count after the first minute, not in the
     steady state."""
