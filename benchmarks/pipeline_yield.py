@@ -11,7 +11,8 @@ shards removed, filtered and deduped): for the judged tasks, the published sets 
 eager and compiled timings (second / first), which say the run-to-run noise or what other `--set` settings
 changed. `--smi` is the CSV of
 `nvidia-smi --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500` taken during the
-profile stage (once per call where the stage ran as several: their figures and the mean over all their samples). `--since-index N` judges only the tasks sampled at index N and later (a run grown with
+profile stage; given once per call where the stage ran as several, it reports each call's figures and the mean
+over all their samples. `--since-index N` judges only the tasks sampled at index N and later (a run grown with
 `opsynth sample DIR --n`; `--until-index M`: before index M, e.g. the tasks one profile call measured), and only those a stage has decided (a time-boxed profile leaves the rest for later);
 `--profile-seconds` gives the profile time of those tasks when the manifest's figure covers other calls too.
 With the worker diagnostics in the measurements (cpu_s, lock and budget waits), it also says where each
