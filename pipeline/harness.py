@@ -320,7 +320,8 @@ def _untime_compile_choices() -> bool:
     RBLOCK, no XBLOCK 1 where that is slow, then the second largest blocks and warps): the first config alone ran
     scans and softmaxes up to 120x slower than timed ones (call 89). Choices an earlier, timed run left in the
     cache are not read either: the autotuner's best configs (autotune_local_cache) and pad_mm's decisions
-    (shape_padding off). False when this torch has no benchmarker or it is untimed already."""
+    (shape_padding off). Nor does the autotuner save the arguments a kernel writes (`_skip_autotuning_copies`).
+    False when this torch has no benchmarker or it is untimed already."""
     import torch._inductor.config as inductor_config
 
     inductor_config.autotune_local_cache = False
@@ -339,6 +340,29 @@ def _untime_compile_choices() -> bool:
 
     untimed._untimed = True  # type: ignore[attr-defined]
     bench.benchmark_gpu = untimed
+    _skip_autotuning_copies()
+    return True
+
+
+def _skip_autotuning_copies() -> bool:
+    """With untimed choices no config runs while inductor's autotuner picks one, so none can spoil an argument the
+    kernel writes: stop it saving such arguments first. It copies each one larger than the allocator's headroom into
+    freshly pinned host memory, a host-side wait of 1.8-4.6 s inside the compiled graph's first run, GPU lock held
+    (cumulative sums, softmaxes and convolutions of over 1 GiB on the H200; 9 such first runs idled the GPU 16.8 s in
+    a 9-minute call). False when this torch's autotuner has no such step or it is skipped already."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        return False
+    copies = getattr(CachingAutotuner, "copy_args_to_cpu_if_needed", None)
+    if copies is None or getattr(copies, "_skipped", False):
+        return False
+
+    def no_copies(self: Any, *args: Any, **kwargs: Any) -> dict:
+        return {}
+
+    no_copies._skipped = True  # type: ignore[attr-defined]
+    CachingAutotuner.copy_args_to_cpu_if_needed = no_copies  # type: ignore[method-assign]
     return True
 
 

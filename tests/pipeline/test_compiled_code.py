@@ -72,6 +72,7 @@ def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monke
 
     bench = Bench()
     monkeypatch.setattr(benchmarking, "benchmarker", bench)
+    _keep_autotuner_copies(monkeypatch)
     # inductor's config module is set back by hand: monkeypatch's undo deletes its entries
     tests = inductor_config.test_configs
     saved = (inductor_config.autotune_local_cache, inductor_config.shape_padding, tests.force_filter_reduction_configs)
@@ -88,6 +89,45 @@ def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monke
     finally:
         inductor_config.autotune_local_cache, inductor_config.shape_padding = saved[:2]
         tests.force_filter_reduction_configs = saved[2]
+
+
+def _keep_autotuner_copies(monkeypatch):
+    """The autotuner's own copy step, put back after the test (`_untime_compile_choices` replaces it)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    monkeypatch.setattr(CachingAutotuner, "copy_args_to_cpu_if_needed", CachingAutotuner.copy_args_to_cpu_if_needed)
+
+
+def test_untimed_choices_save_no_written_argument_to_pinned_host_memory(monkeypatch):
+    """A kernel argument the autotuner would save to pinned host memory (it writes it, and the allocator has no
+    headroom for a clone) is left alone once choices are untimed: no config runs, so nothing can spoil it."""
+    import types
+
+    import torch
+    from torch._inductor.runtime import benchmarking
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from pipeline.harness import _skip_autotuning_copies, _untime_compile_choices
+
+    _keep_autotuner_copies(monkeypatch)
+    monkeypatch.setattr(benchmarking, "benchmarker", types.SimpleNamespace(benchmark_gpu=lambda fn, **kw: fn()))
+    # a device tensor on any machine: the autotuner decides by its device and size only
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        written = torch.empty(1 << 20, device="cuda")
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda *a, **k: torch.device("cuda"))
+    monkeypatch.setattr(torch.accelerator, "max_memory_allocated", lambda *a, **k: 0)  # no headroom
+    monkeypatch.setattr(torch.accelerator, "memory_allocated", lambda *a, **k: 0)
+    tuner = types.SimpleNamespace(optimize_mem=True, mutated_arg_names=["out"], fn=types.SimpleNamespace(
+        arg_names=["out"]))
+    try:
+        saved = CachingAutotuner.copy_args_to_cpu_if_needed(tuner, written)
+    except RuntimeError as e:  # a machine without a GPU has no pinned memory to copy into
+        assert "pin" in str(e)
+    else:
+        assert saved  # timed choices: the argument is saved
+    assert _untime_compile_choices() and not _skip_autotuning_copies()
+    assert CachingAutotuner.copy_args_to_cpu_if_needed(tuner, written) == {}
 
 
 def test_compiled_code_files_names_moved_tasks_flipped_verdicts_and_each_pair():
