@@ -21,7 +21,6 @@ import argparse
 import collections
 import cProfile
 import glob
-import gzip
 import io
 import json
 import multiprocessing as mp
@@ -36,37 +35,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from lock_trace import read_trace  # noqa: E402  (beside this script)
+
+from pipeline.store import RunDir  # noqa: E402
+
 LABEL = "compiled-run"
-
-
-def _tasks(run: str, ids: set[str]) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    return [r for f in sorted(glob.glob(f"{run}/tasks/*.parquet")) for r in pq.read_table(f).to_pylist()
-            if r["task_id"] in ids]
-
-
-def _names(run: str) -> dict[str, str]:
-    import pyarrow.parquet as pq
-
-    return {r["task_id"]: r["name"] for f in sorted(glob.glob(f"{run}/tasks/*.parquet"))
-            for r in pq.read_table(f, columns=["task_id", "name"]).to_pylist()}
 
 
 def tasks_behind_long_holds(run: str, trace: str, over: float) -> list[str]:
     """Task ids a lock trace shows holding `compiled-run` over `over` seconds (see the module docstring)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     events: dict[str, list[tuple[float, str, str, str]]] = collections.defaultdict(list)
-    opener = gzip.open if trace.endswith(".gz") else open
-    with opener(trace, "rt") as f:
-        for line in f:
-            p = line.split()
-            if len(p) >= 5:
-                events[p[1]].append((float(p[0]), p[2], p[3], p[4]))
-    parts = [pq.read_table(f, columns=["task_id", "started_at"]) for f in glob.glob(f"{run}/measurements/*.parquet")]
-    starts = [r for r in pa.concat_tables(parts).to_pylist() if r["started_at"]] if parts else []
+    for t, worker, ev, mode, label in read_trace(Path(trace)):
+        events[worker].append((t, ev, mode, label))
+    starts = [r for r in RunDir(Path(run)).read_rows("measurements", ["task_id", "started_at"]) if r["started_at"]]
     found: list[str] = []
     for evs in events.values():
         opened: dict[tuple[str, str], float] = {}
@@ -85,8 +66,8 @@ def tasks_behind_long_holds(run: str, trace: str, over: float) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _work(k: int, workers: int, run: str, ids: list[str], lockdir: str, over: float, out: str) -> None:
-    """One worker: profile its share of `ids`, cProfiling each compiled-run hold; writes out/part-k.json."""
+def _work(k: int, workers: int, run: str, mine: list[dict], lockdir: str, over: float, out: str) -> None:
+    """One worker: profile the task rows `mine`, cProfiling each compiled-run hold; writes out/part-k.json."""
     import torch
 
     from pipeline import gpu_share, harness
@@ -95,7 +76,6 @@ def _work(k: int, workers: int, run: str, ids: list[str], lockdir: str, over: fl
 
     cfg = load_file(os.path.join(run, "config.toml"))
     settings = WorkerSettings.from_config(cfg, workers_per_gpu=workers)
-    mine = _tasks(run, set(ids[k::workers]))
     state: dict = {"prof": None, "t0": 0.0, "task": ""}
     holds: list[dict] = []
     acquire, release = gpu_share.GpuLock.acquire, gpu_share.GpuLock.release
@@ -142,17 +122,20 @@ def _work(k: int, workers: int, run: str, ids: list[str], lockdir: str, over: fl
     Path(out, f"part-{k}.json").write_text(json.dumps({"holds": holds, "tasks": tasks}))
 
 
-def run_holds(run: str, ids: list[str], workers: int, over: float) -> dict:
-    """Profile `ids` again in `workers` spawned processes; every compiled-run hold and every task's result."""
+def run_holds(run: str, tasks: list[dict], workers: int, over: float) -> dict:
+    """Profile the task rows `tasks` again in `workers` spawned processes; every compiled-run hold and every
+    task's result."""
+    workers = min(workers, len(tasks))
     with tempfile.TemporaryDirectory() as lockdir, tempfile.TemporaryDirectory() as parts:
-        procs = [mp.get_context("spawn").Process(target=_work, args=(k, workers, run, ids, lockdir, over, parts))
-                 for k in range(min(workers, len(ids)))]
+        procs = [mp.get_context("spawn").Process(target=_work,
+                                                 args=(k, workers, run, tasks[k::workers], lockdir, over, parts))
+                 for k in range(workers)]
         for p in procs:
             p.start()
         for p in procs:
             p.join()
         got = [json.loads(Path(f).read_text()) for f in sorted(glob.glob(f"{parts}/part-*.json"))]
-    names = _names(run)
+    names = {t["task_id"]: t["name"] for t in tasks}
     holds = sorted((h for g in got for h in g["holds"]), key=lambda h: -h["hold_s"])
     for h in holds:
         h["name"] = names.get(h["task"], "")
@@ -201,18 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--over", type=float, default=0.4, help="cProfile holds longer than this (seconds)")
     ap.add_argument("--out")
     a = ap.parse_args(argv)
+    rows = RunDir(Path(a.run)).read_rows("tasks")
     ids: list[str] = []
     if a.from_trace:
         ids += tasks_behind_long_holds(a.run, a.from_trace, a.trace_over)
     if a.ids:
         ids += Path(a.ids).read_text().split()
     if a.name_regex:
-        ids += [t for t, n in _names(a.run).items() if re.search(a.name_regex, n)]
+        ids += [r["task_id"] for r in rows if re.search(a.name_regex, r["name"])]
     ids = list(dict.fromkeys(ids))[:a.limit]
     if not ids:
         print("first_run_holds: no task chosen; pass --from-trace, --name-regex or --ids", file=sys.stderr)
         return 2
-    res = run_holds(a.run, ids, a.workers, a.over)
+    by_id = {r["task_id"]: r for r in rows}
+    res = run_holds(a.run, [by_id[t] for t in ids if t in by_id], a.workers, a.over)
     res.update(command="benchmarks/first_run_holds.py " + " ".join(argv if argv is not None else sys.argv[1:]),
                run=a.run, chosen=len(ids))
     long = [h for h in res["holds"] if h["hold_s"] > a.over]
