@@ -15,7 +15,12 @@ The difference between the two first compiles is what importing those modules ah
 the H200 (2026-12-03, `call79_h200_first_compile.json`) it was nothing: 3.02 s against 3.10 s, the 163 modules
 imported in 0.32 s without initialising CUDA; so the fork server does not import them.
 
-    python benchmarks/first_compile.py --out first_compile.json [--device cuda]
+With --profile the arms are instead: preload; caches_warm (other graphs of the same kinds in a fresh interpreter, with
+the inductor and Triton caches the first one filled: its first compile less its second is the process's own setup,
+paid by every worker); and both
+of those again under cProfile (the top functions of each first compile, by cumulative and by own time).
+
+    python benchmarks/first_compile.py --out first_compile.json [--device cuda] [--profile]
 
 The environment's PYTHONPYCACHEPREFIX (pipeline/bytecode.py) applies to every arm, as to the workers.
 """
@@ -23,6 +28,7 @@ The environment's PYTHONPYCACHEPREFIX (pipeline/bytecode.py) applies to every ar
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -40,7 +46,7 @@ from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
 
 ARM = r"""
 import importlib, json, sys, time
-modules, more, device = {modules!r}, {more!r}, {device!r}
+modules, more, device, prof, variant = {modules!r}, {more!r}, {device!r}, {prof!r}, {variant!r}
 t0 = time.perf_counter()
 for m in modules:
     importlib.import_module(m)
@@ -56,20 +62,31 @@ t_more = time.perf_counter() - t0
 import torch
 cuda_after_imports = torch.cuda.is_initialized()
 before = set(sys.modules)
-x = torch.rand(64, 256, device=device)
+x = torch.rand(64 + 16 * variant, 256, device=device)  # another variant: other graphs, other kernels
 lin = torch.nn.Linear(256, 128).to(device)
 torch.zeros(1, device=device).sum().item()
 def first(x):
-    return torch.softmax(lin(x) * 2.0, dim=-1).sum(0)
+    return torch.softmax(lin(x) * (2.0 + variant), dim=-1).sum(0)
 def second(x):
-    return torch.tanh(x).cumsum(0).amax(1)
+    return torch.tanh(x + variant).cumsum(0).amax(1)
 with torch.no_grad():
-    t0 = time.perf_counter(); torch.compile(first)(x); torch.cuda.synchronize() if device == "cuda" else None
+    import cProfile, pstats
+    profiler = cProfile.Profile() if prof else None
+    t0 = time.perf_counter()
+    if profiler: profiler.enable()
+    torch.compile(first)(x); torch.cuda.synchronize() if device == "cuda" else None
+    if profiler: profiler.disable()
     t_first = time.perf_counter() - t0
     new = sorted(set(sys.modules) - before)
     t0 = time.perf_counter(); torch.compile(second)(x); torch.cuda.synchronize() if device == "cuda" else None
     t_second = time.perf_counter() - t0
-print(json.dumps({{"preload_s": round(t_preload, 3), "more_s": round(t_more, 3), "more_failed": failed,
+top = {{}}
+if profiler:
+    st = pstats.Stats(profiler).stats
+    def name(k): return f"{{k[0].split('site-packages/')[-1]}}:{{k[1]}}({{k[2]}})"
+    top = {{"by_cumulative": [[name(k), round(v[3], 3)] for k, v in sorted(st.items(), key=lambda kv: -kv[1][3])[:80]],
+           "by_own": [[name(k), round(v[2], 3)] for k, v in sorted(st.items(), key=lambda kv: -kv[1][2])[:40]]}}
+print(json.dumps({{"profile": top, "preload_s": round(t_preload, 3), "more_s": round(t_more, 3), "more_failed": failed,
                   "cuda_after_imports": cuda_after_imports, "first_compile_s": round(t_first, 3),
                   "second_compile_s": round(t_second, 3), "imported_by_first_compile": new}}))
 """
@@ -110,27 +127,41 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", action="store_true",
+                    help="instead of the import arms: the first compile again with the caches warm, and both profiled")
     args = ap.parse_args()
     modules = [*PRELOAD, *PRELOAD_COMPILE]
+    arm = functools.partial(ARM.format, modules=modules, device=args.device, variant=0)
     with tempfile.TemporaryDirectory(prefix="first-compile-") as tmp:
-        base = _run(ARM.format(modules=modules, more=[], device=args.device), Path(tmp, "a"))
+        base = _run(arm(more=[], prof=False), Path(tmp, "a"))
         more = candidates(base["imported_by_first_compile"])
-        probe = _run(PROBE.format(modules=modules, more=more), Path(tmp, "p"))
-        ahead = _run(ARM.format(modules=modules, more=more, device=args.device), Path(tmp, "b"))
+        if args.profile:
+            # a fresh interpreter with the caches the first one filled: what is left is the process's own setup
+            # other graphs (variant 1) than the first compiled: nothing of theirs is cached
+            arms = {"preload": base, "caches_warm": _run(arm(more=[], prof=False, variant=1), Path(tmp, "a")),
+                    "profiled": _run(arm(more=[], prof=True), Path(tmp, "c")),
+                    "profiled_caches_warm": _run(arm(more=[], prof=True, variant=1), Path(tmp, "c"))}
+            probe = None
+        else:
+            probe = _run(PROBE.format(modules=modules, more=more), Path(tmp, "p"))
+            arms = {"preload": base, "more_preload": _run(arm(more=more, prof=False), Path(tmp, "b"))}
     import torch
 
     result = {"python": sys.version.split()[0], "torch": torch.__version__, "device": args.device,
               "preload": modules, "first_compile_imports": len(base["imported_by_first_compile"]),
               "candidates": more, "probe": probe,
-              "arms": {"preload": {k: v for k, v in base.items() if k != "imported_by_first_compile"},
-                       "more_preload": {k: v for k, v in ahead.items() if k != "imported_by_first_compile"}},
-              "left_after_more": ahead["imported_by_first_compile"]}
-    print(f"{'arm':<14} {'preload s':>9} {'more s':>7} {'1st compile s':>13} {'2nd compile s':>13}")
+              "arms": {name: {k: v for k, v in a.items() if k not in ("imported_by_first_compile", "profile")}
+                       for name, a in arms.items()},
+              "profiles": {name: a["profile"] for name, a in arms.items() if a["profile"]}}
+    if "more_preload" in arms:
+        result["left_after_more"] = arms["more_preload"]["imported_by_first_compile"]
+    print(f"{'arm':<20} {'preload s':>9} {'more s':>7} {'1st compile s':>13} {'2nd compile s':>13}")
     for name, arm in result["arms"].items():
-        print(f"{name:<14} {arm['preload_s']:>9.2f} {arm['more_s']:>7.2f} {arm['first_compile_s']:>13.2f} "
+        print(f"{name:<20} {arm['preload_s']:>9.2f} {arm['more_s']:>7.2f} {arm['first_compile_s']:>13.2f} "
               f"{arm['second_compile_s']:>13.2f}")
-    print(f"{len(more)} modules imported by the first compile; CUDA initialised by importing them: "
-          f"{probe['cuda_initialised']}")
+    if probe is not None:
+        print(f"{len(more)} modules imported by the first compile; CUDA initialised by importing them: "
+              f"{probe['cuda_initialised']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
 
