@@ -37,6 +37,7 @@ from pipeline.mps import MpsDaemon  # noqa: E402
 PARENT = r"""
 import ctypes, importlib, json, os, sys, time
 modules, libs, n = {modules!r}, {libs!r}, {n!r}
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # as the fork server: imports must not touch CUDA
 def mapped():
     with open("/proc/self/maps") as f:
         return {{l.split()[-1] for l in f if ".so" in l.split()[-1]}}
