@@ -114,11 +114,13 @@ class ProfileSection:
     # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
     longest_first: bool = True
-    # with longest_first and a call that measures every shard (no --max-minutes or --limit), the run's last this many
-    # shards are ordered as one: a call that reaches the run's end ended with one long compile of its last shard
-    # running alone (seed 20261207's last 696 tasks, call 70: a sort compiled 40 s, a 27 s tail, the GPU 27% busy over
-    # the last 30 s); its last 504 measured again with 4 (call 71): a 2.5 s tail, 89% busy over the last 30 s. A kill
-    # then loses up to that many shards in flight. 1 or 0: shard by shard to the end
+    # with longest_first, the last this many shards a call starts are ordered as one: the run's last ones, or the
+    # last ones --limit lets start, or with --max-minutes the ones that start in the time left at the pace shards
+    # have started so far. A call that reached the run's end ended with one long compile of its last shard running
+    # alone (seed 20261207's last 696 tasks, call 70: a sort compiled 40 s, a 27 s tail, the GPU 27% busy over the
+    # last 30 s); its last 504 measured again with 4 (call 71): a 2.5 s tail, 89% busy over the last 30 s. A call cut
+    # by --max-minutes did the same at its last shard (call 98: a 9.7 s compile, 19 of 20 workers done 5 s before
+    # it). A kill then loses up to that many shards in flight. 1 or 0: shard by shard to the end
     longest_first_last_shards: int = 4
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost

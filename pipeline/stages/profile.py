@@ -9,13 +9,15 @@ its rows and is written again once its new tasks are measured.
 A Budget (`--max-minutes`, `--limit`) is checked only before the first task of a shard is handed out: once
 it is spent no shard starts, the shards already started are finished and written, and the call returns with
 `stopped` set. So a stop never leaves a shard half measured, and the next call starts at the next shard.
-A call with no such bound hands the run's last few shards out as one (profile.longest_first_last_shards), so
-those are in flight together near its end.
+The last few shards a call starts (profile.longest_first_last_shards) are handed out as one, so those are in
+flight together near its end: the run's last shards, or the last ones the budget lets start (a task limit says
+exactly which; with a time limit, the seconds left at the pace shards have started so far).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -64,23 +66,49 @@ def _by_shard(shards: list[list[dict[str, Any]]], budget: Budget, stop: list[boo
     """The tasks of `shards`, shard by shard, until the budget is spent at a shard start (then stop[0] is set);
     handed[0] is when the last one was handed out. order: how a shard's tasks are handed out, decided when its
     first one is (what the call has measured by then may decide it). refuse: True for a task no worker may get
-    (it has recorded why); such a task is not counted against the budget. merge_last: with a budget that bounds
-    nothing (the call measures every shard), the last that many shards are ordered as one: their long tasks start
-    first, instead of the last shard's longest ending the call alone."""
+    (it has recorded why); such a task is not counted against the budget. merge_last: once at most that many
+    shards are left to start in this call (the run's last ones, or the last the budget lets start), they are
+    ordered as one: their long tasks start first, instead of the last shard's longest ending the call alone."""
     shards = [rows for rows in shards if rows]
-    if merge_last > 1 and budget.max_seconds is None and budget.limit is None and len(shards) > 1:
-        shards = [*shards[:-merge_last], [t for rows in shards[-merge_last:] for t in rows]]
-    for rows in shards:
+    i, started, first = 0, 0, None
+    while i < len(shards):
         if budget.spent():
             stop[0] = True
             return
-        for t in order(rows) if order else rows:
+        now = budget.clock()
+        first = now if first is None else first
+        # seconds between shard starts so far: how many more this call will start before its time is up
+        interval = (now - first) / started if started else None
+        left = _shards_left(budget, [len(rows) for rows in shards[i:]], interval)
+        take = left if left is not None and 1 < left <= merge_last else 1
+        group = [t for rows in shards[i:i + take] for t in rows]
+        i, started = i + take, started + take
+        for t in order(group) if order else group:
             if refuse is not None and refuse(t):
                 continue
             budget.submitted += 1
             if handed is not None:
                 handed[0] = time.monotonic()
             yield t
+
+
+def _shards_left(budget: Budget, sizes: list[int], interval: float | None) -> int | None:
+    """How many of the shards of `sizes` (the next first) this call will start: all of them, or as many as the
+    task limit lets start, or as many as start before the time is up at one start each `interval` seconds; None
+    when the time bounds them and no interval is known yet (at the call's first shard)."""
+    left = len(sizes)
+    if budget.limit is not None:
+        room, fits = budget.limit - budget.submitted, 0
+        while fits < left and room > 0:
+            room -= sizes[fits]
+            fits += 1
+        left = min(left, max(fits, 1))
+    if budget.max_seconds is not None:
+        if not interval:
+            return None
+        remaining = budget.max_seconds - budget.elapsed()
+        left = min(left, max(1, math.ceil(remaining / interval)))
+    return left
 
 
 def _left_to_measure(rd: RunDir, k: int, ids: set[str],
