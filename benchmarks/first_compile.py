@@ -20,6 +20,12 @@ the inductor and Triton caches the first one filled: its first compile less its 
 paid by every worker); and both
 of those again under cProfile (the top functions of each first compile, by cumulative and by own time).
 
+On the H200 (2026-12-04, `call99_h200_first_compile.json`; these arms import without our bytecode folder): the first
+compile took 3.61 s with empty caches and 3.42 s with the caches another process filled (second compiles 0.34-0.51
+s), so what a worker's first compile costs is its own setup, not what disk caches hold. Profiled, its largest parts
+were the compile's imports (0.8 s), the AOT autograd cache key (0.65 s: hashing torch's and Triton's files), the
+registration of inductor's pattern rewrites (0.53 s) and, with empty caches, building Triton's driver module (0.38 s).
+
     python benchmarks/first_compile.py --out first_compile.json [--device cuda] [--profile]
 
 The environment's PYTHONPYCACHEPREFIX (pipeline/bytecode.py) applies to every arm, as to the workers.
@@ -45,7 +51,7 @@ from pipeline.bytecode import PACKAGES  # noqa: E402
 from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
 
 ARM = r"""
-import importlib, json, sys, time
+import importlib, json, re, sys, time
 modules, more, device, prof, variant = {modules!r}, {more!r}, {device!r}, {prof!r}, {variant!r}
 t0 = time.perf_counter()
 for m in modules:
@@ -83,7 +89,10 @@ with torch.no_grad():
 top = {{}}
 if profiler:
     st = pstats.Stats(profiler).stats
-    def name(k): return f"{{k[0].split('site-packages/')[-1]}}:{{k[1]}}({{k[2]}})"
+    def name(k):  # a file by its place in its package (or the cache), never the machine's folders
+        where = re.sub(r"^.*(site-packages|python3\.\d+)/", "", k[0])
+        where = re.sub(r"^.*/(inductor|triton)/", r"<\1 cache>/", where)
+        return f"{{where}}:{{k[1]}}({{k[2]}})"
     top = {{"by_cumulative": [[name(k), round(v[3], 3)] for k, v in sorted(st.items(), key=lambda kv: -kv[1][3])[:80]],
            "by_own": [[name(k), round(v[2], 3)] for k, v in sorted(st.items(), key=lambda kv: -kv[1][2])[:40]]}}
 print(json.dumps({{"profile": top, "preload_s": round(t_preload, 3), "more_s": round(t_more, 3), "more_failed": failed,

@@ -13,6 +13,11 @@ Arms, each a fresh parent interpreter, in rounds (the first round meets a cold p
 - libs_ahead: the same, the parent first loading (ctypes, global) the libraries the as_is workers mapped.
 A worker that cannot use CUDA after the parent's loading shows as failed (fork after CUDA initialisation).
 
+On the H200 under MPS (2026-12-04, `call100_h200_worker_start.json`, 20 workers): the context took 2.1-2.6 s p50 in
+each worker (all 20 at once), cuBLAS 0.12 s, cuDNN 0.5 s on a cold page cache and 0.2 s after; with cuDNN's
+libraries loaded ahead, every worker ready 3.34-3.44 s after the forks against 3.44 s. The contexts are the start's
+cost, and loading libraries ahead buys at most 0.1 s, so the fork server does not.
+
     python benchmarks/worker_start.py --out worker_start.json [--workers 20] [--rounds 2] [--mps]
 """
 
@@ -102,7 +107,7 @@ def _arm(env: dict[str, str], libs: list[str], n: int) -> dict:
     ok = [w for w in raw["workers"] if "error" not in w]
     summary = {step: {"p50": round(statistics.median(w[step] for w in ok), 3),
                       "max": round(max(w[step] for w in ok), 3)} for step in STEPS} if ok else {}
-    libs_mapped = sorted({lib for w in ok for lib in w["new_libs"]})
+    libs_mapped = sorted({lib for w in ok for lib in w["new_libs"]})  # paths: the next arm loads them
     return {"import_s": round(raw["import_s"], 2), "libs_s": round(raw["libs_s"], 2), "libs_failed": raw["libs_failed"],
             "workers": len(raw["workers"]), "failed": [w["error"] for w in raw["workers"] if "error" in w],
             "all_ready_s": round(raw["all_ready_s"], 2), "steps": summary, "libs_mapped_by_workers": libs_mapped}
@@ -136,8 +141,11 @@ def main() -> None:
                 daemon.stop()
     import torch
 
+    for rnd in rounds:  # libraries by name: where the machine keeps them says nothing about the product
+        for arm in rnd.values():
+            arm["libs_mapped_by_workers"] = [Path(p).name for p in arm["libs_mapped_by_workers"]]
     result = {"python": sys.version.split()[0], "torch": torch.__version__, "workers": args.workers, "mps": args.mps,
-              "libs_ahead": libs, "rounds": rounds}
+              "libs_ahead": [Path(p).name for p in libs], "rounds": rounds}
     print(f"{'round':>5} {'arm':<11} {'import s':>8} {'libs s':>6} " + " ".join(f"{s[:-2] + ' p50/max':>17}" for s in STEPS)
           + f" {'all ready s':>11} failed")
     for i, rnd in enumerate(rounds):
