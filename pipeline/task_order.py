@@ -3,10 +3,11 @@
 Why: a call ends when the last task in flight ends. Once nothing is left to hand out, the GPU idles while the last
 few workers compile on the host: call 57's last 17 s ran at under 10% utilisation, one worker compiling a sort for
 15 s. Handing a shard's long tasks out first leaves its short ones for the end. The order never crosses a shard
-(the unit a stop or a kill loses), so it changes nothing about resumption; only a call that measures every shard
-(no budget to stop it at a shard start) orders the run's last few shards as one (profile.longest_first_last_shards):
-the shard boundary had left one long compile of the run's last shard running alone at the end (a 27 s tail,
-call 70; 2.5 s with the last four shards as one, call 71).
+(the unit a stop or a kill loses), so it changes nothing about resumption; only the last few shards a call starts
+are ordered as one (profile.longest_first_last_shards; pipeline.stages.profile decides which): the shard boundary
+had left one long compile of the run's last shard running alone at the end (a 27 s tail, call 70; 2.5 s with the
+last four shards as one, call 71), and so had a call's last shard before its time limit (call 98: 7.5 s; 2.3 s
+with the last shards the time left lets start as one, call 102).
 
 What a task is expected to take comes from this call's own results as they arrive: for each operator, the mean
 wall seconds of the measured tasks that used it; a task's expectation is the largest over its operators (one slow
