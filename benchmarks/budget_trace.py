@@ -1,5 +1,5 @@
 """Where a profile call's memory-budget waits came from, read from the trace its workers wrote with
-OPSYNTH_BUDGET_TRACE=FILE (pipeline/gpu_share.py: one line per change of a worker's reservation). Prints a table
+OPSYNTH_BUDGET_TRACE=FILE (pipeline/gpu/gpu_share.py: one line per change of a worker's reservation). Prints a table
 and writes JSON: tasks, how many were run again with the worker's whole cap (a request of the cap right after the
 same worker released a smaller one), the seconds waited for each kind of request, and the room the others held
 when a request had to wait. With --measurements, each traced task is matched to its measurement row by start time

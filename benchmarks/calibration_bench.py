@@ -132,7 +132,7 @@ def _counts(outcomes: list[dict]) -> dict:
 def resample(run: Path, baseline: str, reps: int) -> dict:
     from refsig_bench import _checkout, _sample
 
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     cfg = RunDir(run).load_config()
     preset, n, seed = cfg.name, cfg.run.n, cfg.run.seed
@@ -164,7 +164,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     from operators.calibration import calibration
     from pinning.calibrate import load_evidence, typical_ratio
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     run = Path(a.run)
     tasks, cfg = load_evidence(run)

@@ -109,7 +109,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "calibration_heldout.json")
     ap.add_argument("--feeders", default="torch.special.erfcx=aten.special_erfcx", help="CATALOG_OP=ATEN_OP")
     a = ap.parse_args()
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     f = RunDir(a.run).load_config().filter
     lo, hi = f.min_eager_ms, f.max_eager_ms

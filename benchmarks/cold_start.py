@@ -1,4 +1,4 @@
-"""How long the fork server's imports take, as installed and with our bytecode cache (pipeline/bytecode.py), in
+"""How long the fork server's imports take, as installed and with our bytecode cache (pipeline/gpu/bytecode.py), in
 fresh interpreters; prints a table and writes JSON.
 
     python benchmarks/cold_start.py --out cold_start.json [--cache DIR]
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.bytecode import COMPILE_AHEAD_VAR, PACKAGES, PREFIX_VAR  # noqa: E402
-from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
+from pipeline.gpu.bytecode import COMPILE_AHEAD_VAR, PACKAGES, PREFIX_VAR  # noqa: E402
+from pipeline.gpu.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
 
 IMPORT = ("import time; t = time.perf_counter(); import {mods}; "
           "print(round(time.perf_counter() - t, 3))")
@@ -38,7 +38,7 @@ IMPORT = ("import time; t = time.perf_counter(); import {mods}; "
 def _env(cache: Path | None = None) -> dict[str, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "OMP_NUM_THREADS": "1"}
-    if cache is not None:  # as pipeline.bytecode.with_cache sets it: PYTHONDONTWRITEBYTECODE stays as it is
+    if cache is not None:  # as pipeline.gpu.bytecode.with_cache sets it: PYTHONDONTWRITEBYTECODE stays as it is
         env[PREFIX_VAR] = str(cache)
     return env
 
@@ -57,7 +57,7 @@ def timed_import(modules: list[str], cache: Path | None = None) -> float:
 
 def timed_compile_ahead(packages: list[str], cache: Path) -> dict:
     code = (f"import json, os; os.environ[{COMPILE_AHEAD_VAR!r}] = {','.join(packages)!r}; "
-            "from pipeline.bytecode import compile_ahead_from_env as c; print(json.dumps(c()))")
+            "from pipeline.gpu.bytecode import compile_ahead_from_env as c; print(json.dumps(c()))")
     seconds, line = _child(code, cache)
     return {"seconds": seconds, **{k: v for k, v in json.loads(line).items() if k != "seconds"}}
 
@@ -88,7 +88,7 @@ def main() -> None:
     arms["cache_cold" if dropped else "cache_cold_refused"] = {"seconds": timed_import(modules, args.cache)}
     import torch
 
-    from pipeline.bytecode import ships_bytecode
+    from pipeline.gpu.bytecode import ships_bytecode
 
     result = {"python": sys.version.split()[0], "torch": torch.__version__, "cpus": os.cpu_count(),
               "torch_ships_bytecode": ships_bytecode("torch"),

@@ -144,8 +144,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/compile_disagreement_bench.json"))
     a = ap.parse_args()
-    from pipeline.config import load_file
-    from pipeline.store import RunDir
+    from pipeline.rundir.config import load_file
+    from pipeline.rundir.store import RunDir
 
     rd = RunDir(a.run)
     cfg = load_file(rd.path / "config.toml")

@@ -1,5 +1,5 @@
 """The compiled programs behind a moved compile checksum: for every task that two or more profile runs of the same
-tasks compiled to other bits (compile_checksum), which runs ran which program (compile_code, pipeline.compiled_code)
+tasks compiled to other bits (compile_checksum), which runs ran which program (compile_code, pipeline.gpu.compiled_code)
 and, where the inductor cache each run compiled into is still there, a copy of each program's output code to diff.
 
     python benchmarks/compiled_code_files.py --run runs/A --cache CACHE_A --run runs/B --cache CACHE_B \\
@@ -20,8 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.compiled_code import source_hash  # noqa: E402
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.gpu.compiled_code import source_hash  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 COLUMNS = ("task_id", "eager_checksum", "compile_checksum", "compile_rerun_checksum", "compile_code",
            "compile_benchmarks", "compile_agrees_1e2", "compile_max_abs_err")

@@ -41,7 +41,7 @@ DETECTORS = ("ast", "op_signature", "minhash")
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
-    from pipeline.report import format_table
+    from pipeline.outputs.report import format_table
 
     return format_table(headers, [tuple(r) for r in rows], max_rows=1000)
 
@@ -70,7 +70,7 @@ def main() -> None:
         signature_key,
     )
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
-    from pipeline.reference import load_index, reference_matrix, trace_many
+    from pipeline.rundir.reference import load_index, reference_matrix, trace_many
 
     index = load_index("builtin:main")
     ref = reference_matrix(index)
@@ -128,8 +128,8 @@ def main() -> None:
         import pyarrow as pa
 
         from operators.sample import sample_tasks
-        from pipeline.config import load_preset
-        from pipeline.schema import TASKS
+        from pipeline.rundir.config import load_preset
+        from pipeline.rundir.schema import TASKS
 
         clean_path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(pa.Table.from_pylist(sample_tasks(load_preset("demo").sample, 12345,

@@ -36,7 +36,7 @@ OPS6K = SHARED / "reference" / "ops6k" / "cuda_agent_ops_6k.parquet"
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
-    from pipeline.report import format_table
+    from pipeline.outputs.report import format_table
 
     return format_table(headers, [tuple(r) for r in rows], max_rows=1000)
 
@@ -131,7 +131,7 @@ def main() -> None:
     from benchmarks.derivatives import FORMS, derive
     from benchmarks.negatives import attention_tasks, kb_style, module_db_tasks
     from detectors.contamination import compare, op_overlap
-    from pipeline.reference import load_index, reference_matrix
+    from pipeline.rundir.reference import load_index, reference_matrix
     from pipeline.stages.decontaminate import name_matches
 
     t_start = time.time()

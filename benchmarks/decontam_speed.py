@@ -72,7 +72,7 @@ def main() -> None:
 
     from benchmarks.disguise import disguise
     from detectors import contamination as new
-    from pipeline.reference import load_index, reference_matrix
+    from pipeline.rundir.reference import load_index, reference_matrix
 
     old, old_ref = _baseline(args.baseline)
     index = load_index("builtin:main")
@@ -105,7 +105,7 @@ def main() -> None:
               "ratio_this_over_baseline": ratio, "fingerprint_s_unique": {"baseline": round(old_fp_s, 2),
                                                                        "this tree": round(new_fp_s, 2)},
               "meta": {"command": " ".join(["python", *sys.argv]), "git_commit": commit, "baseline": args.baseline}}
-    from pipeline.report import format_table
+    from pipeline.outputs.report import format_table
 
     print(format_table(["round", "version", "compare s", "flagged share"], [tuple(r) for r in rows], max_rows=100))
     print(f"ratio this/baseline per round: {[round(x, 2) for x in ratio]}; fingerprints of {len(codes)} unique "

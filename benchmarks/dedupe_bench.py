@@ -38,7 +38,7 @@ _OTHER = re.compile(r"duplicate of ([0-9A-Za-z_-]+)")
 
 
 def _table(headers: list[str], rows: list[list]) -> str:
-    from pipeline.report import format_table
+    from pipeline.outputs.report import format_table
 
     return format_table(headers, [tuple(r) for r in rows], max_rows=100_000)
 
@@ -48,8 +48,8 @@ def sampled_set(preset: str, seed: int, n: int, cache: Path) -> tuple[list[dict]
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.config import load_preset
-    from pipeline.schema import TASKS, conform
+    from pipeline.rundir.config import load_preset
+    from pipeline.rundir.schema import TASKS, conform
     from pipeline.stages.dedupe import runtime_window
 
     cfg = load_preset(preset)
@@ -73,8 +73,8 @@ def sampled_set(preset: str, seed: int, n: int, cache: Path) -> tuple[list[dict]
 
 
 def run_set(run_dir: str) -> tuple[list[dict], dict]:
+    from pipeline.rundir.store import RunDir
     from pipeline.stages.dedupe import inputs
-    from pipeline.store import RunDir
 
     rd = RunDir(Path(run_dir))
     cfg = rd.load_config()

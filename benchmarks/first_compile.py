@@ -28,7 +28,7 @@ registration of inductor's pattern rewrites (0.53 s) and, with empty caches, bui
 
     python benchmarks/first_compile.py --out first_compile.json [--device cuda] [--profile]
 
-The environment's PYTHONPYCACHEPREFIX (pipeline/bytecode.py) applies to every arm, as to the workers.
+The environment's PYTHONPYCACHEPREFIX (pipeline/gpu/bytecode.py) applies to every arm, as to the workers.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ sys.path.insert(0, str(ROOT))
 
 # candidates are the modules of the packages whose bytecode the fork server compiles ahead (what the workers
 # import); generated kernel modules and the like cannot be imported by name
-from pipeline.bytecode import PACKAGES  # noqa: E402
-from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
+from pipeline.gpu.bytecode import PACKAGES  # noqa: E402
+from pipeline.gpu.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
 
 ARM = r"""
 import importlib, json, re, sys, time

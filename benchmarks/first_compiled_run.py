@@ -92,10 +92,10 @@ def main() -> None:
     import pyarrow.parquet as pq
     import torch
 
-    from pipeline.config import with_profile_settings
-    from pipeline.harness import Harness
-    from pipeline.store import RunDir
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu.harness import Harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import with_profile_settings
+    from pipeline.rundir.store import RunDir
 
     rd = RunDir(args.run)
     cfg, _ = with_profile_settings(rd.load_config(), args.set, f"{args.run}/config.toml with --set")

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from lock_trace import read_trace  # noqa: E402  (beside this script)
 
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 LABEL = "compiled-run"
 
@@ -70,9 +70,9 @@ def _work(k: int, workers: int, run: str, mine: list[dict], lockdir: str, over: 
     """One worker: profile the task rows `mine`, cProfiling each compiled-run hold; writes out/part-k.json."""
     import torch
 
-    from pipeline import gpu_share, harness
-    from pipeline.config import load_file
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu import gpu_share, harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import load_file
 
     cfg = load_file(os.path.join(run, "config.toml"))
     settings = WorkerSettings.from_config(cfg, workers_per_gpu=workers)

@@ -1,5 +1,5 @@
 """What one full garbage collection costs a profile worker once inductor is loaded, before and after the harness
-freezes what survives a task (pipeline.harness.collect_and_freeze).
+freezes what survives a task (pipeline.gpu.harness.collect_and_freeze).
 
     python benchmarks/gc_pass.py [--tasks 4] [--out benchmarks/results/gc_pass.json]
 
@@ -27,7 +27,7 @@ def passes(n: int, freeze: bool) -> list[float]:
     import torch
     import torch._dynamo as dynamo
 
-    from pipeline.harness import collect_and_freeze
+    from pipeline.gpu.harness import collect_and_freeze
 
     out = []
     for i in range(n):

@@ -1,6 +1,6 @@
 """Where a profile call's idle GPU time goes: nvidia-smi's utilisation laid beside who held the GPU lock.
 
-The workers of a call run with OPSYNTH_LOCK_TRACE=FILE (pipeline/gpu_share.py: one line per change of a worker's
+The workers of a call run with OPSYNTH_LOCK_TRACE=FILE (pipeline/gpu/gpu_share.py: one line per change of a worker's
 hold: `want` exclusive, `hold` / `free` shared or exclusive). Each nvidia-smi sample interval (`nvidia-smi
 --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv -lms 500`, same clock) is split by the lock's
 state over it:
@@ -190,7 +190,7 @@ BANDS = ((0, 50), (50, 80), (80, 95), (95, 101))
 
 
 def read_budget_waits(path: Path) -> list[tuple[float, str, bool]]:
-    """(time, worker, waiting for memory from then on) from an OPSYNTH_BUDGET_TRACE file (pipeline/gpu_share.py:
+    """(time, worker, waiting for memory from then on) from an OPSYNTH_BUDGET_TRACE file (pipeline/gpu/gpu_share.py:
     `wait` when a reservation queues, `admit` / `release` when it ends), sorted by time."""
     opener = gzip.open if path.suffix == ".gz" else open
     out = []

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from filters.base import decide  # noqa: E402
 from filters.checks import UNTIMED_CHECKS  # noqa: E402
-from pipeline.config import load_file  # noqa: E402
-from pipeline.selection import accepted_task_ids, first_rejection  # noqa: E402
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.rundir.config import load_file  # noqa: E402
+from pipeline.rundir.selection import accepted_task_ids, first_rejection  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 TASK_ID = re.compile(r"\b[0-9a-f]{16}\b")
 

@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 from filters.base import decide, reason_kind  # noqa: E402
 from filters.degenerate import OUTPUT_CHECKS  # noqa: E402
 from operators.prescreen import RECORDS_KEY, Budget, prescreen  # noqa: E402
-from pipeline.config import load_preset  # noqa: E402
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.rundir.config import load_preset  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 FAMILIES = ("input-insensitive", "degenerate output", "fakeable by a fixed output")
 

@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 from filters.base import decide, reason_kind  # noqa: E402
 from filters.checks import CHECKS as FILTER_CHECKS  # noqa: E402
 from filters.labels import labels_match  # noqa: E402
-from pipeline.config import load_preset  # noqa: E402
-from pipeline.executors import make_executor  # noqa: E402
-from pipeline.worker_settings import WorkerSettings  # noqa: E402
+from pipeline.gpu.executors import make_executor  # noqa: E402
+from pipeline.gpu.worker_settings import WorkerSettings  # noqa: E402
+from pipeline.rundir.config import load_preset  # noqa: E402
 
 # the filter stage's checks, labels aside (label truth is the sampler's business; measurements carry no `ops`)
 CHECKS = tuple(c for c in FILTER_CHECKS if c is not labels_match)

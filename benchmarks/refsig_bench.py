@@ -33,9 +33,9 @@ sys.path.insert(0, {root!r})
 warnings.filterwarnings("ignore")
 import torch
 torch.set_num_threads(1)
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 from pipeline.stages import sample
-from pipeline.store import RunDir
+from pipeline.rundir.store import RunDir
 cfg = load_preset({preset!r})
 cfg = replace(cfg, run=replace(cfg.run, n={n}, seed={seed}))
 rd = RunDir({out!r})
@@ -86,9 +86,9 @@ def _quantiles(v: list[float]) -> dict:
 
 
 def evaluate(rd_path: Path, preset: str, cap_gb: float) -> dict:
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
+    from pipeline.rundir.store import RunDir
     from pipeline.stages import decontaminate
-    from pipeline.store import RunDir
 
     rd = RunDir(rd_path)
     cfg = load_preset(preset)
@@ -113,7 +113,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "refsig_bench.json"))
     a = ap.parse_args()
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     base_root = _checkout(a.baseline)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()

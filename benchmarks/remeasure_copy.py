@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.schema import MEASUREMENTS, conform  # noqa: E402
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.rundir.schema import MEASUREMENTS, conform  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 
 def select_tasks(run: Path, index: str | None, ids: str | None) -> tuple[int, int, set[str]]:

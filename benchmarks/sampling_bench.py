@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def _cfg(preset: str):
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     return load_preset(preset).sample
 

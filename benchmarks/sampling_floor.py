@@ -116,7 +116,7 @@ def main() -> None:
     torch.set_num_threads(1)
     from benchmarks.sampling_bench import provenance
     from operators.sample import sample_tasks
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     cfg = load_preset(args.preset).sample
     load0 = [round(v, 2) for v in os.getloadavg()]

@@ -1,5 +1,5 @@
 """Where a timed run's exclusive hold leaves the GPU idle: the harness's own host work between two timed runs
-(pipeline.harness.Harness._run_ms: sync, events, L2 flush) against the launch gaps inside a task's measured interval.
+(pipeline.gpu.harness.Harness._run_ms: sync, events, L2 flush) against the launch gaps inside a task's measured interval.
 
     python benchmarks/timing_overhead.py [--runs 200] [--run DIR --tasks 40] [--out benchmarks/results/timing_overhead.json]
 
@@ -25,9 +25,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def _harness():
-    from pipeline.config import Config, FilterSection, RunSection
-    from pipeline.harness import Harness
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu.harness import Harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import Config, FilterSection, RunSection
 
     s = WorkerSettings.from_config(Config(run=RunSection(seed=0, device="cuda"),
                                           filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9)))
@@ -79,7 +79,7 @@ def kernel_share(fn, args: tuple, runs: int = 5) -> float | None:
 def tasks(h, run: Path, n: int) -> list[dict]:
     import torch
 
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     rows = RunDir(run).read_rows("tasks", ["task_id", "code"])[:n]
     out = []

@@ -26,13 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.config import ProfileSection  # noqa: E402
-from pipeline.harness import next_batch, timed_enough  # noqa: E402
-from pipeline.store import RunDir  # noqa: E402
+from pipeline.gpu.harness import next_batch, timed_enough  # noqa: E402
+from pipeline.rundir.config import ProfileSection  # noqa: E402
+from pipeline.rundir.store import RunDir  # noqa: E402
 
 
 def batch_boundaries(s: ProfileSection) -> list[int]:
-    """The run counts at which the harness checks whether to stop (pipeline.harness.Harness._time)."""
+    """The run counts at which the harness checks whether to stop (pipeline.gpu.harness.Harness._time)."""
     out, n, batch = [], 0, s.min_runs
     while n < s.max_runs:
         n += batch

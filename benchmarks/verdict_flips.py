@@ -33,9 +33,9 @@ PROBE = r'''
 import json, sys
 import torch
 from filters.tensor_checks import checksum, flatten, max_diff
-from pipeline.config import load_file
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.rundir.config import load_file
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
 
 run, device, fraction, code = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.stdin.read()
 s = WorkerSettings.from_config(load_file(run + "/config.toml")).with_profile(memory_limit_gb=0.0)
@@ -58,7 +58,7 @@ print(json.dumps({"eager": checksum(eager), "compiled": checksum(compiled), "max
 
 
 def task_codes(run: Path, ids: list[str]) -> dict[str, str]:
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     rows = {r["task_id"]: r["code"] for r in RunDir(run).read_rows("tasks", ["task_id", "code"]) if r["task_id"] in ids}
     missing = [i for i in ids if i not in rows]

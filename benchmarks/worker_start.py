@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.bytecode import with_cache as with_bytecode_cache  # noqa: E402
-from pipeline.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
-from pipeline.mps import MpsDaemon  # noqa: E402
+from pipeline.gpu.bytecode import with_cache as with_bytecode_cache  # noqa: E402
+from pipeline.gpu.executors import PRELOAD, PRELOAD_COMPILE  # noqa: E402
+from pipeline.gpu.mps import MpsDaemon  # noqa: E402
 
 PARENT = r"""
 import ctypes, importlib, json, os, sys, time
@@ -129,7 +129,7 @@ def main() -> None:
         try:
             env = {**env, **(daemon.env() if daemon else {})}
             # the fork server's first step: bytecode compiled ahead where the installation has none
-            subprocess.run([sys.executable, "-c", "from pipeline.bytecode import compile_ahead_from_env as c; c()"],
+            subprocess.run([sys.executable, "-c", "from pipeline.gpu.bytecode import compile_ahead_from_env as c; c()"],
                            env=env, check=True, timeout=300)
             rounds, libs = [], []
             for _ in range(args.rounds):

@@ -1,6 +1,6 @@
 """The reference index files a sampler reads: which files a spec (`builtin`, `builtin:NAME`, an index parquet) names,
 and the op-signature keys of their problems. pyarrow only: a sampler's processes need no scipy. Building an index
-(tracing, fingerprinting) is pipeline.reference's job."""
+(tracing, fingerprinting) is pipeline.rundir.reference's job."""
 
 from __future__ import annotations
 

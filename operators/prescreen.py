@@ -113,7 +113,7 @@ class Result:
     measurements: dict[str, Any] = field(default_factory=dict)
 
     def record(self, task: dict[str, Any], resampled: bool) -> dict[str, Any]:
-        """The side table's row (pipeline.schema.PRESCREEN) for this screen of `task`."""
+        """The side table's row (pipeline.rundir.schema.PRESCREEN) for this screen of `task`."""
         m = self.measurements
         return {"task_id": task.get("task_id"), "name": task.get("name"), "code": task.get("code"),
                 "graph": task.get("graph"), "seed": task.get("seed"), "reason": self.reason, "status": self.status,

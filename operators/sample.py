@@ -484,7 +484,7 @@ def sample_tasks(cfg, seed: int, indices: range, seen: set[str], stats: Stats | 
                  screen=None) -> list[dict]:
     """Deterministic: the task at index i is drawn from an RNG seeded by (seed, i) (then (seed, i, attempt) on
     retry). A task with a key in `seen` (`seen_keys`: same canonical graph at the same shapes, and with
-    cfg.avoid_near_duplicates the same graph at any sizes) is resampled; each returned task's keys are added. Each row conforms to pipeline.schema.TASKS (all columns).
+    cfg.avoid_near_duplicates the same graph at any sizes) is resampled; each returned task's keys are added. Each row conforms to pipeline.rundir.schema.TASKS (all columns).
     `screen` (operators.prescreen.Screen): a draw it returns a reason for is resampled."""
     stats = stats if stats is not None else Stats()
     _freeze_heap()

@@ -274,7 +274,7 @@ def trace_program(code: str, device: str = "meta", stand_ins: bool = False) -> d
 
 
 def trace_as_worker(code: str, device: str, seed: int = 42) -> list[str]:
-    """ATen ops of one forward executed the way a profile worker runs it (pipeline.harness): weights and inputs
+    """ATen ops of one forward executed the way a profile worker runs it (pipeline.gpu.harness): weights and inputs
     created under the device from one seed, the forward under no_grad outside the device context, in training
     mode. For real devices only (cpu, cuda): kernels chosen by size and backend show here, not on meta."""
     ns = load_module(code)

@@ -58,7 +58,7 @@ def sweep(preset: str, seed: int, n: int) -> tuple[Counter, Counter]:
     from operators import graph
     from operators.render import as_graph
     from operators.sample import sample_tasks
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     good, bad = Counter(), Counter()
     saved = batch_scale.BATCH_LINEAR

@@ -152,7 +152,7 @@ def trace_task(task: dict, cfg) -> tuple:
 def load_evidence(run_dir: str | Path) -> tuple[list[TaskEvidence], Any]:
     """Every task of a profiled run with its measurement and its meta trace; and the run's sample config."""
     from opsynth.errors import OpsynthError
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     rd = RunDir(run_dir)
     if not rd.config_path.exists():
@@ -352,13 +352,13 @@ def fit(run_dir: str | Path) -> dict:
 
 
 def _rows(run_dir, table: str, cols: list[str]) -> list[dict]:
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     return RunDir(run_dir).read_rows(table, cols)
 
 
 def _seed(run_dir) -> int:
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     return int(RunDir(run_dir).load_config().run.seed)
 

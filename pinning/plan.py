@@ -42,7 +42,7 @@ class Step:
 
 @lru_cache(maxsize=1)
 def _sample_cfg():
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     return load_preset(PRESET).sample
 

@@ -21,10 +21,10 @@ from typing import Annotated
 
 import typer
 
-from pipeline.config import Config, ConfigError, load_preset
 from pipeline.errors import OpsynthError
-from pipeline.stage_defs import AUDIT_STAGES, RUN_STAGES
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config, ConfigError, load_preset
+from pipeline.rundir.stage_defs import AUDIT_STAGES, RUN_STAGES
+from pipeline.rundir.store import RunDir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Build training datasets of GPU-kernel optimization tasks (KernelBench format).")
@@ -67,7 +67,7 @@ def _resolve_config(preset: str | None, config: Path | None) -> Config:
     if preset and config:
         raise ConfigError("give either --preset NAME or --config FILE, not both")
     if config:
-        from pipeline.config import load_file
+        from pipeline.rundir.config import load_file
 
         return load_file(config)
     return load_preset(preset or "demo")
@@ -87,7 +87,7 @@ def _llm_settings(composer: str | None, base_url: str | None, model: str | None)
 
 
 def _check_references(specs) -> None:
-    from pipeline.reference import check_spec
+    from pipeline.rundir.reference import check_spec
 
     for spec in specs or ():
         check_spec(spec)
@@ -115,7 +115,7 @@ _CURRENT: dict = {}  # the stage in progress and its run directory, for the inte
 
 
 def _run_steps(steps: dict, order: tuple[str, ...]) -> dict:
-    """Each step of `order` (pipeline/stage_defs.py), in that order; {stage: what it returned}."""
+    """Each step of `order` (pipeline/rundir/stage_defs.py), in that order; {stage: what it returned}."""
     if set(steps) != set(order):  # a stage declared without a step here, or the reverse
         raise AssertionError(f"steps {sorted(steps)} do not match the declared stages {list(order)}")
     return {name: steps[name]() for name in order}
@@ -156,7 +156,7 @@ def run(
         cfg = dataclasses.replace(cfg, decontaminate=dataclasses.replace(cfg.decontaminate, reference=tuple(reference)))
     if composer:
         cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, composer=composer))
-    from pipeline.config import validate
+    from pipeline.rundir.config import validate
 
     validate(cfg, "command line")
     _check_references(cfg.decontaminate.reference)
@@ -199,7 +199,7 @@ def init(
 ) -> None:
     """Create a run directory (config.toml + manifest.json, nothing else) for running the stages one by one,
     on one machine or several."""
-    from pipeline.config import validate
+    from pipeline.rundir.config import validate
 
     cfg = validate(_resolve_config(preset, config).with_overrides(n=n, seed=seed, device=device, workers=workers),
                    "command line")
@@ -260,7 +260,7 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
                               "in the manifest's entry for the call, e.g. --set profile.median_precision=0.015")] = None,
             ) -> None:
     """Measure the tasks in isolated worker processes into DIR/measurements/ (not those already dropped)."""
-    from pipeline.config import with_profile_settings
+    from pipeline.rundir.config import with_profile_settings
     from pipeline.stages import profile as profile_stage
 
     budget = profile_stage.Budget(max_seconds=None if max_minutes is None else max_minutes * 60, limit=limit)
@@ -299,13 +299,13 @@ def _dedupe(rd: RunDir, cfg: Config):
 
 
 def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Path:
-    from pipeline.publish import publish as do_publish
+    from pipeline.outputs.publish import publish as do_publish
 
     return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 
 
 def _report(rd: RunDir, sql: str | None) -> str:
-    from pipeline import report
+    from pipeline.outputs import report
 
     _stage("report", report.build, rd)
     return report.query(rd, sql) if sql else report.canned(rd)
@@ -341,13 +341,13 @@ def publish(
     it in one commit. A run whose stages are not all done is refused unless --allow-incomplete."""
     rd, _ = _open(dir)
     if repo_id:
-        from pipeline.hub import validate_repo_id
+        from pipeline.outputs.hub import validate_repo_id
 
         validate_repo_id(repo_id)  # fail before the (slow) folder build
     folder = _publish(rd, to, allow_incomplete)
     typer.echo(str(folder))
     if repo_id:
-        from pipeline.hub import push
+        from pipeline.outputs.hub import push
 
         typer.echo(push(folder, repo_id, private=private, revision=revision, dry_run=dry_run))
 
@@ -362,7 +362,7 @@ def recheck(
 ) -> None:
     """Set a fresh re-profile of published rows beside what DIR published: accepted share and eager-time agreement,
     kept in DIR/recheck.json for the card of DIR's next publish."""
-    from pipeline import recheck as rc
+    from pipeline.outputs import recheck as rc
 
     rd = RunDir(dir)
     rd.load_config()
@@ -385,7 +385,7 @@ def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this S
     rd = RunDir(dir)
     rd.load_config()
     if verdicts is not None:
-        from pipeline.audit_export import write
+        from pipeline.outputs.audit_export import write
 
         typer.echo(f"verdict table: {write(rd, verdicts)}")
     typer.echo(_report(rd, sql))
@@ -499,7 +499,7 @@ def reference_build(
     out: Annotated[Path, typer.Option(help="index file to write (parquet)")],
 ) -> None:
     """Turn references into a fingerprint index (no source text) for offline decontamination."""
-    from pipeline.reference import build_index
+    from pipeline.rundir.reference import build_index
 
     typer.echo(str(_stage("reference build", build_index, sources, out)))
 

@@ -24,22 +24,22 @@ TIERS: list[tuple[str, list[str]]] = [
     ("sampler", ["operators.sample", "operators.prescreen", "operators.llm_composer"]),
     # pipeline, bottom up: plain contracts, the run directory, the profile worker, what is built from a run,
     # the stages, the command line
-    ("pipeline contracts", ["pipeline.errors", "pipeline.config", "pipeline.schema", "pipeline.stage_defs",
-                            "pipeline.worker_settings", "pipeline.progress", "pipeline.gpu_share",
-                            "pipeline.compile_cache", "pipeline.compiled_code", "pipeline.mps", "pipeline.bytecode",
-                            "pipeline.fork_server",
-                            "pipeline.task_order",
-                            "pipeline.tensor_checks"]),
-    ("pipeline store", ["pipeline.store", "pipeline.selection", "pipeline.completeness", "pipeline.reference"]),
-    ("pipeline worker", ["pipeline.harness", "pipeline.kernel_warmup", "pipeline.executors"]),
-    ("pipeline outputs", ["pipeline.card", "pipeline.plots", "pipeline.hub", "pipeline.publish", "pipeline.report",
-                          "pipeline.audit_export", "pipeline.recheck"]),
+    ("pipeline contracts", ["pipeline.errors", "pipeline.rundir.config", "pipeline.rundir.schema", "pipeline.rundir.stage_defs",
+                            "pipeline.gpu.worker_settings", "pipeline.progress", "pipeline.gpu.gpu_share",
+                            "pipeline.gpu.compile_cache", "pipeline.gpu.compiled_code", "pipeline.gpu.mps", "pipeline.gpu.bytecode",
+                            "pipeline.gpu.fork_server",
+                            "pipeline.gpu.task_order",
+                            "pipeline.gpu.tensor_checks"]),
+    ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness", "pipeline.rundir.reference"]),
+    ("pipeline worker", ["pipeline.gpu.harness", "pipeline.gpu.kernel_warmup", "pipeline.gpu.executors"]),
+    ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
+                          "pipeline.outputs.audit_export", "pipeline.outputs.recheck"]),
     ("pipeline stages", ["pipeline.stages.*"]),
     ("cli", ["pipeline.cli"]),
     # scripts that regenerate operators' pinned data: they may use anything, nothing imports them
     ("pinning", ["pinning.*"]),
 ]
-INITS = {*PACKAGES, "pipeline.stages"}  # empty package __init__ modules: anyone may name them
+INITS = {*PACKAGES, "pipeline.stages", "pipeline.rundir", "pipeline.gpu", "pipeline.outputs"}  # empty package __init__ modules: anyone may name them
 
 
 def _modules() -> dict[str, Path]:
@@ -95,13 +95,13 @@ def test_every_import_goes_down_or_sideways():
 
 def test_the_worker_reaches_no_stage():
     mods = _modules()
-    for worker in ("pipeline.harness", "pipeline.worker_settings", "pipeline.executors"):
+    for worker in ("pipeline.gpu.harness", "pipeline.gpu.worker_settings", "pipeline.gpu.executors"):
         assert not {t for t in _imports(mods[worker], set(mods)) if t.startswith("pipeline.stages")}, worker
 
 
 def test_the_check_catches_an_upward_import(tmp_path):
-    known = {"operators.sample", "pipeline.store"}
+    known = {"operators.sample", "pipeline.rundir.store"}
     f = tmp_path / "m.py"
-    f.write_text("def f():\n    from pipeline.store import RunDir\n")
-    assert _imports(f, known) == {"pipeline.store"}
-    assert _tier("pipeline.store") > _tier("operators.catalog")
+    f.write_text("def f():\n    from pipeline.rundir.store import RunDir\n")
+    assert _imports(f, known) == {"pipeline.rundir.store"}
+    assert _tier("pipeline.rundir.store") > _tier("operators.catalog")

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.schema import TASKS
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import TASKS
+from pipeline.rundir.store import RunDir
 
 _LISTS = ("ops", "categories", "aten_ops")
 
@@ -84,7 +84,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
     none is given), e.g. a re-check of a published dataset on a few hundred random rows. source: name, url, license
     and attribution of the dataset, which `opsynth publish` keeps in the card of the cleaned copy."""
     from filters.static_check import check_task_source
-    from pipeline.reference import read_code_table
+    from pipeline.rundir.reference import read_code_table
 
     if sample is not None and sample < 1:
         raise OpsynthError(f"--sample must be >= 1 (got {sample}); it is the number of random rows to import")

@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 import time
 
-from pipeline.config import Config
 from pipeline.progress import Progress
-from pipeline.schema import CONTAMINATION
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import CONTAMINATION
+from pipeline.rundir.store import RunDir
 
 BASIS_KEY = "decontaminate_basis"  # in the manifest: what the contamination table's rows were scored with
 
@@ -34,7 +34,7 @@ def task_signatures(rows: list[dict], workers: int = 2, timeout_s: float = 120.0
     A traced task's live ops and input shapes go into `detail` ('live_ops', 'shapes': lists parallel to rows).
     """
     from filters.static_check import check_task_source
-    from pipeline.reference import trace_many
+    from pipeline.rundir.reference import trace_many
 
     ops: list[list[str] | None] = [None] * len(rows)
     live: list[list[str] | None] = [None] * len(rows)
@@ -83,7 +83,7 @@ def _reason(row: dict) -> str:
 def run(rd: RunDir, cfg: Config, references: list[str] | None = None) -> dict:
     """Score the tasks of `rd` against `references` (default: the config's); returns counts."""
     from detectors.contamination import compare, fingerprints
-    from pipeline.reference import load_references, reference_matrix
+    from pipeline.rundir.reference import load_references, reference_matrix
 
     t0 = time.time()
     dc = cfg.decontaminate

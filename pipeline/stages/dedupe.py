@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pipeline.config import Config
-from pipeline.schema import DEDUPE
-from pipeline.selection import accepted_task_ids
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import DEDUPE
+from pipeline.rundir.selection import accepted_task_ids
+from pipeline.rundir.store import RunDir
 
 
 def runtime_window(cfg: Config) -> tuple[float, float]:

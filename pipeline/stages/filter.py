@@ -8,8 +8,8 @@ from typing import Any
 
 from filters.base import decide, reason_kind
 from filters.checks import CHECKS
-from pipeline.config import Config
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.store import RunDir
 
 
 def decide_measurement(m: dict[str, Any], cfg: Config) -> tuple[bool, str]:

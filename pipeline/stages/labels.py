@@ -16,9 +16,9 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from pipeline.config import Config
-from pipeline.schema import LABELS, TASKS
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import LABELS, TASKS
+from pipeline.rundir.store import RunDir
 
 TRACE_DEVICES = ["meta", "cpu"]
 MEM_LIMIT_BYTES = 6 << 30  # per tracer; two tracers and the parent stay well inside a 24 GiB machine

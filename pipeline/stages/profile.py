@@ -27,13 +27,13 @@ from typing import Any
 from filters.base import decide, reason_kind
 from filters.checks import CHECKS
 from filters.static_check import check_task_source
-from pipeline.config import Config
-from pipeline.fork_server import ForkServer
+from pipeline.gpu.fork_server import ForkServer
+from pipeline.gpu.task_order import ExpectedWall
+from pipeline.gpu.worker_settings import WorkerSettings
 from pipeline.progress import Progress
-from pipeline.schema import MEASUREMENTS, conform
-from pipeline.store import RunDir, chunks, map_shards
-from pipeline.task_order import ExpectedWall
-from pipeline.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import MEASUREMENTS, conform
+from pipeline.rundir.store import RunDir, chunks, map_shards
 
 
 @dataclass
@@ -140,7 +140,7 @@ def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None
     is spent (the result then has stopped=True; a rerun continues). settings: the profile settings this call
     changed from the run's config.toml (`--set`), recorded with the call in the manifest so every measurement
     can be traced to how it was taken."""
-    from pipeline.executors import start_fork_server
+    from pipeline.gpu.executors import start_fork_server
 
     t0 = time.time()
     started = time.monotonic()
@@ -157,9 +157,9 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
          skip_dropped: bool, budget: Budget | None, settings: dict[str, Any] | None, t0: float, started: float,
          early: ForkServer | None) -> dict[str, Any]:
     """run's body; t0: when the call began (wall clock), `started` the same on the monotonic clock."""
-    from pipeline.executors import make_executor
-    from pipeline.selection import first_rejection
-    from pipeline.stage_defs import CODE_STAGES
+    from pipeline.gpu.executors import make_executor
+    from pipeline.rundir.selection import first_rejection
+    from pipeline.rundir.stage_defs import CODE_STAGES
 
     # only the columns it uses: the graphs and traced ops are most of a 20,000-task run's bytes (4 of 6 s)
     tasks = rd.require_table("tasks", "sample", ["task_id", "code", "ops", "flops", "bytes_moved",

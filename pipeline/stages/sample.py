@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import Config
 from pipeline.progress import Progress
-from pipeline.schema import PRESCREEN, TASKS, conform
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import PRESCREEN, TASKS, conform
+from pipeline.rundir.store import RunDir
 
 # a worker costs a few seconds to start (torch import, first meta dispatch): below this many tasks per
 # process, sampling in this process is faster

@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from filters.base import reason_kind
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 from pipeline.stages.filter import decide_measurement
 
 GOOD = {
@@ -74,7 +74,7 @@ def test_labels_are_judged_with_the_pins_of_the_measurements_device(tmp_path, mo
     import json
 
     from operators import labels
-    from pipeline.schema import MEASUREMENTS
+    from pipeline.rundir.schema import MEASUREMENTS
 
     assert "device" in MEASUREMENTS.names  # what the filter stage reads back from the profile's rows
     pin = tmp_path / "aten_pins_cuda.json"
@@ -101,9 +101,9 @@ def test_filter_stage_reads_each_rows_device_from_the_measurements_table(tmp_pat
     import json
 
     from operators import labels
-    from pipeline.schema import MEASUREMENTS, TASKS
+    from pipeline.rundir.schema import MEASUREMENTS, TASKS
+    from pipeline.rundir.store import RunDir
     from pipeline.stages import filter as filter_stage
-    from pipeline.store import RunDir
 
     pin = tmp_path / "aten_pins_cuda.json"
     pin.write_text(json.dumps({"ops": {"nn.RMSNorm": {"behaviours": [["aten._fused_rms_norm"]], "fingerprint": "0"}}}))

@@ -12,7 +12,7 @@ from operators.cost import CostMode
 from operators.flops import LOG_COUNTS
 from operators.graph import OpFailed, execute
 from operators.sample import sample_tasks, single_op_graph
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 
 def _run(g, consts):

@@ -12,7 +12,7 @@ from operators.catalog import REGISTRY
 from operators.cost import CostMode, OpCost, predict_ms
 from operators.peak import WORKSPACE, activation_peak, workspaces
 from operators.sizing import output_cap, solve_batch
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 H200 = load_preset("h200").sample
 

@@ -234,7 +234,7 @@ def test_prompt_and_extraction():
 
 def test_real_sampled_rows(llm: FakeLLM, tmp_path: Path):
     from operators.sample import sample_tasks
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     rows = sample_tasks(load_preset("demo").sample, 0, range(2), set())
     restyled = rows[0]["code"].replace("class Model(nn.Module):", "class Model(nn.Module):  # restyled")

@@ -9,7 +9,7 @@ from operators.cost import CostMode, aten_names, peak_bytes
 from operators.peak import LiveBytes, activation_peak, draw_peak
 from operators.sample import sample_tasks
 from operators.trace import load_module
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 DEMO = load_preset("demo").sample
 

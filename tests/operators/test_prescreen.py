@@ -10,7 +10,7 @@ import torch
 
 from operators.prescreen import RECORDS_KEY, Budget, Screen, prescreen
 from operators.sample import Stats, sample_tasks
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 CFG = load_preset("h200")
 
@@ -125,7 +125,7 @@ def test_record_mode_keeps_flagged_draws():
 
 
 def test_prescreen_setting_is_validated():
-    from pipeline.config import ConfigError, validate
+    from pipeline.rundir.config import ConfigError, validate
 
     with pytest.raises(ConfigError, match="sample.prescreen"):
         validate(replace(CFG, sample=replace(CFG.sample, prescreen="on")), "test")
@@ -221,7 +221,7 @@ def test_a_draw_over_budget_is_screened_again_within_the_retry_budget_only():
 
 
 def test_the_retry_budget_is_validated():
-    from pipeline.config import ConfigError, validate
+    from pipeline.rundir.config import ConfigError, validate
 
     with pytest.raises(ConfigError, match="prescreen_retry_ms"):
         validate(replace(CFG, sample=replace(CFG.sample, prescreen_retry_ms=-1.0)), "test")

@@ -16,9 +16,9 @@ from operators.sample import sample_tasks
 from operators.spec import OpSpec
 from operators.trace import trace_code
 from pinning.labels import pin_spec
-from pipeline.config import ConfigError, from_dict, load_preset
 from pipeline.errors import OpsynthError
-from pipeline.schema import TASKS
+from pipeline.rundir.config import ConfigError, from_dict, load_preset
+from pipeline.rundir.schema import TASKS
 
 DEMO = load_preset("demo").sample
 H200 = load_preset("h200").sample

@@ -11,7 +11,7 @@ from operators.graph import BASE_NS, build_module, module_tensors
 from operators.render import as_graph
 from operators.sample import sample_tasks
 from operators.sizing import solve_batch
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 DEMO = load_preset("demo").sample
 

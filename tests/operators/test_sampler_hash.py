@@ -7,7 +7,7 @@ import networkx as nx
 
 from operators.render import as_graph
 from operators.sample import sample_tasks, wl_hash
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 
 def test_wl_hash_and_graph_json_match_networkx():

@@ -12,7 +12,7 @@ from operators.cost import CostMode
 from operators.graph import MetaError, execute
 from operators.render import as_graph
 from operators.sample import sample_tasks, single_op_graph
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 DEMO = load_preset("demo").sample
 

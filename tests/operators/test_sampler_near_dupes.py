@@ -6,9 +6,9 @@ from dataclasses import replace
 
 from filters.dedupe import canonical_graph_key
 from operators.sample import Stats, sample_parallel, sample_tasks, seen_keys
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.store import RunDir
 from pipeline.stages import sample as sample_stage
-from pipeline.store import RunDir
 
 DEMO = load_preset("demo")
 # single pointwise operators: few distinct graphs, so draws repeat one within a few dozen tasks

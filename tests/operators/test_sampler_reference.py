@@ -9,12 +9,12 @@ import pytest
 from detectors.contamination import FINGERPRINT_VERSION, normalize_ops, op_signature
 from detectors.reference_index import reference_op_signatures
 from operators.sample import Stats, sample_tasks
-from pipeline.config import load_preset
 from pipeline.errors import OpsynthError
-from pipeline.reference import INDEX_SCHEMA
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.reference import INDEX_SCHEMA
+from pipeline.rundir.store import RunDir
 from pipeline.stages import decontaminate
 from pipeline.stages import sample as sample_stage
-from pipeline.store import RunDir
 
 DEMO = load_preset("demo")
 OFF = replace(DEMO.sample, avoid_reference=())

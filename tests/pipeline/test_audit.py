@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.reference import build_index, load_index
+from pipeline.rundir.config import Config
+from pipeline.rundir.reference import build_index, load_index
+from pipeline.rundir.store import RunDir
 from pipeline.stages import audit, decontaminate, dedupe
-from pipeline.store import RunDir
 
 SHARED = Path(os.environ.get("OPSYNTH_SHARED") or Path(__file__).resolve().parents[3] / "shared")
 SNAP = SHARED / "reference" / "kernelbench"

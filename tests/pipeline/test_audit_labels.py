@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config
+from pipeline.rundir.config import Config
+from pipeline.rundir.store import RunDir
 from pipeline.stages import audit, labels
-from pipeline.store import RunDir
 
 HEAD = "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n        return "
 TAIL = "\n\ndef get_inputs():\n    return [torch.rand({n})]\n\ndef get_init_inputs():\n    return []\n"
@@ -79,7 +79,7 @@ def test_label_checking_drops_only_wrong_and_missing_labels(audited):
 def test_the_verdict_table_has_one_row_per_source_row_with_each_finding(audited, tmp_path):
     import pyarrow.parquet as pq
 
-    from pipeline.audit_export import write
+    from pipeline.outputs.audit_export import write
 
     rows = pq.read_table(write(audited, tmp_path / "v.parquet")).to_pylist()
     assert [r["source_row"] for r in rows] == list(range(len(ROWS)))
@@ -96,8 +96,8 @@ def test_a_skipped_row_of_the_measured_sample_keeps_its_status(audited, tmp_path
 
     import pyarrow.parquet as pq
 
-    from pipeline.audit_export import write
-    from pipeline.schema import MEASUREMENTS
+    from pipeline.outputs.audit_export import write
+    from pipeline.rundir.schema import MEASUREMENTS
 
     rd = RunDir(shutil.copytree(audited.path, tmp_path / "run"))
     refused = next(t["task_id"] for t in rd.read_rows("tasks") if t["source_row"] == 6)

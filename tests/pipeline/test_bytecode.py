@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline import bytecode
-from pipeline.fork_server import ForkServer
+from pipeline.gpu import bytecode
+from pipeline.gpu.fork_server import ForkServer
 
 
 def _package(root: Path, name: str, with_bytecode: bool = False) -> Path:
@@ -50,7 +50,7 @@ def test_only_an_installation_without_bytecode_gets_the_cache(tmp_path, monkeypa
 def _compile_in_child(tmp_path: Path, prefix: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]), bytecode.PREFIX_VAR: str(prefix),
            bytecode.COMPILE_AHEAD_VAR: "bare_pkg"}
-    code = "import json; from pipeline.bytecode import compile_ahead_from_env as c; print(json.dumps(c()))"
+    code = "import json; from pipeline.gpu.bytecode import compile_ahead_from_env as c; print(json.dumps(c()))"
     return json.loads(subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True,
                                      text=True).stdout)
 

@@ -1,6 +1,6 @@
 """The card states what a release cost: GPU time over every profile call, the CPU stages, sampled -> published."""
 
-from pipeline import card
+from pipeline.outputs import card
 
 
 def _manifest(calls: list[dict]) -> dict:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_preset
-from pipeline.store import RunDir
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +118,7 @@ def test_bad_growth_and_budget_flags(tmp_path, args, fragment):
 
 
 def test_corrupted_shard_names_the_file_and_the_fix(tmp_path):
-    from pipeline.schema import MEASUREMENTS, TASKS
+    from pipeline.rundir.schema import MEASUREMENTS, TASKS
 
     rd = RunDir(tmp_path / "r")
     rd.init(load_preset("demo"))
@@ -155,7 +155,7 @@ def test_reference_typo_is_refused_before_anything_is_written(tmp_path):
 
 
 def test_publish_of_an_unfinished_run_is_refused(tmp_path):
-    from pipeline.schema import TASKS
+    from pipeline.rundir.schema import TASKS
 
     rd = RunDir(tmp_path / "r")
     rd.init(load_preset("demo"))

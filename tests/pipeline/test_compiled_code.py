@@ -1,11 +1,11 @@
-"""pipeline.compiled_code: the hash of a task's compiled program is the same for the same task and another for
+"""pipeline.gpu.compiled_code: the hash of a task's compiled program is the same for the same task and another for
 another; the benchmark count sees every timed choice; the repeat report tells moved eager bits, moved compiled bits
 of another program and of a timed choice apart."""
 
 import sys
 from pathlib import Path
 
-from pipeline.compiled_code import benchmarks_run, count_benchmarks, source_hash
+from pipeline.gpu.compiled_code import benchmarks_run, count_benchmarks, source_hash
 from tests.pipeline.test_harness_checks import run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -61,7 +61,7 @@ def test_untimed_compile_choices_answer_every_benchmark_without_running_it(monke
     import torch._inductor.config as inductor_config
     from torch._inductor.runtime import benchmarking
 
-    from pipeline.harness import UNTIMED_MS, _untime_compile_choices
+    from pipeline.gpu.harness import UNTIMED_MS, _untime_compile_choices
 
     ran = []
 
@@ -108,7 +108,7 @@ def test_untimed_choices_save_no_written_argument_to_pinned_host_memory(monkeypa
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from pipeline.harness import _skip_autotuning_copies, _untime_compile_choices
+    from pipeline.gpu.harness import _skip_autotuning_copies, _untime_compile_choices
 
     _keep_autotuner_copies(monkeypatch)
     monkeypatch.setattr(benchmarking, "benchmarker", types.SimpleNamespace(benchmark_gpu=lambda fn, **kw: fn()))

@@ -1,4 +1,4 @@
-"""pipeline.compiled_code on the GPU: with timed choices inductor times a reduction's configs, untimed it times none
+"""pipeline.gpu.compiled_code on the GPU: with timed choices inductor times a reduction's configs, untimed it times none
 and two fresh workers compile the same bits. Its own module: the CPU tests of compiled_code import a benchmark
 script, which a bare GPU image's collection (tests/conftest.py) would take for a missing package."""
 
@@ -24,9 +24,9 @@ def test_on_the_gpu_untimed_choices_time_nothing_where_timed_ones_do():
     import torch
     from torch._inductor.runtime import benchmarking
 
-    from pipeline.config import Config, RunSection
-    from pipeline.harness import Harness
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu.harness import Harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import Config, RunSection
     from tests.pipeline.test_harness_checks import WIDE
 
     if not torch.cuda.is_available():

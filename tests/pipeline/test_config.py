@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from pipeline.config import (
+from pipeline.rundir.config import (
     Config,
     ConfigError,
     from_dict,

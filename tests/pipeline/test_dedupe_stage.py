@@ -3,11 +3,11 @@ it writes (DIR/dedupe/, verdicts, counts) and what the report shows of it."""
 
 import pyarrow.parquet as pq
 
-from pipeline import report
-from pipeline.config import Config, FilterSection
-from pipeline.schema import DEDUPE, MEASUREMENTS, TASKS
+from pipeline.outputs import report
+from pipeline.rundir.config import Config, FilterSection
+from pipeline.rundir.schema import DEDUPE, MEASUREMENTS, TASKS
+from pipeline.rundir.store import RunDir
 from pipeline.stages import dedupe
-from pipeline.store import RunDir
 
 
 def task(op: str, batch: int) -> tuple[str, str]:

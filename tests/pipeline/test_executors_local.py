@@ -1,9 +1,9 @@
 """The local executor's worker lifecycle: ready workers, early stop by the consumer, inline debugging path."""
 
 
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.executors import make_executor
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.executors import make_executor
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 CODE = '''
 import torch

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.executors import make_executor
+from pipeline.gpu.executors import make_executor
 
 # the planted tasks live beside this file; importlib mode has no package to import them from
 _spec = importlib.util.spec_from_file_location("planted", Path(__file__).with_name("test_harness_planted.py"))

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.config import load_preset
-from pipeline.schema import MEASUREMENTS, TASKS, conform
-from pipeline.store import RunDir
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import MEASUREMENTS, TASKS, conform
+from pipeline.rundir.store import RunDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 

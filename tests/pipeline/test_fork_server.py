@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from pipeline import executors
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.fork_server import ForkServer
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu import executors
+from pipeline.gpu.fork_server import ForkServer
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 # reads one line, answers with what it sees, then exits with the code the line asks for
 ECHO = """

@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.config import load_preset
-from pipeline.schema import TASKS, conform
-from pipeline.store import RunDir
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import TASKS, conform
+from pipeline.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 ABSENT = ("polars", "duckdb", "datasets", "datasketch", "matplotlib")
@@ -69,7 +69,7 @@ def test_profile_runs_without_the_cpu_side_packages(tmp_path):
 
 
 def test_the_kernel_warmup_renders_without_the_cpu_side_packages(tmp_path):
-    code = "from pipeline.kernel_warmup import warmup_code; print(len(warmup_code('torch.special.erfcx')))"
+    code = "from pipeline.gpu.kernel_warmup import warmup_code; print(len(warmup_code('torch.special.erfcx')))"
     p = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     assert int(p.stdout) > 0

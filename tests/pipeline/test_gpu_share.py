@@ -1,4 +1,4 @@
-"""How the workers of one GPU share it (pipeline.gpu_share): the shared/exclusive lock and the memory budget."""
+"""How the workers of one GPU share it (pipeline.gpu.gpu_share): the shared/exclusive lock and the memory budget."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
+from pipeline.gpu.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
 
 
 def _in_thread(fn) -> tuple[threading.Thread, threading.Event]:
@@ -309,7 +309,7 @@ def test_inductor_still_has_the_benchmarker_the_worker_guards():
     from torch._inductor.fx_passes import pad_mm
     from torch._inductor.runtime import benchmarking
 
-    from pipeline.harness import _guard_benchmarks
+    from pipeline.gpu.harness import _guard_benchmarks
 
     lock = GpuLock(None, lambda _: None)
     try:
@@ -389,7 +389,7 @@ def test_a_killed_timer_ends_its_phase(tmp_path):
     path = str(tmp_path / "gpu.lock")
     holder = _phase_lock(path)
     holder.acquire()
-    script = ("import sys; sys.path.insert(0, '.'); from pipeline.gpu_share import GpuLock; "
+    script = ("import sys; sys.path.insert(0, '.'); from pipeline.gpu.gpu_share import GpuLock; "
               f"GpuLock({path!r}, lambda _: None, phases=True).acquire(exclusive=True)")
     child = subprocess.Popen([sys.executable, "-c", script])
     try:

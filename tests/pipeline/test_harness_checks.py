@@ -10,9 +10,9 @@ import torch
 from filters.base import decide
 from filters.checks import EAGER_CHECKS
 from filters.tensor_checks import degenerate, tolerance_ratio
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.harness import Harness, one_line
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.harness import Harness, one_line
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 TEMPLATE = '''
 import torch
@@ -199,7 +199,7 @@ def test_a_slow_quick_run_is_rejected_only_when_a_run_alone_confirms_it():
 
 def _quick_reads(monkeypatch, ms):
     """Every quick run reads `ms`, as one slowed by neighbours' kernels would."""
-    from pipeline import harness
+    from pipeline.gpu import harness
 
     quick = harness.Harness._quick_ms
 
@@ -283,8 +283,8 @@ def test_max_diff_counts_equal_infinities_and_same_place_nans_as_equal():
 
 
 def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_out_of_memory():
-    from pipeline.gpu_share import GpuLock
-    from pipeline.harness import _LockedBackend
+    from pipeline.gpu.gpu_share import GpuLock
+    from pipeline.gpu.harness import _LockedBackend
 
     calls: list[str] = []
 
@@ -309,8 +309,8 @@ def test_locked_backend_compiles_again_with_the_whole_share_when_compiling_runs_
 def test_locked_backend_takes_the_lock_when_the_graph_runs_not_when_compiling_returns(tmp_path):
     """Dynamo's CPU work after the backend returns (guards, bytecode) must not hold the GPU; the graph's runs do,
     shared when the worker holds nothing, and a run inside a timed (exclusive) hold keeps that hold."""
-    from pipeline.gpu_share import GpuLock
-    from pipeline.harness import _LockedBackend
+    from pipeline.gpu.gpu_share import GpuLock
+    from pipeline.gpu.harness import _LockedBackend
 
     lock = GpuLock(str(tmp_path / "gpu.lock"), lambda _: None)
     seen: list[str | None] = []
@@ -333,8 +333,8 @@ def test_locked_backend_takes_the_lock_when_the_graph_runs_not_when_compiling_re
 def test_with_holder_cores_a_worker_compiles_off_them_and_runs_its_graph_on_every_core(tmp_path):
     """profile.holder_cores: inductor's compile (CPU work, no hold) runs on the cores left to non-holders; the
     compiled graph's run (a shared hold) may use every core, and the worker is back off them after its hold."""
-    from pipeline.gpu_share import GpuLock, holder_core_split
-    from pipeline.harness import _LockedBackend
+    from pipeline.gpu.gpu_share import GpuLock, holder_core_split
+    from pipeline.gpu.harness import _LockedBackend
 
     everything = os.sched_getaffinity(0)
     split = holder_core_split(1)
@@ -367,8 +367,8 @@ def test_a_failing_compile_backend_is_reported_by_its_inner_error():
     object: the recorded compile error must say what failed."""
     import torch
 
-    from pipeline.gpu_share import GpuLock
-    from pipeline.harness import _LockedBackend, one_line
+    from pipeline.gpu.gpu_share import GpuLock
+    from pipeline.gpu.harness import _LockedBackend, one_line
 
     def refuse(gm, example_inputs):
         raise NotImplementedError("NYI TritonSplitDimKernel reductions")

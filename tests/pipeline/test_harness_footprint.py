@@ -1,10 +1,10 @@
-"""The memory a profile worker reserves for a task before and after its first forward (pipeline.harness)."""
+"""The memory a profile worker reserves for a task before and after its first forward (pipeline.gpu.harness)."""
 
 import pytest
 
-from pipeline.config import Config, ConfigError, FilterSection, ProfileSection, load_file
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, ConfigError, FilterSection, ProfileSection, load_file
 
 GIB = 2**30
 
@@ -54,7 +54,7 @@ def _retrying_harness(first: dict, reserved_gib: float = 7, task_cap_gib: float 
     """A CPU harness whose first `fails` attempts return `first` under a reservation of reserved_gib (as a GPU worker
     with a memory budget would), having failed in `step`, and whose next returns a clean measurement;
     the reservation of each attempt is kept."""
-    from pipeline.gpu_share import GpuLock, MemoryBudget
+    from pipeline.gpu.gpu_share import GpuLock, MemoryBudget
 
     h = _harness(task_cap_gib, 8, **profile)
     h.lock, h.budget = GpuLock(None, lambda _: None), MemoryBudget(None, 0, lambda _: None)
@@ -137,7 +137,7 @@ def test_the_compiled_phase_grows_back_to_its_own_margin_when_one_is_set(monkeyp
     never over the worker's cap; 0 keeps the measured margin throughout."""
     import torch
 
-    from pipeline.gpu_share import MemoryBudget
+    from pipeline.gpu.gpu_share import MemoryBudget
 
     h = _harness(26, 8, reserve_slack_gb=0.25, reserve_margin_compiled=margin)
     h.cuda, h.retrying, h.regrow_wait_s, h.device = True, False, 0.0, torch.device("cpu")
@@ -168,7 +168,7 @@ def test_the_retry_names_the_step_the_task_failed_in_not_the_clean_up_after_it()
     compiles (no hold) reads compile."""
     import torch
 
-    from pipeline.harness import _LockedBackend
+    from pipeline.gpu.harness import _LockedBackend
 
     h, _ = _retrying_harness({"status": "ok"})
     del h._attempt  # the real one

@@ -1,13 +1,13 @@
-"""The harness frees each task's reference cycles before it freezes what survives (pipeline.harness
+"""The harness frees each task's reference cycles before it freezes what survives (pipeline.gpu.harness
 .collect_and_freeze): a task's garbage is never frozen, a later task's cycles are still found, and what a compile
 left in torch's caches stops being walked by every collection."""
 
 import gc
 from pathlib import Path
 
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 
 def _code(marker: Path) -> str:
@@ -58,7 +58,7 @@ def test_dynamos_hold_on_a_tasks_compiled_graph_ends_with_the_task(tmp_path, mon
     # the task's graph is freed with the task instead of frozen alive until the next compile's reset
     import weakref
 
-    from pipeline import harness
+    from pipeline.gpu import harness
 
     made = []
 

@@ -1,12 +1,12 @@
-"""What a task holds while the harness checks it (pipeline.harness): at most one forward's peak beside one output
+"""What a task holds while the harness checks it (pipeline.gpu.harness): at most one forward's peak beside one output
 and a few chunks, the reservation a GPU worker makes for it. Measured on the CPU by counting the bytes of every
 storage the profile creates (operators.peak.LiveBytes), which is what a GPU worker's hard cap sees."""
 
 from filters import tensor_checks as tc
 from operators.peak import LiveBytes
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 N = 1 << 20  # elements of the input, the one intermediate and the output: 4 MiB each
 

@@ -3,9 +3,9 @@
 
 import pytest
 
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.executors import make_executor
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.executors import make_executor
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 GOOD = '''
 import torch

@@ -10,18 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, RunSection
-from pipeline.executors import PRELOAD, PRELOAD_COMPILE, preload_modules
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.executors import PRELOAD, PRELOAD_COMPILE, preload_modules
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, RunSection
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # a fresh interpreter: what a worker has imported after its start, and after its first task
 PROBE = r'''
 import json, sys
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
 
 preload = sys.argv[1] == "1"
 s = WorkerSettings.from_config(Config(run=RunSection(seed=0), filter=FilterSection(min_eager_ms=0.0, max_eager_ms=1e9)))
@@ -71,8 +71,8 @@ def test_forked_gpu_workers_compile_with_the_h200_settings_either_way(preload, t
     benchmarks, MPS) set up in the fork server or at each worker's first compile: every task compiles and agrees."""
     import torch
 
-    from pipeline.config import load_preset
-    from pipeline.executors import make_executor
+    from pipeline.gpu.executors import make_executor
+    from pipeline.rundir.config import load_preset
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

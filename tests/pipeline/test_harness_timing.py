@@ -1,12 +1,11 @@
-"""When timed runs may stop (pipeline.harness.timed_enough) and how inductor's autotuning benchmarks are bounded
-(pipeline.harness._bound_autotuning, _cap_autotune_configs): profile-section settings a worker applies."""
+"""When timed runs may stop (pipeline.gpu.harness.timed_enough) and how inductor's autotuning benchmarks are bounded
+(pipeline.gpu.harness._bound_autotuning, _cap_autotune_configs): profile-section settings a worker applies."""
 
 import dataclasses
 
 import pytest
 
-from pipeline.config import ConfigError, ProfileSection
-from pipeline.harness import (
+from pipeline.gpu.harness import (
     AUTOTUNE_WARMUP_ITERS,
     _bound_autotuning,
     _cap_autotune_configs,
@@ -14,6 +13,7 @@ from pipeline.harness import (
     require_autotuning_bound,
     timed_enough,
 )
+from pipeline.rundir.config import ConfigError, ProfileSection
 
 
 @pytest.mark.parametrize(("med", "iqr", "runs", "precision", "expected"), [
@@ -41,7 +41,7 @@ def test_timed_runs_grow_by_half_their_count_up_to_max_runs():
 
 
 def test_median_precision_is_off_by_default_and_validated():
-    from pipeline.config import ConfigError, validate_profile
+    from pipeline.rundir.config import ConfigError, validate_profile
 
     assert ProfileSection().median_precision == 0 and ProfileSection().autotune_benchmark_ms == 0
     with pytest.raises(ConfigError, match="median_precision must be >= 0"):
@@ -121,9 +121,9 @@ def test_pointwise_autotuning_reaches_what_inductor_hands_its_triton_heuristics(
     import torch._inductor.config as inductor_config
     from torch._inductor.codegen.triton import TritonKernel
 
-    from pipeline.config import Config
-    from pipeline.harness import Harness
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu.harness import Harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import Config
 
     before = inductor_config.triton.autotune_pointwise
     try:

@@ -1,4 +1,4 @@
-"""profile.warm_in_drain (pipeline.harness): a worker draws its timing inputs and runs its warm-ups after announcing its
+"""profile.warm_in_drain (pipeline.gpu.harness): a worker draws its timing inputs and runs its warm-ups after announcing its
 timed runs, inside a shared hold, so the exclusive hold of the GPU holds the timed runs alone."""
 
 import fcntl
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config, FilterSection, RunSection
-from pipeline.harness import Harness
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.harness import Harness
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection
 
 
 def _code(lock: Path, log: Path) -> str:

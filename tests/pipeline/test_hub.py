@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import hub
 from pipeline.errors import OpsynthError
+from pipeline.outputs import hub
 
 TOKEN = "hf_TESTsecretTOKENvalue123"
 

@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config, FilterSection, RunSection, load_preset
-from pipeline.executors import make_executor
-from pipeline.store import RunDir
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.executors import make_executor
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, FilterSection, RunSection, load_preset
+from pipeline.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 CODE = '''
@@ -73,7 +73,7 @@ def test_an_artefact_cut_short_in_the_shared_cache_is_rebuilt(tmp_path, monkeypa
 
 
 def test_a_failure_that_only_the_shared_cache_gives_is_not_believed(tmp_path, monkeypatch):
-    from pipeline.harness import Harness
+    from pipeline.gpu.harness import Harness
 
     shared = tmp_path / "shared"
     (shared / "ab").mkdir(parents=True)

@@ -5,7 +5,7 @@ import torch
 
 from filters.static_check import check_task_source
 from operators.catalog import sampleable
-from pipeline.kernel_warmup import CATEGORIES, KernelWarmup, run_codes, warmup_code
+from pipeline.gpu.kernel_warmup import CATEGORIES, KernelWarmup, run_codes, warmup_code
 
 POINTWISE = sorted(s.name for s in sampleable() if s.category in CATEGORIES)
 
@@ -44,9 +44,9 @@ def test_a_worker_warms_each_pointwise_operator_of_its_tasks_once():
 
 
 def test_a_harness_marks_a_tasks_pointwise_operators_warmed_and_survives_a_broken_warmup(monkeypatch):
-    from pipeline.config import Config, FilterSection, RunSection
-    from pipeline.harness import Harness
-    from pipeline.worker_settings import WorkerSettings
+    from pipeline.gpu.harness import Harness
+    from pipeline.gpu.worker_settings import WorkerSettings
+    from pipeline.rundir.config import Config, FilterSection, RunSection
 
     s = WorkerSettings.from_config(Config(run=RunSection(seed=0), filter=FilterSection(
         min_eager_ms=0.0, max_eager_ms=1e9))).with_profile(memory_limit_gb=0.0, compile=False, warmup=1,

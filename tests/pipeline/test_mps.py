@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from pipeline import executors
-from pipeline.config import Config, RunSection
-from pipeline.mps import MpsDaemon
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu import executors
+from pipeline.gpu.mps import MpsDaemon
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config, RunSection
 
 FAKE_CONTROL = """#!/bin/sh
 # records each call: its arguments, the pipe folder it was given, and what came on stdin for a bare call

@@ -7,9 +7,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from pipeline.config import Config
-from pipeline.schema import CONTAMINATION, TASKS
-from pipeline.store import RunDir
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import CONTAMINATION, TASKS
+from pipeline.rundir.store import RunDir
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "audit.ipynb"
 

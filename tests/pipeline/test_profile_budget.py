@@ -6,10 +6,10 @@ import dataclasses
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_preset
-from pipeline.schema import TASKS, conform
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import TASKS, conform
+from pipeline.rundir.store import RunDir
 from pipeline.stages import profile
-from pipeline.store import RunDir
 
 
 def _write_tasks(rd: RunDir, tasks: list[dict], shard_size: int = 2) -> None:
@@ -275,7 +275,7 @@ def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_p
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from budget_trace import read_trace, tasks_of, waits, whole_cap
 
-    from pipeline.gpu_share import MemoryBudget
+    from pipeline.gpu.gpu_share import MemoryBudget
 
     trace = tmp_path / "trace.txt"
     monkeypatch.setenv("OPSYNTH_BUDGET_TRACE", str(trace))
@@ -528,8 +528,8 @@ def test_pipeline_yield_reads_output_checksums_and_none_from_shards_written_befo
 
     import pyarrow as pa
 
-    from pipeline.schema import MEASUREMENTS, conform
-    from pipeline.store import RunDir
+    from pipeline.rundir.schema import MEASUREMENTS, conform
+    from pipeline.rundir.store import RunDir
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     from pipeline_yield import measured

@@ -3,10 +3,10 @@ earlier stage decides that: a lost shard's tasks get their own measurements back
 
 import dataclasses
 
-from pipeline.config import load_preset
-from pipeline.schema import TASKS, conform
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import TASKS, conform
+from pipeline.rundir.store import RunDir
 from pipeline.stages import profile
-from pipeline.store import RunDir
 
 
 def _run(tmp_path, tasks: list[dict], skip_dropped: bool, filtered: bool = False) -> dict:

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import load_preset
 from pipeline.errors import OpsynthError
-from pipeline.publish import PUBLISHED, publish
-from pipeline.schema import CONTAMINATION, MEASUREMENTS, TASKS
-from pipeline.store import RunDir
+from pipeline.outputs.publish import PUBLISHED, publish
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import CONTAMINATION, MEASUREMENTS, TASKS
+from pipeline.rundir.store import RunDir
 
 CODE = """import torch
 import torch.nn as nn
@@ -220,7 +220,7 @@ def test_nothing_accepted_or_missing_tables_publish_nothing(tmp_path: Path):
 
 
 def test_failure_keeps_the_previous_folder(tmp_path: Path, monkeypatch):
-    from pipeline import card
+    from pipeline.outputs import card
 
     rd = make_run(tmp_path)
     out = publish(rd, tmp_path / "ds")

@@ -60,7 +60,7 @@ def test_every_row_loads_with_exec_and_its_labels_hold(ds):
 
 
 def test_dry_run_lists_every_file():
-    from pipeline.hub import push
+    from pipeline.outputs.hub import push
 
     listing = push(SAMPLE, "opsynth/sample", dry_run=True)
     listed = {ln.split()[0] for ln in listing.splitlines()[1:]}

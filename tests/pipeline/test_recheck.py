@@ -7,12 +7,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.recheck import published_eager, summarize
-from pipeline.schema import MEASUREMENTS, conform
+from pipeline.outputs.recheck import published_eager, summarize
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import MEASUREMENTS, conform
+from pipeline.rundir.store import RunDir
 from pipeline.stages import audit
-from pipeline.store import RunDir
 
 CODE = '''import torch
 import torch.nn as nn
@@ -99,8 +99,8 @@ def test_summary_refuses_rows_that_were_not_published(tmp_path):
 def test_cli_writes_recheck_json_and_the_card_shows_it(tmp_path):
     from typer.testing import CliRunner
 
-    from pipeline.card import _recheck
     from pipeline.cli import app
+    from pipeline.outputs.card import _recheck
 
     folder, published = _published(tmp_path)
     run = RunDir(folder / "run")

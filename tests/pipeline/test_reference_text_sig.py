@@ -7,11 +7,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.reference import build_index, load_index, reference_matrix
+from pipeline.rundir.config import Config
+from pipeline.rundir.reference import build_index, load_index, reference_matrix
+from pipeline.rundir.store import RunDir
 from pipeline.stages import audit, decontaminate
-from pipeline.store import RunDir
 
 HF_PROBLEM = '''import torch
 import transformers

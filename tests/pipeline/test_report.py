@@ -3,11 +3,11 @@
 import duckdb
 import pytest
 
-from pipeline import report
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.schema import CONTAMINATION, DEDUPE, MEASUREMENTS, TASKS
-from pipeline.store import RunDir
+from pipeline.outputs import report
+from pipeline.rundir.config import Config
+from pipeline.rundir.schema import CONTAMINATION, DEDUPE, MEASUREMENTS, TASKS
+from pipeline.rundir.store import RunDir
 
 
 def make_run(path) -> RunDir:

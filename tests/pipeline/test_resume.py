@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_killed_profile_resumes_to_the_same_dataset(tmp_path):
     out, _ = again.communicate(timeout=600)
     assert again.returncode == 0, out
 
-    from pipeline.store import RunDir
+    from pipeline.rundir.store import RunDir
 
     measured = [r["task_id"] for r in RunDir(killed_dir).read_rows("measurements", ["task_id"])]
     tasks = [r["task_id"] for r in RunDir(killed_dir).read_rows("tasks", ["task_id"])]

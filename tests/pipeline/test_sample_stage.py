@@ -5,9 +5,9 @@ from dataclasses import replace
 import pytest
 
 from operators.sample import sample_parallel, sample_tasks
-from pipeline.config import load_preset
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.store import RunDir
 from pipeline.stages import sample as sample_stage
-from pipeline.store import RunDir
 
 DEMO = load_preset("demo")
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import Config
 from pipeline.errors import OpsynthError
-from pipeline.executors import make_executor
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.executors import make_executor
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")

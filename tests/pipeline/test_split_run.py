@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import load_preset
-from pipeline.store import RunDir
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.store import RunDir
 
 ROOT = Path(__file__).resolve().parents[2]
 

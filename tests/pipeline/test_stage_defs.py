@@ -6,8 +6,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import stage_defs
-from pipeline.stage_defs import STAGES, VERDICT_SHARDS
+from pipeline.rundir import stage_defs
+from pipeline.rundir.stage_defs import STAGES, VERDICT_SHARDS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_run_refuses_steps_that_do_not_match_the_declaration():
 
 
 def test_card_numbers_steps_in_the_declared_order_and_misses_none():
-    from pipeline.card import _numbered
+    from pipeline.outputs.card import _numbered
 
     built = {s: [f"**{s}**"] for s in stage_defs.PIPELINE_STAGES}
     lines = _numbered(built, stage_defs.PIPELINE_STAGES)

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from pipeline.config import load_preset
 from pipeline.errors import OpsynthError
-from pipeline.schema import VERDICTS
-from pipeline.store import RunDir
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import VERDICTS
+from pipeline.rundir.store import RunDir
 
 
 def test_only_marked_shards_are_read(tmp_path):
@@ -57,7 +57,7 @@ def test_missing_table_names_the_stage_to_run(tmp_path):
 
 
 def test_every_call_of_a_stage_is_kept_and_summed(tmp_path):
-    from pipeline.config import load_preset
+    from pipeline.rundir.config import load_preset
 
     rd = RunDir(tmp_path / "r")
     rd.init(load_preset("demo"))

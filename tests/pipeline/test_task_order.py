@@ -2,8 +2,8 @@
 decided when the shard's first task is handed out, never across shards but the last few of a call that measures
 every shard."""
 
+from pipeline.gpu.task_order import ExpectedWall
 from pipeline.stages.profile import Budget, _by_shard
-from pipeline.task_order import ExpectedWall
 
 
 def _t(name, *ops):

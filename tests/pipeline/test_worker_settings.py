@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import (
+from pipeline.gpu.executors import worker_config
+from pipeline.gpu.harness import read_worker_config
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import (
     Config,
     ConfigError,
     FilterSection,
@@ -18,9 +21,6 @@ from pipeline.config import (
     SampleSection,
     from_dict,
 )
-from pipeline.executors import worker_config
-from pipeline.harness import read_worker_config
-from pipeline.worker_settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,14 +115,14 @@ def test_a_worker_started_with_bad_settings_says_why_and_exits():
     data = WorkerSettings.from_config(Config()).to_json()
     data["profile"]["warmup_runs"] = 3
     line = json.dumps({"device": "cpu", "settings": data, "lock_path": None, "threads": 1})
-    p = subprocess.run([sys.executable, "-P", "-m", "pipeline.harness"], input=line + "\n", text=True,
+    p = subprocess.run([sys.executable, "-P", "-m", "pipeline.gpu.harness"], input=line + "\n", text=True,
                        capture_output=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                        timeout=120)
     assert p.returncode != 0 and "unknown key(s) ['warmup_runs'] in [profile]" in p.stderr
 
 
 def test_committed_configs_still_load():
-    from pipeline.config import load_file
+    from pipeline.rundir.config import load_file
 
     files = [*ROOT.glob("data/presets/*.toml"), *ROOT.glob("data/releases/*/run/config.toml"),
              *ROOT.glob("benchmarks/results/gpu_runs/*/config.toml"), *ROOT.glob("data/sample/*/config.toml")]

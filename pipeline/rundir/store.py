@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.errors import OpsynthError
-from pipeline.stage_defs import VERDICT_SHARDS, WRITER
+from pipeline.rundir.stage_defs import VERDICT_SHARDS, WRITER
 
 READ_THREADS = 16  # shards are small (64-5,000 rows): opening each costs more than decoding it
 TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels")
@@ -153,7 +153,7 @@ class RunDir:
 
     def write_verdicts(self, stage: str, rows: list[dict[str, Any]]) -> Path:
         """Replace `stage`'s verdicts (task_id, keep, reason); other stages' verdicts stay."""
-        from pipeline.schema import VERDICTS
+        from pipeline.rundir.schema import VERDICTS
 
         full = [{"task_id": r["task_id"], "stage": stage, "keep": bool(r["keep"]), "reason": r.get("reason") or ""}
                 for r in rows]
@@ -169,7 +169,7 @@ class RunDir:
         return self.path / "manifest.json"
 
     def load_config(self):
-        from pipeline.config import load_file
+        from pipeline.rundir.config import load_file
 
         if not self.config_path.exists():
             raise OpsynthError(
@@ -184,7 +184,7 @@ class RunDir:
 
     def init(self, config) -> None:
         """Create the directory for `config`, or check that an existing one was made by the same config."""
-        from pipeline.config import load_file
+        from pipeline.rundir.config import load_file
 
         self.path.mkdir(parents=True, exist_ok=True)
         new = config.to_toml()
@@ -206,7 +206,7 @@ class RunDir:
     def grow(self, n: int) -> tuple[int, int]:
         """Raise run.n in config.toml to `n` (every other field stays) and log it in the manifest; returns
         (old n, new n). Tasks already sampled, measured or decided are untouched."""
-        from pipeline.config import grown
+        from pipeline.rundir.config import grown
 
         old = self.load_config()
         new = grown(old, n, str(self.config_path))

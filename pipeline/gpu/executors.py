@@ -1,14 +1,14 @@
-"""Executors that map pipeline.harness over tasks: local worker processes per GPU, or Ray actors.
+"""Executors that map pipeline.gpu.harness over tasks: local worker processes per GPU, or Ray actors.
 
 Local: one group of long-lived worker processes per GPU (`CUDA_VISIBLE_DEVICES` set in each worker's
-environment before torch loads), each running `python -m pipeline.harness`. Workers of one GPU share
-it through pipeline.gpu_share (a lock that only timed runs hold exclusively, and a memory budget), so
+environment before torch loads), each running `python -m pipeline.gpu.harness`. Workers of one GPU share
+it through pipeline.gpu.gpu_share (a lock that only timed runs hold exclusively, and a memory budget), so
 compilation and checks overlap timing without disturbing it. The parent enforces the per-task
 wall-clock timeout (the clock stops while a worker waits for the GPU or its memory share; a compile retried
 in a private cache gets the timeout once more), stops the worker's whole process group on timeout (SIGTERM,
 so a compiler deletes its half-written output, then SIGKILL), and replaces any worker that dies, hangs or
 reports a poisoned CUDA context; that task alone is recorded (timeout | crashed | oom | error). With profile.mps the
-workers of a GPU are clients of a private MPS server (pipeline/mps.py), and a fatal GPU fault reaches all of them,
+workers of a GPU are clients of a private MPS server (pipeline/gpu/mps.py), and a fatal GPU fault reaches all of them,
 busy or idle: the GPU's idle and still-starting workers are replaced, and each task whose worker saw its context
 poisoned is measured once more, alone on that GPU (no other task starts there until it is done), so a task is
 recorded as crashed only when it faults by itself. A worker stopped by SIGINT, SIGTERM or SIGHUP from outside is
@@ -39,14 +39,14 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.bytecode import with_cache as with_bytecode_cache
 from pipeline.errors import Interrupted, OpsynthError
-from pipeline.fork_server import ForkedProc, ForkServer
-from pipeline.mps import MpsDaemon
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.bytecode import with_cache as with_bytecode_cache
+from pipeline.gpu.fork_server import ForkedProc, ForkServer
+from pipeline.gpu.mps import MpsDaemon
+from pipeline.gpu.worker_settings import WorkerSettings
 
-ROOT = Path(__file__).resolve().parents[1]  # on the workers' path: they run `python -m pipeline.harness`
-HARNESS = "pipeline.harness"
+ROOT = Path(__file__).resolve().parents[2]  # on the workers' path: they run `python -m pipeline.gpu.harness`
+HARNESS = "pipeline.gpu.harness"
 # what the fork server imports before it forks a worker (profile.fork_workers): the harness, and what a first compile
 # imports when the workers compile
 PRELOAD = (HARNESS,)
@@ -71,7 +71,7 @@ class Executor:
     def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
         """tasks: dicts with task_id, code, flops, bytes_moved (code that passed the static check: the profile
         stage checks each task as it hands it out).
-        Yields one measurement dict per task (keys = pipeline.schema.MEASUREMENTS names, plus
+        Yields one measurement dict per task (keys = pipeline.rundir.schema.MEASUREMENTS names, plus
         achieved_tflops, achieved_tbps, roofline_fraction, gpu_busy_s where measured) as each finishes,
         including failures (status timeout|crashed|oom|error|early_reject with a one-line `error`)."""
         raise NotImplementedError
@@ -257,7 +257,7 @@ def preload_modules(settings: WorkerSettings) -> list[str]:
 
 def worker_config(device: str, settings: WorkerSettings, lock_path: str | None, threads: int,
                   replacement: bool = False) -> dict[str, Any]:
-    """The first line a worker reads (pipeline.harness.read_worker_config is its other side). `replacement`: it
+    """The first line a worker reads (pipeline.gpu.harness.read_worker_config is its other side). `replacement`: it
     starts in place of a worker that died (no compile warm-up)."""
     return {"device": device, "settings": settings.to_json(), "lock_path": lock_path, "threads": threads,
             "replacement": replacement}
@@ -529,7 +529,7 @@ class InlineExecutor(Executor):
     """The harness in this process: no isolation, no timeout. For debugging a single task."""
 
     def __init__(self, device: str, settings: WorkerSettings) -> None:
-        from pipeline import harness
+        from pipeline.gpu import harness
 
         self.h = harness.Harness(device, settings.with_profile(memory_limit_gb=0.0))
 

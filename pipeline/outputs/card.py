@@ -11,11 +11,11 @@ import statistics
 from collections import Counter
 from typing import Any
 
-from pipeline.stage_defs import PIPELINE_STAGES
+from pipeline.rundir.stage_defs import PIPELINE_STAGES
 
 REPO_PLACEHOLDER = "ORG/NAME"
 
-# name -> (data_files path, arrow schema getter name in pipeline.publish)
+# name -> (data_files path, arrow schema getter name in pipeline.outputs.publish)
 CONFIGS = {
     "default": ("data/train-*", "PUBLISHED"),
     "contamination": ("contamination/contamination.parquet", "PUBLISHED_CONTAMINATION"),
@@ -45,7 +45,7 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
     """The YAML metadata block as a dict (license, categories, configs, dataset_info)."""
     from datasets import Features
 
-    from pipeline import schema
+    from pipeline.rundir import schema
 
     cfg = manifest["config"]
     configs, infos = [], []
@@ -157,11 +157,11 @@ def _reproduce(manifest: dict[str, Any], cfg: dict[str, Any]) -> str:
 
 
 def _recheck(manifest: dict[str, Any]) -> list[str]:
-    """The independent re-check (pipeline/recheck.py): a fresh run re-profiled a random sample of published rows."""
+    """The independent re-check (pipeline/outputs/recheck.py): a fresh run re-profiled a random sample of published rows."""
     rc = manifest.get("recheck")
     if not rc:
         return []
-    from pipeline.recheck import agreement_line
+    from pipeline.outputs.recheck import agreement_line
 
     src = rc.get("audit_source") or {}
     out = ["", "## Independent re-check", "",
@@ -349,7 +349,7 @@ def untimed_compile(cfg: dict[str, Any]) -> str:
 
 
 def _columns() -> list[str]:
-    from pipeline.schema import COLUMNS
+    from pipeline.rundir.schema import COLUMNS
 
     out = ["| column | type | meaning |", "|---|---|---|"]
     out += [f"| `{name}` | {_type_name(t)} | {doc} |" for name, (t, doc) in COLUMNS.items()]
@@ -393,7 +393,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         return f" **({missing.get(stage, 'not run')} for this release)**"
 
     refs = ", ".join(manifest["reference"]["used"] or manifest["reference"]["configured"])
-    # what each stage did, keyed by stage: numbered in the declared order (pipeline/stage_defs.py)
+    # what each stage did, keyed by stage: numbered in the declared order (pipeline/rundir/stage_defs.py)
     built = {
         "sample": [
             "**sample**: operator graphs (chains and DAGs, "

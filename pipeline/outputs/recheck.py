@@ -15,8 +15,8 @@ from typing import Any
 
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError
-from pipeline.selection import accepted_task_ids, first_rejection
-from pipeline.store import RunDir
+from pipeline.rundir.selection import accepted_task_ids, first_rejection
+from pipeline.rundir.store import RunDir
 
 FILE = "recheck.json"
 
@@ -72,7 +72,7 @@ def published_eager(parquet: Path | str) -> dict[str, float]:
     one parquet file."""
     import pyarrow.parquet as pq
 
-    from pipeline.reference import parquet_shards
+    from pipeline.rundir.reference import parquet_shards
 
     p = Path(parquet)
     files = parquet_shards(p) if p.is_dir() else [p]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
-from pipeline.stage_defs import PIPELINE_STAGES, VERDICT_SHARDS
-from pipeline.store import RunDir
+from pipeline.rundir.stage_defs import PIPELINE_STAGES, VERDICT_SHARDS
+from pipeline.rundir.store import RunDir
 
 DONE = "done"
 NOT_RUN = "not run"
@@ -33,7 +33,7 @@ def _coverage(have: set[str], need: list[str]) -> str:
 def stage_status(rd: RunDir, cfg) -> dict[str, str]:
     """stage -> "done", "not run", "partial (k of n tasks)" or "stale (...)", for every stage of `opsynth run`
     whose work the run directory holds, in their order."""
-    from pipeline.selection import accepted_task_ids, verdicts_by_task
+    from pipeline.rundir.selection import accepted_task_ids, verdicts_by_task
 
     ids = [r["task_id"] for r in rd.read_rows("tasks", ["task_id"])]
     verdicts = verdicts_by_task(rd)

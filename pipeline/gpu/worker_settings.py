@@ -4,7 +4,7 @@ stdin and rebuilt (and checked again) in the worker, which reads it by attribute
 Every value comes from the config's own sections, so no default lives here: the profile section (timing,
 compilation, memory cap), the filter section (the eager checks' thresholds, the runtime window and peak-memory
 cap of early rejects, the verifier tolerance of the input-sensitivity ratio), the weights seed and the target
-device's roofline ceilings. stdlib and pipeline.config only: the worker runs on a bare GPU image.
+device's roofline ceilings. stdlib and pipeline.rundir.config only: the worker runs on a bare GPU image.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.config import (
+from pipeline.rundir.config import (
     Config,
     ConfigError,
     FilterSection,

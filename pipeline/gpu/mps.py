@@ -12,7 +12,7 @@ and stops it when it closes, so a run leaves no daemon behind and never touches 
 changes for faults: a fatal GPU fault of one client (an illegal memory access) is reported to every client of that
 GPU, and its server takes no new client until they have all exited, so the executor replaces that GPU's idle workers
 and measures again, once and alone on the GPU, each task whose worker saw its CUDA context poisoned
-(pipeline.executors); a daemon per GPU keeps the other GPUs out of it.
+(pipeline.gpu.executors); a daemon per GPU keeps the other GPUs out of it.
 Stdlib only.
 """
 

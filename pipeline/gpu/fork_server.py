@@ -9,7 +9,7 @@ way; what a fork must not follow is an initialised CUDA, and the server checks i
 
 Protocol, over a Unix SEQPACKET socket pair (the server's end is the fd in its argv):
 - server -> client, once: {"ready": true, "import_s": seconds} or {"failed": "<why>"} (an import failed, CUDA was initialised).
-- client -> server: {"spawn": n, "env": {...}, "module": "pipeline.harness"} with three fds attached (the
+- client -> server: {"spawn": n, "env": {...}, "module": "pipeline.gpu.harness"} with three fds attached (the
   worker's stdin, stdout, stderr); the server answers {"spawned": n, "pid": p} or {"spawned": n, "error": "..."}.
 - server -> client, whenever one of its workers exits: {"exit": pid, "rc": rc} (rc as subprocess gives it:
   negative for a signal), since only the server, their parent, can collect it.
@@ -38,7 +38,7 @@ import warnings
 from pathlib import Path
 from typing import IO
 
-from pipeline.bytecode import compile_ahead_from_env
+from pipeline.gpu.bytecode import compile_ahead_from_env
 
 MAX_MESSAGE = 1 << 20  # a spawn request carries the worker's whole environment
 READY_TIMEOUT_S = 300.0  # the server's imports on a cold machine, as a worker's own start-up allows
@@ -101,7 +101,7 @@ def _reap(sock: socket.socket) -> None:
 
 
 def serve(sock_fd: int, preload: list[str]) -> None:
-    """The server's loop (`python -m pipeline.fork_server FD MODULE...`)."""
+    """The server's loop (`python -m pipeline.gpu.fork_server FD MODULE...`)."""
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the client stops the run; a terminal's Ctrl-C is its to handle
     # before the imports it speeds up, before any thread exists (it forks), with Ctrl-C ignored in its processes
@@ -198,7 +198,7 @@ class ForkServer:
         self.started = time.monotonic()
         self.ready_s: float | None = None  # seconds from its start until it could fork
         self.import_s: float | None = None  # of which its imports
-        self.compile_ahead: dict | None = None  # of which compiling bytecode ahead (pipeline.bytecode), when it did
+        self.compile_ahead: dict | None = None  # of which compiling bytecode ahead (pipeline.gpu.bytecode), when it did
         self.gone = False  # the server exited (or never started)
         self._serial = 0
         self._pending: dict[int, dict] = {}  # answers to spawn requests, by request number

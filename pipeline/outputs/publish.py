@@ -32,12 +32,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from filters.base import reason_kind
-from pipeline import recheck
 from pipeline.errors import OpsynthError
-from pipeline.schema import CONTAMINATION, PUBLISHED, PUBLISHED_CONTAMINATION, REJECTION_SUMMARY, REJECTIONS
-from pipeline.selection import first_rejection, stages_run, verdicts_by_task
-from pipeline.stage_defs import CODE_STAGES, VERDICT_ORDER
-from pipeline.store import RunDir
+from pipeline.outputs import recheck
+from pipeline.rundir.schema import (
+    CONTAMINATION,
+    PUBLISHED,
+    PUBLISHED_CONTAMINATION,
+    REJECTION_SUMMARY,
+    REJECTIONS,
+)
+from pipeline.rundir.selection import first_rejection, stages_run, verdicts_by_task
+from pipeline.rundir.stage_defs import CODE_STAGES, VERDICT_ORDER
+from pipeline.rundir.store import RunDir
 
 ROW_GROUP_ROWS = 1000  # ~2-5 MB of code per group: small enough to stream, large enough to compress
 
@@ -150,7 +156,7 @@ def _sha256(path: Path) -> str:
 
 def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False) -> dict[str, Any]:
     """Everything the folder is made of, read once; raises on a run that cannot be published."""
-    from pipeline.completeness import stage_status, unfinished
+    from pipeline.rundir.completeness import stage_status, unfinished
 
     cfg = rd.load_config()
     tasks = rd.read_rows("tasks")
@@ -191,7 +197,7 @@ def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
-    from pipeline import card, plots
+    from pipeline.outputs import card, plots
 
     cfg = g["cfg"]
     rows = _rows(g)

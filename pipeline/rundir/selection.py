@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.stage_defs import VERDICT_ORDER
-from pipeline.store import RunDir
+from pipeline.rundir.stage_defs import VERDICT_ORDER
+from pipeline.rundir.store import RunDir
 
 
 def verdicts_by_task(rd: RunDir) -> dict[str, dict[str, tuple[bool, str]]]:

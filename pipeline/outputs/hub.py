@@ -129,7 +129,7 @@ def _listing(files: list[tuple[str, Path]], repo_id: str, revision: str | None, 
 def _operations(files: list[tuple[str, Path]], repo_id: str) -> list[Any]:
     from huggingface_hub import CommitOperationAdd
 
-    from pipeline.card import REPO_PLACEHOLDER
+    from pipeline.outputs.card import REPO_PLACEHOLDER
 
     ops = []
     for rel, p in files:

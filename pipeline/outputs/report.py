@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from filters.base import reason_kind
 from pipeline.errors import OpsynthError, require
-from pipeline.schema import BY_TABLE
-from pipeline.stage_defs import CODE_STAGES, VERDICT_ORDER
-from pipeline.store import TABLES, RunDir
+from pipeline.rundir.schema import BY_TABLE
+from pipeline.rundir.stage_defs import CODE_STAGES, VERDICT_ORDER
+from pipeline.rundir.store import TABLES, RunDir
 
 VIEWS = {
     "rejection_reasons": f"""
@@ -97,7 +97,7 @@ def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
 def build(rd: RunDir) -> Path:
     """Write DIR/report.duckdb with every run table, the accepted set, rejections and the report views."""
     duckdb = require("duckdb", "report")
-    from pipeline.selection import accepted_task_ids, first_rejection, stages_run
+    from pipeline.rundir.selection import accepted_task_ids, first_rejection, stages_run
 
     if not rd.path.is_dir():
         raise OpsynthError(f"{rd.path} is not a run directory; give the --out DIR of a run or audit")

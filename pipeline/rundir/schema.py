@@ -71,7 +71,7 @@ MEASUREMENTS = pa.schema([
     # the same of the compiled graph's warm-up run on draw 0 (profile.warm_in_drain): a compiled graph whose bits
     # change from run to run in one worker differs from compile_checksum
     ("compile_rerun_checksum", pa.float64()),
-    # pipeline.compiled_code: hashes of the output code inductor generated for the task (comma-joined, one per graph)
+    # pipeline.gpu.compiled_code: hashes of the output code inductor generated for the task (comma-joined, one per graph)
     # and how many benchmarks it timed while compiling and in the graph's first run (autotuning, pad_mm)
     ("compile_code", pa.string()),
     ("compile_benchmarks", pa.int32()),
@@ -189,7 +189,7 @@ def conform(rows: list[dict], schema: pa.Schema) -> list[dict]:
     """Fill missing columns with None so partial records fit the schema."""
     return [{name: r.get(name) for name in schema.names} for r in rows]
 
-# The published dataset (pipeline/publish.py writes it, pipeline/card.py documents it): column -> (type, doc)
+# The published dataset (pipeline/outputs/publish.py writes it, pipeline/outputs/card.py documents it): column -> (type, doc)
 
 # column -> (arrow type, description); order is the published column order
 COLUMNS: dict[str, tuple[pa.DataType, str]] = {

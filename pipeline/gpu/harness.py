@@ -1,9 +1,9 @@
 """What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
-siblings pipeline.gpu_share (the GPU lock and memory budget), filters.tensor_checks and pipeline.worker_settings
+siblings pipeline.gpu.gpu_share (the GPU lock and memory budget), filters.tensor_checks and pipeline.gpu.worker_settings
 (what the parent tells it), the eager checks filters.checks owns, so a task they reject is not compiled, and
 operators.trace's ATen naming, so the ops it records are the vocabulary the labels are pinned in.
 
-Started by pipeline.executors as `python -P -m pipeline.harness` with the repo root on PYTHONPATH (it runs
+Started by pipeline.gpu.executors as `python -P -m pipeline.gpu.harness` with the repo root on PYTHONPATH (it runs
 on a bare GPU image), it speaks JSON lines: the first stdin line is the worker config ({"device",
 "settings": WorkerSettings.to_json(), "lock_path", "threads", "replacement"}), then one task per line; it answers {"ready": ...} once torch and the device are
 up, {"event": ...} while it waits for or holds the GPU lock or its memory share (so the parent's timeout
@@ -20,7 +20,7 @@ agreement with eager on every draw at 1e-4 and 1e-2 and graph breaks; last, eage
 exclusive hold of the GPU. Untimed device work holds the GPU lock shared and compilation (CPU work) holds
 nothing, so several workers per GPU overlap one's CPU work (compiling, launching) with another's kernels (the
 kernels of different processes take turns on a GPU without MPS) without ever disturbing a timed run; timed runs
-go in phases (pipeline.gpu_share.GpuLock) so the shared sections drain once for all workers waiting to time. Memory: one input
+go in phases (pipeline.gpu.gpu_share.GpuLock) so the shared sections drain once for all workers waiting to time. Memory: one input
 set is alive at a time (the first draw is dropped before the others and drawn again from its seed for the
 compile check and timing), and the task's reservation in the GPU's budget is also the worker's hard allocator
 cap.
@@ -60,12 +60,12 @@ from filters.tensor_checks import (
 )
 from operators.peak import LiveBytes
 from operators.trace import SKIP_OPS, aten_name
-from pipeline.compile_cache import InductorCache
-from pipeline.compiled_code import benchmarks_run, code_hashes_since, code_mark, count_benchmarks
-from pipeline.config import ConfigError
-from pipeline.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
-from pipeline.kernel_warmup import KernelWarmup
-from pipeline.worker_settings import WorkerSettings
+from pipeline.gpu.compile_cache import InductorCache
+from pipeline.gpu.compiled_code import benchmarks_run, code_hashes_since, code_mark, count_benchmarks
+from pipeline.gpu.gpu_share import GpuLock, MemoryBudget, guard_benchmarks, holder_core_split
+from pipeline.gpu.kernel_warmup import KernelWarmup
+from pipeline.gpu.worker_settings import WorkerSettings
+from pipeline.rundir.config import ConfigError
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 is 60 MB
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
@@ -210,7 +210,7 @@ def _inductor_benchmarker() -> Any:
 
 
 def _guard_benchmarks(lock: GpuLock, yield_first: bool) -> bool:
-    """Every benchmark inductor runs goes under the GPU lock (pipeline.gpu_share.guard_benchmarks): those of its
+    """Every benchmark inductor runs goes under the GPU lock (pipeline.gpu.gpu_share.guard_benchmarks): those of its
     compile passes (pad_mm), which run while the worker holds nothing, take it shared; with `yield_first`
     (profile.yield_in_autotuning), a timed run waiting for the lock gets in between two autotuning benchmarks of
     a compiled graph's first run (0.44 s of lock per task on the H200, calls 26-28) instead of after all of them.
@@ -856,7 +856,7 @@ class Harness:
 
     def _warm_kernels(self, ops: list[str]) -> None:
         """Run the task's pointwise operators this worker has not run yet, tiny and without the lock, so a kernel
-        torch compiles at first use compiles here (pipeline.kernel_warmup), not inside a locked step."""
+        torch compiles at first use compiles here (pipeline.gpu.kernel_warmup), not inside a locked step."""
         if self.kernels is None:
             return
         try:
@@ -953,7 +953,7 @@ class Harness:
     def _with_cache_repair(self, compile_fn: Callable[[], Any], what: str) -> tuple[Any, bool]:
         """compile_fn's result, and whether the inductor cache had to be repaired for it. A failure is believed
         only after the shared cache's broken binaries are deleted and after a private, empty cache fails too
-        (pipeline/compile_cache.py): an artefact a killed compile cut short would otherwise fail the same task
+        (pipeline/gpu/compile_cache.py): an artefact a killed compile cut short would otherwise fail the same task
         in every later run. Raises the first failure when every try fails; a poisoned CUDA context or an OOM
         is raised at once."""
         first: Exception | None = None
@@ -1018,7 +1018,7 @@ class Harness:
 
 
 class WorkerConfig(NamedTuple):
-    """What the first line a worker reads says (pipeline.executors.worker_config writes it)."""
+    """What the first line a worker reads says (pipeline.gpu.executors.worker_config writes it)."""
 
     device: str
     settings: WorkerSettings

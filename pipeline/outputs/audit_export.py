@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.store import RunDir
+from pipeline.rundir.store import RunDir
 
 
 def _level(key: str | None) -> int | None:
@@ -23,7 +23,7 @@ def _level(key: str | None) -> int | None:
 
 def verdict_rows(rd: RunDir) -> list[dict[str, Any]]:
     """One dict per task, in the imported file's order."""
-    from pipeline.selection import accepted_task_ids, first_rejection, stages_run
+    from pipeline.rundir.selection import accepted_task_ids, first_rejection, stages_run
 
     tasks = rd.read_rows("tasks", ["task_id", "source_row", "data_source", "ops"])
     by = {name: {r["task_id"]: r for r in rd.read_rows(name)} for name in ("labels", "contamination", "dedupe")}

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import OpsynthError
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "data" / "presets"
+PRESET_DIR = Path(__file__).resolve().parents[2] / "data" / "presets"
 
 
 class ConfigError(OpsynthError):
@@ -99,8 +99,8 @@ class ProfileSection:
     # first task; false: in its first task's compile, which holds no lock, while the other workers use the GPU
     warm_worker: bool = True
     # start workers as forks of one process that imported torch, Dynamo, inductor and the harness once
-    # (pipeline/fork_server.py): ready in the time a CUDA context takes instead of a fresh interpreter's imports;
-    # false: each worker is a fresh `python -m pipeline.harness`
+    # (pipeline/gpu/fork_server.py): ready in the time a CUDA context takes instead of a fresh interpreter's imports;
+    # false: each worker is a fresh `python -m pipeline.gpu.harness`
     fork_workers: bool = True
     # the fork server (and a worker) imports Dynamo and inductor before the first task; false: a worker imports and
     # configures them at its first compile (with warm_worker off), so workers fork after torch alone. On one H200
@@ -109,9 +109,9 @@ class ProfileSection:
     preload_compile: bool = True
     # where the installed torch ships no bytecode (the H200 image: every import compiled torch, Dynamo and inductor
     # from source, 13.7 s of the fork server's start), workers read it from a cache folder of their own, which the
-    # fork server fills first on every core (pipeline/bytecode.py); false: as installed
+    # fork server fills first on every core (pipeline/gpu/bytecode.py); false: as installed
     bytecode_cache: bool = True
-    # hand each shard's tasks out longest expected first (pipeline/task_order.py: per-operator wall seconds of this
+    # hand each shard's tasks out longest expected first (pipeline/gpu/task_order.py: per-operator wall seconds of this
     # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
     longest_first: bool = True
     # with longest_first, the last this many shards a call starts are ordered as one: the run's last ones, or the
@@ -181,7 +181,7 @@ class ProfileSection:
     # 0: every worker may run anywhere. Ignored (all cores) when the host has no more cores than this. On one H200
     # with 16 host cores and 20 workers, 2 kept cores moved neither utilisation nor timings (calls 69-70)
     holder_cores: int = 0
-    # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/mps.py): their untimed GPU work
+    # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/gpu/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
     mps: bool = False
     # the memory a GPU task reserves (its hard allocator cap) over its peak: the sampler's prediction times
