@@ -63,7 +63,8 @@ import numpy as np
 NUM_PERM = 128
 SHINGLE = 5
 MINHASH_SEED = 1
-FINGERPRINT_VERSION = 4  # 3: text_sig (model ids), rsub normalized to sub; 4: core ops, shape, template-free text
+# 3: text_sig (model ids), rsub normalized to sub; 4: core ops, shape, template-free text; 5: identity glue removed
+FINGERPRINT_VERSION = 5
 REFINE_TOP = 2  # exact AST ratio for this many best upper-bound candidates per task (and all that can fire)
 
 API_ROOTS = frozenset({"torch", "nn", "F", "functional", "math", "np", "numpy", "einops"})
@@ -75,8 +76,9 @@ KEEP_NAMES = frozenset({"self", "super", "range", "len", "int", "float", "list",
 NEUTRAL_OPS = frozenset({"view", "_unsafe_view", "reshape", "expand", "contiguous", "clone", "alias", "detach",
                          "lift_fresh", "_to_copy", "copy", "unsqueeze", "squeeze", "flatten", "as_strided",
                          "view_as", "expand_as", "reshape_as", "resolve_conj", "resolve_neg"})
-# one computation, two ATen spellings: `1 - x` dispatches to rsub, `torch.sub(1, x)` to sub
-OP_ALIASES = {"rsub": "sub"}
+# one computation, two ATen spellings: `1 - x` dispatches to rsub, `torch.sub(1, x)` to sub; `.t()`, `.T` (permute)
+# and `.transpose(0, 1)` are one transpose
+OP_ALIASES = {"rsub": "sub", "t": "transpose", "permute": "transpose"}
 # transformers calls that take a model id (or a config made from one) as their first argument or keyword
 HF_ENTRY_ATTRS = frozenset({"from_pretrained", "from_config", "for_model"})
 HF_ID_KEYWORDS = frozenset({"pretrained_model_name_or_path", "model", "model_name_or_path", "config", "model_id"})
@@ -108,6 +110,8 @@ OVERLAP_VERBATIM = 0.5
 KINDS_AST = 0.7
 KINDS_MINHASH = 0.5
 TEMPLATE_FUNCS = frozenset({"get_inputs", "get_init_inputs"})
+# identity-glue rules the text fingerprints read through (operators.identity_glue.RULES; the tracer applies the same)
+GLUE_RULES = ("arith", "copy", "shape", "dropout", "idempotent", "spelling")
 
 
 # ---- AST fingerprint -----------------------------------------------------------------------------
@@ -180,12 +184,30 @@ def _emit(node: ast.AST, out: list[str]) -> None:
             _emit(child, out)
 
 
-def ast_tokens(code: str) -> list[str]:
-    """Normalized AST tokens of the module's classes and helper functions (the Model class, its helpers, a
-    functional rewrite's `module_fn`), in source order; [] if unparsable."""
+def glue_free(code: str, glue: Any = GLUE_RULES) -> tuple[ast.Module | None, str]:
+    """(AST with identity glue rewritten away, the source the text detectors read): the source is re-rendered from
+    the AST only when glue was removed (`x = x * 1.0`, `torch.mm` for `torch.matmul`), else kept as written."""
+    from operators.identity_glue import strip_source
+
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
+        return None, code
+    tree, changes = strip_source(tree, glue)
+    if changes:
+        try:
+            return tree, ast.unparse(tree)
+        except (ValueError, RecursionError):
+            return tree, code
+    return tree, code
+
+
+def ast_tokens(code: str | ast.Module | None, glue: Any = GLUE_RULES) -> list[str]:
+    """Normalized AST tokens of the module's classes and helper functions (the Model class, its helpers, a
+    functional rewrite's `module_fn`), in source order, read through identity glue (`glue_free`); [] if
+    unparsable. `code` may be an AST already read through glue."""
+    tree = glue_free(code, glue)[0] if isinstance(code, str) else code
+    if tree is None:
         return []
     out: list[str] = []
     for node in tree.body:
@@ -198,8 +220,8 @@ def _h32(s: str) -> int:
     return zlib.crc32(s.encode())
 
 
-def ast_fingerprint(code: str) -> np.ndarray:
-    return np.array([_h32(t) for t in ast_tokens(code)], dtype=np.uint32)
+def ast_fingerprint(code: str | ast.Module | None, glue: Any = GLUE_RULES) -> np.ndarray:
+    return np.array([_h32(t) for t in ast_tokens(code, glue)], dtype=np.uint32)
 
 
 def lcs_masks(a: Sequence[int]) -> dict[int, int]:
@@ -583,15 +605,17 @@ def model_ids(sig: Sequence[str]) -> list[str]:
 # ---- fingerprints --------------------------------------------------------------------------------
 def fingerprints(codes: Sequence[str], ops: Sequence[Sequence[str] | None] | None = None,
                  live_ops: Sequence[Sequence[str] | None] | None = None,
-                 shapes: Sequence[Sequence[Sequence[int] | None] | None] | None = None) -> dict[str, Any]:
+                 shapes: Sequence[Sequence[Sequence[int] | None] | None] | None = None,
+                 glue: Any = GLUE_RULES) -> dict[str, Any]:
     """Columnar fingerprints of many sources: ast (list of uint32 arrays), minhash (n, NUM_PERM), ops, core,
     shape, text_sig. `live_ops` (the tracer's data-flow slice) makes `core` exact; without it `core` comes
-    from `ops`."""
+    from `ops`. The text fingerprints read through the identity-glue rules `glue` (`glue_free`)."""
     n = len(codes)
+    free = [glue_free(c, glue) for c in codes]
     ops = ops if ops is not None else [None] * n
     live_ops = live_ops if live_ops is not None else [None] * n
     shapes = shapes if shapes is not None else [None] * n
-    return {"ast": [ast_fingerprint(c) for c in codes], "minhash": minhashes(codes),
+    return {"ast": [ast_fingerprint(t, glue) for t, _ in free], "minhash": minhashes([text for _, text in free]),
             "ops": [normalize_ops(o) if o else () for o in ops],
             "core": [core_ops(lv, live=True) if lv else core_ops(o) if o else () for o, lv in zip(ops, live_ops, strict=True)],
             "shape": [shape_key(sh) for sh in shapes], "text_sig": [text_signature(c) for c in codes]}

@@ -24,8 +24,10 @@ ALLOWED_IMPORTS = frozenset({
     "torch.nn.utils", "torch.nn.utils.rnn", "torch.nn.utils.parametrize", "torch.nn.parameter", "torch.nn.modules",
     "math", "cmath", "typing", "typing_extensions", "dataclasses", "functools", "collections", "collections.abc",
     "itertools", "numbers", "enum", "abc", "operator", "copy", "warnings", "string", "__future__", "numpy",
-})
-# Trusted reference code (KernelBench levels 1-3) also uses these; never allowed for generated tasks.
+    "torch.functional",  # einsum, split, stft, norm: the functions behind torch.*, no host access
+} | ({"einops"} if importlib.util.find_spec("einops") is not None else set()))  # tensor rearranging only
+# Trusted reference code (KernelBench levels 1-3) also uses these (einops even where it is not installed: the row
+# then fails to trace, and is compared by text).
 REFERENCE_IMPORTS = ALLOWED_IMPORTS | {"einops"}
 # modules whose import alone hands the code the host: files, processes, sockets, native code, the import system
 HOST_MODULES = frozenset({
@@ -70,6 +72,9 @@ REFLECTING_NAMES = frozenset({"get_type_hints", "ForwardRef", "_eval_type", "eva
 MODULE_ATTRS = frozenset({"ops", "classes", "compile", "remove", "utils", "distributed", "package"})
 # reflection builtins: allowed only as a direct call with a constant, public attribute name
 REFLECTORS = frozenset({"getattr", "hasattr"})
+# on `self` only, these may take a computed name that starts with a public literal prefix no refused name starts with
+# (`getattr(self, f"layer{i}")`, `setattr(self, f"conv{i}", m)`: a module's numbered layers)
+SELF_REFLECTORS = frozenset({"getattr", "hasattr", "setattr"})
 _FORMAT_DUNDER = re.compile(r"\{[^{}]*(\.|\[)_")
 SAFE_DUNDERS = frozenset({"__init__", "__call__", "__name__"})
 REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -248,8 +253,34 @@ class _Checker(ast.NodeVisitor):
             self._refuse(why, node)
         self.generic_visit(node)
 
+    def _self_reflection(self, node: ast.Call) -> bool:
+        """`getattr/hasattr/setattr(self, NAME, ...)` with a constant public name or an f-string whose literal prefix
+        is public and begins no refused attribute name: the module's own attributes, nothing else reachable."""
+        f = node.func
+        if not (isinstance(f, ast.Name) and f.id in SELF_REFLECTORS and self._is_builtin(f.id) and len(node.args) >= 2
+                and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+                and any("self" in sc for sc in self.scopes) and "self" not in self.module_names):
+            return False
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            prefix, whole = name.value, True
+        elif isinstance(name, ast.JoinedStr) and name.values and isinstance(name.values[0], ast.Constant):
+            prefix, whole = str(name.values[0].value), False
+        else:
+            return False
+        if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", prefix):
+            return False
+        refused = HOST_ATTRS | HOST_MODULE_ATTRS | REFLECTING_NAMES | MODULE_ATTRS
+        if (prefix in refused) if whole else any(r.startswith(prefix) for r in refused):
+            return False
+        for child in [*node.args[1:], *node.keywords]:
+            self.visit(child)
+        return True
+
     def visit_Call(self, node: ast.Call) -> None:
         f = node.func
+        if self._self_reflection(node):
+            return
         if isinstance(f, ast.Name) and f.id in REFLECTORS and self._is_builtin(f.id):
             if len(node.args) < 2:
                 return self._refuse(f"forbidden {f.id} without an attribute name", node)

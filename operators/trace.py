@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -42,12 +42,15 @@ class _Recorder(TorchDispatchMode):
     """Records the ATen ops that run; with `dataflow`, also which earlier ops each one read, so `live_ops`
     can keep only what the module's output depends on (a counter update, a guard, a print's reduction: not)."""
 
-    def __init__(self, dataflow: bool = False) -> None:
+    def __init__(self, dataflow: bool = False, glue: Any = None) -> None:
         super().__init__()
+        self.glue = glue  # an identity_glue.Glue: its ops are not recorded and pass their input's history on
+        self.dataflow = dataflow or glue is not None
+        self.node_captured: list[bool] = []  # per node: ran inside a (stand-in) CUDA graph capture
+        self.used_by: list[set[int]] = []  # per node: the kept nodes that read it (-1: identity glue read it)
         self.ops: list[str] = []
         self.captured: list[str] = []  # ops run while a (stand-in) CUDA graph captures
         self.capturing = False
-        self.dataflow = dataflow
         self.nodes: list[tuple[str, frozenset[int]]] = []  # (name, nodes it read)
         self.producer: dict[int, frozenset[int]] = {}  # id(tensor) -> the nodes that produced it
         self.written: dict[int, frozenset[int]] = {}  # storage -> the last in-place write into it
@@ -56,6 +59,16 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = aten_name(func)
         out = func(*args, **(kwargs or {}))
+        if self.glue is not None:
+            self.glue.see(_tensors(args, kwargs))
+            hit = self.glue.identity(name, tuple(args), dict(kwargs or {}), out)
+            if hit is not None:
+                self.glue.count(hit[0])
+                self._bypass(args, kwargs, out, hit[1])
+                return out
+            name = self.glue.rename(name, tuple(args))
+            self.glue.after(name, tuple(args), dict(kwargs or {}), out)
+            self.glue.see(_tensors(out, None))
         if name not in SKIP_OPS:
             (self.captured if self.capturing else self.ops).append(name)
         if self.dataflow:
@@ -76,6 +89,10 @@ class _Recorder(TorchDispatchMode):
             src = reads  # a copy or alias passes its input's history on
         else:
             self.nodes.append((name, reads))
+            self.node_captured.append(self.capturing)
+            self.used_by.append(set())
+            for n in reads:
+                self.used_by[n].add(len(self.nodes) - 1)
             src = frozenset({len(self.nodes) - 1})
         for t in _tensors(out, None):
             self.producer[id(t)] = src
@@ -86,6 +103,45 @@ class _Recorder(TorchDispatchMode):
                 self.producer[id(first)] = src
                 self.written[_storage(first)] = src
                 self.keep.append(first)
+
+    def _bypass(self, args: Any, kwargs: Any, out: Any, src: Any) -> None:
+        """Identity glue ran: its result (and, in place, its target) carries `src`'s history; what the glue read is
+        marked read by glue only, so a factory or view that fed nothing else drops out (`glue_ops`)."""
+        for t in _tensors(args, kwargs):
+            for n in self._reads(t):
+                self.used_by[n].add(-1)
+        hist = self._reads(src)
+        res = next(iter(_tensors(out, None)), None)  # native_dropout's (result, mask): the result
+        first = next(iter(_tensors(args, kwargs)), None)
+        if res is not None:
+            self.producer[id(res)] = hist
+            self.keep.append(res)
+            if first is not None and res is first:  # in place (x.mul_(1), copy_ into a fresh tensor)
+                self.written[_storage(first)] = hist
+
+    def glue_ops(self, result: Any) -> tuple[list[str], list[str]]:
+        """(ops, captured ops) with the nodes that only identity glue read removed (transitively)."""
+        live = set(self._live(result))
+        dead: set[int] = set()
+        for n in range(len(self.nodes) - 1, -1, -1):
+            users = self.used_by[n]
+            if n not in live and users and all(u == -1 or u in dead for u in users):
+                dead.add(n)
+        ops = [self.nodes[i][0] for i in range(len(self.nodes)) if i not in dead and not self.node_captured[i]]
+        cap = [self.nodes[i][0] for i in range(len(self.nodes)) if i not in dead and self.node_captured[i]]
+        return ops, cap
+
+    def _live(self, result: Any) -> list[int]:
+        from torch.utils._pytree import tree_leaves
+
+        todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
+        live: set[int] = set()
+        while todo:
+            n = todo.pop()
+            if n not in live:
+                live.add(n)
+                todo.extend(self.nodes[n][1])
+        return sorted(live)
 
     def live_ops(self, result: Any) -> list[str]:
         """Ops the tensors in `result` depend on, in run order; captured ops count (a replay returns what the
@@ -246,30 +302,41 @@ def trace_code(code: str, device: str = "meta") -> list[str]:
     return trace_program(code, device)["ops"]
 
 
-def trace_program(code: str, device: str = "meta", stand_ins: bool = False) -> dict[str, Any]:
+def trace_program(code: str, device: str = "meta", stand_ins: bool = False,
+                  glue: Any = None) -> dict[str, Any]:
     """{'ops': ATen ops of Model.forward in order, 'inputs': shape of each input (None for non-tensors)}.
 
     With `stand_ins`, GPU-API calls take their CPU path (`gpu_stand_ins`); ops that ran only inside a CUDA
     graph capture count when nothing else ran (a wrapper that never runs its module eagerly), and
     'live_ops' lists the ops the output depends on (`_Recorder.live_ops`).
+    With `glue` (identity-glue rule names, `operators.identity_glue.RULES`), ops that provably leave their input
+    unchanged are not recorded, nor what fed only them; 'glue_removed' counts them by rule.
     """
+    from operators.identity_glue import Glue, parse_rules
+
+    rules = parse_rules(glue)
+    g = Glue(rules) if rules else None
     cm = gpu_stand_ins(device) if stand_ins else contextlib.nullcontext()
     with cm:
         ns = load_module(code)
         with torch.device(device), torch.no_grad():
             model = ns["Model"](*ns["get_init_inputs"]())
             inputs = ns["get_inputs"]()
-            rec = _Recorder(dataflow=stand_ins)
+            rec = _Recorder(dataflow=stand_ins, glue=g)
             _REC.append(rec)
+            consts = g.constants() if g is not None else contextlib.nullcontext()
             try:
-                with rec:
+                with consts, rec:
                     result = model(*inputs)
             finally:
                 _REC.pop()
     shapes = [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
-    out: dict[str, Any] = {"ops": rec.ops or rec.captured, "inputs": shapes}
-    if stand_ins:
+    ops, captured = rec.glue_ops(result) if g is not None else (rec.ops, rec.captured)
+    out: dict[str, Any] = {"ops": ops or captured, "inputs": shapes}
+    if stand_ins or g is not None:
         out["live_ops"] = rec.live_ops(result)
+    if g is not None:
+        out["glue_removed"] = dict(g.removed)
     return out
 
 
@@ -306,6 +373,44 @@ def backend_settings() -> dict[str, Any]:
     }
 
 
+SMALL = "cpu-small"  # a device name for `trace_isolated`: real CPU tensors, the source's sizes shrunk (`shrink_sizes`)
+SHRINK_ABOVE = 64  # integer size constants above this are divided by SHRINK_FACTOR
+SHRINK_FACTOR = 8
+
+
+def shrink_sizes(code: str, above: int = SHRINK_ABOVE, factor: int = SHRINK_FACTOR) -> str:
+    """`code` with its module-level integer constants above `above` divided by `factor` (batch 128 -> 16, 4096 -> 512),
+    so a forward that meta cannot run (`.item()` on data, a data-dependent branch) runs on real tensors in little
+    memory; ratios between sizes stay, so layers still fit together. The code unchanged when it does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return code
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+            for node in ast.walk(stmt.value):
+                if isinstance(node, ast.Constant) and type(node.value) is int and node.value > above:
+                    node.value = max(1, node.value // factor)
+    return ast.unparse(tree)
+
+
+def _trace_small(code: str, glue: Any) -> dict[str, Any]:
+    """trace_program on CPU at reduced sizes; the input shapes reported are the original ones where meta can build
+    them (the shape detector compares those), else the reduced ones."""
+    out = trace_program(shrink_sizes(code), "cpu", stand_ins=True, glue=glue)
+    try:
+        with gpu_stand_ins("meta"):
+            ns = load_module(code)
+            with torch.device("meta"):
+                inputs = ns["get_inputs"]()
+        out["inputs"] = [list(x.shape) if isinstance(x, torch.Tensor) else None for x in inputs]
+    except Exception:  # noqa: BLE001 - the reduced shapes stand
+        pass
+    return out
+
+
 def _serve() -> None:
     """Subprocess side of `trace_isolated`: one JSON request per line in, one JSON result per line out. A request
     may name several devices (meta first, then cpu): the first that traces wins, and the result says which.
@@ -328,7 +433,9 @@ def _serve() -> None:
         devices = req.get("devices") or [req.get("device", "meta")]
         for device in devices:
             try:
-                out = {"ok": True, **trace_program(req["code"], device, stand_ins=True), "device": device}
+                got = (_trace_small(req["code"], req.get("glue")) if device == SMALL else
+                       trace_program(req["code"], device, stand_ins=True, glue=req.get("glue")))
+                out = {"ok": True, **got, "device": device}
                 break
             except BaseException as e:  # noqa: BLE001 - any failure of the traced code is a result
                 where = f"{device}: " if len(devices) > 1 else ""  # which device failed, when several were tried
@@ -357,10 +464,11 @@ def _memory_cap(limit_bytes: int | None):
 
 
 def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "meta",
-                   devices: list[str] | None = None, mem_limit_bytes: int | None = None) -> list[dict[str, Any]]:
+                   devices: list[str] | None = None, mem_limit_bytes: int | None = None,
+                   glue: Sequence[str] | str | None = None) -> list[dict[str, Any]]:
     """Trace each source in a subprocess; returns {'ok', 'ops', 'device'} or {'ok': False, 'error'} per item.
     devices: try these in order instead of `device` (e.g. meta, then cpu for data-dependent code);
-    mem_limit_bytes: address-space cap of the subprocess."""
+    mem_limit_bytes: address-space cap of the subprocess; glue: identity-glue rules to apply (`trace_program`)."""
     import selectors
 
     results: list[dict[str, Any]] = []
@@ -372,7 +480,8 @@ def trace_isolated(codes: list[str], timeout_s: float = 30.0, device: str = "met
                                     preexec_fn=_memory_cap(mem_limit_bytes))
         assert proc.stdin and proc.stdout
         try:
-            proc.stdin.write(json.dumps({"code": code, "device": device, "devices": devices}) + "\n")
+            rules = sorted(glue) if glue is not None and not isinstance(glue, str) else glue
+            proc.stdin.write(json.dumps({"code": code, "device": device, "devices": devices, "glue": rules}) + "\n")
             proc.stdin.flush()
         except BrokenPipeError:
             results.append({"ok": False, "error": "tracer process died"})

@@ -147,19 +147,25 @@ def _hub_rows(hub_id: str) -> tuple[list[dict[str, Any]], str]:
     return rows, f"{hub_id}@{fp}"
 
 
-def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIMEOUT_S) -> list[dict]:
-    """trace_isolated over `workers` subprocesses at once (interleaved chunks, results in input order)."""
+def trace_many(codes: list[str], workers: int = 2, timeout_s: float = TRACE_TIMEOUT_S,
+               glue: Any = "all") -> list[dict]:
+    """trace_isolated over `workers` subprocesses at once (interleaved chunks, results in input order), with identity
+    glue removed (`operators.identity_glue`; `glue=None` records every op); where meta fails, real CPU tensors at
+    reduced sizes under the same caps."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from operators.trace import trace_isolated
+    from operators.identity_glue import RULES
+    from operators.trace import SMALL, trace_isolated
+
+    rules = list(RULES) if glue == "all" else glue
 
     if not codes:
         return []
     workers = max(1, min(workers, len(codes)))
     parts = [list(range(w, len(codes), workers)) for w in range(workers)]
     with ThreadPoolExecutor(workers) as ex:
-        results = list(ex.map(lambda idx: trace_isolated([codes[i] for i in idx], timeout_s,
-                                                           mem_limit_bytes=TRACE_MEM_LIMIT_BYTES), parts))
+        results = list(ex.map(lambda idx: trace_isolated([codes[i] for i in idx], timeout_s, devices=["meta", SMALL],
+                                                           mem_limit_bytes=TRACE_MEM_LIMIT_BYTES, glue=rules), parts))
     out: list[dict] = [{}] * len(codes)
     for idx, res in zip(parts, results, strict=False):
         for i, r in zip(idx, res, strict=False):

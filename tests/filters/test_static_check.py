@@ -1,5 +1,7 @@
 """The static gate before any execution: KernelBench shape, and nothing that reaches the host (danger, not style)."""
 
+import importlib.util
+
 import pytest
 
 from filters.static_check import REFERENCE_IMPORTS, check_task_source
@@ -167,9 +169,39 @@ def test_not_kernelbench_format(edit, fragment):
 
 def test_reference_imports_are_only_for_trusted_code():
     code = GOOD.replace("import math", "import einops")
-    assert check_task_source(code) is not None
+    installed = importlib.util.find_spec("einops") is not None
+    # einops (tensor rearranging, nothing else) is accepted in tasks where it is installed
+    assert (check_task_source(code) is None) == installed
     assert check_task_source(code, REFERENCE_IMPORTS) is None
 
 
 def test_empty_source():
     assert "empty" in check_task_source("   ")
+
+
+LAYERS = GOOD.replace("        self.lin = nn.Linear(n, n)\n",
+                      "        for i in range(2):\n            setattr(self, f\"layer{i}\", nn.Linear(n, n))\n").replace(
+    "return F.gelu(self.lin(x)) * math.sqrt(2.0)",
+    "for i in range(2):\n            x = getattr(self, f\"layer{i}\")(x)\n        return x")
+
+
+@pytest.mark.parametrize("code", [
+    LAYERS,
+    GOOD.replace("import math", "import math\nimport torch.functional"),
+    LAYERS.replace('getattr(self, f"layer{i}")', '[getattr(self, f"layer{j}") for j in range(2)][i]'),
+])
+def test_harmless_forms_of_rewrites_pass(code):
+    assert check_task_source(code) is None
+
+
+@pytest.mark.parametrize(("old", "new", "fragment"), [
+    ('getattr(self, f"layer{i}")', 'getattr(self, f"{i}layer")', "computed attribute name"),
+    ('getattr(self, f"layer{i}")', 'getattr(torch, f"layer{i}")', "computed attribute name"),
+    ('getattr(self, f"layer{i}")', 'getattr(self, f"_layer{i}")', "computed attribute name"),
+    ('getattr(self, f"layer{i}")', 'getattr(self, f"lo{i}")', "computed attribute name"),  # could spell `load`
+    ('setattr(self, f"layer{i}", nn.Linear(n, n))', 'setattr(torch, f"layer{i}", nn.Linear(n, n))', "'setattr'"),
+    ('setattr(self, f"layer{i}", nn.Linear(n, n))', 'setattr(self, f"layer{i}", open)', "'open'"),
+    ('setattr(self, f"layer{i}", nn.Linear(n, n))', 'setattr(self, "__class__", nn.Linear)', "'setattr'"),
+])
+def test_reflection_on_self_stays_narrow(old, new, fragment):
+    assert fragment in (check_task_source(LAYERS.replace(old, new)) or "")
