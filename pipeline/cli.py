@@ -23,7 +23,7 @@ import typer
 
 from pipeline.errors import OpsynthError
 from pipeline.rundir.config import Config, ConfigError, load_preset
-from pipeline.rundir.stage_defs import AUDIT_STAGES, RUN_STAGES
+from pipeline.rundir.stage_defs import AUDIT_STAGES, RUN_STAGES, VERDICT_SHARDS
 from pipeline.rundir.store import RunDir
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -278,12 +278,23 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
 
 
 @app.command("filter")
-def filter_cmd(dir: DirArg) -> None:
-    """Apply the config's thresholds to the measurements (re-runs in seconds)."""
+def filter_cmd(
+    dir: DirArg,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="filter.KEY=VALUE",
+        help="change a threshold for the run (TOML value; repeat for several): written to DIR/config.toml, logged "
+             "in the manifest's filter_settings, e.g. --set filter.min_eager_ms=2")] = None,
+) -> None:
+    """Apply the config's thresholds to the measurements (re-runs in seconds; measurements are not touched)."""
     from pipeline.stages import filter as filter_stage
 
-    rd, cfg = _open(dir)
+    rd, _ = _open(dir)
+    if set_:  # before config.toml changes: a run without measurements has nothing to re-judge
+        rd.require_table("measurements", "profile", ["task_id"])
+    cfg = rd.set_filter(set_) if set_ else rd.load_config()
     _stage("filter", filter_stage.run, rd, cfg)
+    if set_ and rd.is_done("verdicts", VERDICT_SHARDS["dedupe"]):
+        _say(f"[filter] next: `opsynth dedupe {dir}`, then `opsynth publish {dir}` (dedupe judges what filter kept)")
 
 
 def _decontaminate(rd: RunDir, cfg: Config, reference: list[str] | None):

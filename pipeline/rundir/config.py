@@ -391,26 +391,48 @@ def grown(cfg: Config, n: int, where: str) -> Config:
     return validate(cfg.with_overrides(n=n), where)
 
 
-def with_profile_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Config, dict[str, Any]]:
-    """`cfg` with profile settings replaced for one profile call (`--set profile.KEY=VALUE`, VALUE in TOML syntax),
-    and the settings given. Only the profile section, how tasks are measured, may change this way: the rest of
-    a run's config decides what its tasks are (sample, decontaminate) or is re-applied in seconds (filter)."""
+def parse_settings(pairs: list[str], section: str, where: str, example: str) -> dict[str, Any]:
+    """`--set SECTION.KEY=VALUE` pairs (VALUE in TOML syntax) as {KEY: value}; another section, a missing `=` or a
+    value TOML cannot read is refused in one line naming the pair and the fix. Keys and types are checked by
+    `build_section`, as in a config file."""
     given: dict[str, Any] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
-        section, dot, name = key.strip().partition(".")
-        _check(bool(eq) and section == "profile" and bool(dot) and bool(name), where,
-               f"--set takes profile.KEY=VALUE (got {pair!r}); e.g. --set profile.median_precision=0.015")
+        sect, dot, name = key.strip().partition(".")
+        _check(bool(eq) and sect == section and bool(dot) and bool(name), where,
+               f"--set takes {section}.KEY=VALUE (got {pair!r}); e.g. --set {example}")
         try:
-            given[name] = tomllib.loads(f"v = {value.strip()}")["v"]
+            given[name.strip()] = tomllib.loads(f"v = {value.strip()}")["v"]
         except tomllib.TOMLDecodeError:
             raise ConfigError(f"config error in {where}: --set {pair!r}: {value.strip()!r} is not a TOML value "
                               "(numbers as 0.015, booleans as true, strings quoted)") from None
+    return given
+
+
+def with_profile_settings(cfg: Config, pairs: list[str], where: str,
+                          base: dict[str, Any] | None = None) -> tuple[Config, dict[str, Any]]:
+    """`cfg` with profile settings replaced for one profile call (`--set profile.KEY=VALUE`, VALUE in TOML syntax),
+    and the settings given. `base`: settings applied first (a preset's profile section, `--preset`), the pairs
+    over them. Only the profile section, how tasks are measured, changes per call: sample and decontaminate decide
+    what a run's tasks are, and filter thresholds change for the whole run (`with_filter_settings`)."""
+    given = {**(base or {}), **parse_settings(pairs, "profile", where, "profile.median_precision=0.015")}
     if not given:
         return cfg, {}
-    base = dataclasses.asdict(cfg.profile)
-    profile = validate_profile(build_section(ProfileSection, {**base, **given}, where, "profile"), where)
+    profile = validate_profile(build_section(ProfileSection, {**dataclasses.asdict(cfg.profile), **given}, where,
+                                             "profile"), where)
     return replace(cfg, profile=profile), given
+
+
+def with_filter_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Config, dict[str, Any]]:
+    """`cfg` with filter thresholds replaced (`opsynth filter DIR --set filter.KEY=VALUE`), and the settings given.
+    Checked exactly as the [filter] table of a config file: unknown keys, wrong types and impossible ranges are
+    refused. The thresholds judge measurements only, so a measured run is re-judged without measuring again."""
+    given = parse_settings(pairs, "filter", where, "filter.min_eager_ms=2")
+    if not given:
+        return cfg, {}
+    f = validate_filter(build_section(FilterSection, {**dataclasses.asdict(cfg.filter), **given}, where, "filter"),
+                        where)
+    return replace(cfg, filter=f), given
 
 
 def build_section(cls: type, data: dict[str, Any], where: str, section: str) -> Any:

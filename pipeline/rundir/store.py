@@ -195,9 +195,13 @@ class RunDir:
             if not same:
                 diff = _first_difference(old_cfg.to_dict(), config.to_dict())
                 grows = _comparable(old_cfg.with_overrides(n=config.run.n).to_dict()) == _comparable(config.to_dict())
+                refiltered = _comparable({**old_cfg.to_dict(), "filter": config.to_dict()["filter"]}) == \
+                    _comparable(config.to_dict())
                 fix = (f"grow it with `opsynth sample {self.path} --n {config.run.n}`"
                        if grows and config.run.n > old_cfg.run.n else
-                       f"use another directory or delete {self.path} to start over")
+                       f"its filter thresholds change with `opsynth filter {self.path} --set filter.KEY=VALUE`, and "
+                       f"the stage commands (`opsynth profile {self.path}`, ...) continue it as it is"
+                       if refiltered else f"use another directory or delete {self.path} to start over")
                 raise OpsynthError(f"{self.path} was made by a different config ({diff}); {fix}")
             return
         _atomic_write_bytes(self.config_path, new.encode())
@@ -216,6 +220,23 @@ class RunDir:
                       {"from": old.run.n, "to": new.run.n, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
             self.update_manifest(growth=growth)
         return old.run.n, new.run.n
+
+    def set_filter(self, pairs: list[str]):
+        """Replace filter thresholds in config.toml (`filter.KEY=VALUE` pairs, checked as in a config file) and log
+        the change in the manifest's `filter_settings`; returns the new config. Only the filter section changes:
+        the tasks and measurements stay, and dedupe, publish and the card read the new thresholds from config.toml."""
+        from pipeline.rundir.config import with_filter_settings
+
+        old = self.load_config()
+        new, given = with_filter_settings(old, pairs, f"{self.path} with --set")
+        before = {f"filter.{k}": getattr(old.filter, k) for k in given}
+        after = {f"filter.{k}": getattr(new.filter, k) for k in given}
+        if after != before:
+            _atomic_write_bytes(self.config_path, new.to_toml().encode())
+            log = [*self.manifest().get("filter_settings", []),
+                   {"set": after, "before": before, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+            self.update_manifest(filter_settings=log)
+        return new
 
     def manifest(self) -> dict[str, Any]:
         return json.loads(self.manifest_path.read_text()) if self.manifest_path.exists() else {}
