@@ -61,14 +61,71 @@ def _tile(fp: dict, n: int) -> dict:
     return out
 
 
+def _fp_part(part: tuple[list[str], list]) -> dict:
+    from detectors import contamination as new
+
+    return new.fingerprints(part[0], part[1])
+
+
+def release_check(release: Path, workers: int) -> dict:
+    """Every task of a release's run (its tasks table: code and recorded ATen ops) scored by this tree against the
+    shipped indexes, next to the verdicts the release recorded (run/contamination): which tasks change, and how."""
+    import multiprocessing as mp
+
+    from detectors import contamination as new
+    from pipeline.rundir.reference import load_index, reference_matrix
+
+    tasks = pq.read_table(release / "run" / "tasks", columns=["task_id", "code", "aten_ops"]).to_pylist()
+    before = {r["task_id"]: r for r in pq.read_table(release / "run" / "contamination").to_pylist()}
+    published = set(pq.read_table(release / "data", columns=["task_id"]).column("task_id").to_pylist())
+    ref = reference_matrix(load_index("builtin"))
+    codes = [t["code"] or "" for t in tasks]
+    ops = [list(t["aten_ops"]) if t["aten_ops"] else None for t in tasks]
+    step = -(-len(codes) // (workers * 4))
+    with mp.get_context("fork").Pool(workers) as pool:
+        parts = pool.map(_fp_part, [(codes[i:i + step], ops[i:i + step]) for i in range(0, len(codes), step)])
+    fp = {k: ([x for p in parts for x in p[k]] if k != "minhash" else np.concatenate([p[k] for p in parts]))
+          for k in parts[0]}
+    scored = new.compare(fp, ref, workers=workers)
+    changed = [{"task_id": t["task_id"], "published": t["task_id"] in published,
+                "before": before[t["task_id"]]["contaminated"], "after": s["contaminated"],
+                "after_detectors": s["detectors_fired"], "after_nearest": s["kb_nearest"]}
+               for t, s in zip(tasks, scored, strict=True)
+               if t["task_id"] in before and before[t["task_id"]]["contaminated"] != s["contaminated"]]
+    return {"tasks": len(tasks), "published": len(published),
+            "contaminated_before": sum(r["contaminated"] for r in before.values()),
+            "contaminated_after": sum(s["contaminated"] for s in scored),
+            "published_changed": sum(c["published"] for c in changed), "changed": changed[:50]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", required=True)
+    ap.add_argument("--release", default="", help="also score this release's tasks (decontam_speed_release.json)")
     ap.add_argument("--scale", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "decontam_speed.json"))
     args = ap.parse_args()
+
+    if args.release:
+        import torch
+
+        got = release_check(Path(args.release), args.workers)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=ROOT).stdout.strip()
+        got = {"headline": [{"figure": "release v1 tasks whose contamination verdict changes",
+                             "value": f"{len(got['changed'])} of {got['tasks']} ({got['published_changed']} of "
+                                      f"{got['published']} published rows); contaminated {got['contaminated_before']}"
+                                      f" before, {got['contaminated_after']} after",
+                             "target": "0 published rows", "command": " ".join(
+                                 ["python", "benchmarks/decontam_speed.py", *sys.argv[1:]]),
+                             "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}], **got}
+        out = Path(args.out).with_name("decontam_speed_release.json")
+        out.write_text(json.dumps(got, indent=1))
+        print(json.dumps(got["headline"][0]["value"]))
+        print(f"wrote {out}")
+        return
 
     from benchmarks.disguise import disguise
     from detectors import contamination as new
@@ -105,6 +162,15 @@ def main() -> None:
               "ratio_this_over_baseline": ratio, "fingerprint_s_unique": {"baseline": round(old_fp_s, 2),
                                                                        "this tree": round(new_fp_s, 2)},
               "meta": {"command": " ".join(["python", *sys.argv]), "git_commit": commit, "baseline": args.baseline}}
+    import torch
+
+    cmd = " ".join(["python", "benchmarks/decontam_speed.py", *sys.argv[1:]])
+    result = {"headline": [
+        {"figure": f"decontamination compare, {args.scale:,} candidates, {args.workers} workers: this tree / "
+                   f"{args.baseline}", "value": " and ".join(f"{x:.2f}" for x in ratio) + " (" + ", ".join(
+                       f"{b:.1f} s vs {n:.1f} s" for b, n in zip(times["baseline"], times["this tree"], strict=True))
+                   + ")", "target": "<= 1.20", "command": cmd, "hardware": "2-core CPU (no GPU)",
+         "torch": torch.__version__, "commit": commit}], **result}
     from pipeline.outputs.report import format_table
 
     print(format_table(["round", "version", "compare s", "flagged share"], [tuple(r) for r in rows], max_rows=100))

@@ -243,13 +243,86 @@ def noop_wrap(tree: ast.Module, rng: random.Random) -> ast.Module:
     return tree
 
 
+# identity glue (operators/identity_glue.py): statements that leave a forward's first tensor unchanged, one kind each
+GLUE_FORMS = {
+    "arith": ["{x} = {x} * 1.0", "{x} = {x} + 0", "{x} = {x} / 1", "{x} = {x} ** 1", "{x} = torch.mul({x}, 1.0)",
+              "{x} = torch.where(torch.tensor(True), {x}, {x} * 2)"],
+    "copy": ["{x} = {x}.clone()", "{x} = {x}.contiguous()", "{x} = {x}.detach()", "{x} = torch.cat([{x}])",
+             "{x} = torch.empty_like({x}).copy_({x})", "{x} = {x}.to({x}.dtype)"],
+    "shape": ["{x} = {x}.view({x}.shape)", "{x} = {x}.unsqueeze(0).squeeze(0)", "{x} = {x}.transpose(0, -1).transpose(0, -1)",
+              "{x} = {x}[:]", "{x} = torch.nn.functional.pad({x}, (0, 0))", "{x} = {x}.reshape({x}.size())"],
+    "dropout": ["{x} = torch.nn.functional.dropout({x}, p=0.0, training=self.training)",
+                "{x} = torch.nn.functional.dropout({x}, p=0.3, training=False)",
+                "{x} = torch.dropout({x}, 0.0, True)"],
+}
+# a first op of these (on the first input) may be repeated: the same op on its own output changes nothing
+IDEMPOTENT_CALLS = ("relu", "abs")
+MATMUL_SPELLINGS = ["torch.mm({a}, {b})", "({a} @ {b})", "torch.einsum('ij,jk->ik', {a}, {b})"]
+
+
+def _forward(tree: ast.Module) -> ast.FunctionDef | None:
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    return model and next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+
+
+def _glue(kind: str):
+    def insert(tree: ast.Module, rng: random.Random) -> ast.Module:
+        """One glue statement at the top of forward, the docstring moved below it (as a careless copy has it)."""
+        fwd = _forward(tree)
+        if fwd is None or not fwd.args.args[1:]:
+            return tree
+        x = fwd.args.args[1].arg
+        doc = fwd.body[:1] if fwd.body and isinstance(fwd.body[0], ast.Expr) and isinstance(
+            getattr(fwd.body[0], "value", None), ast.Constant) else []
+        rest = fwd.body[len(doc):]
+        glue = ast.parse(rng.choice(GLUE_FORMS[kind]).format(x=x)).body
+        fwd.body = glue + doc + rest
+        return tree
+    return insert
+
+
+def idempotent(tree: ast.Module, rng: random.Random) -> ast.Module:
+    """relu(x) -> relu(relu(x)) (abs likewise) wherever the source calls one; unchanged when it calls none."""
+    class T(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in IDEMPOTENT_CALLS and isinstance(f.value, ast.Name) and \
+                    f.value.id in ("torch", "F") and len(node.args) == 1 and not node.keywords:
+                return ast.Call(func=f, args=[copy.deepcopy(node)], keywords=[])
+            return node
+    return T().visit(tree)
+
+
+def spelling(tree: ast.Module, rng: random.Random) -> ast.Module:
+    """torch.matmul(a, b) of two 2-D operands written as mm, @ or an einsum; unchanged without one."""
+    class T(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr == "matmul" and isinstance(f.value, ast.Name) and \
+                    f.value.id == "torch" and len(node.args) == 2 and not node.keywords:
+                a, b = (ast.unparse(x) for x in node.args)
+                return ast.parse(rng.choice(MATMUL_SPELLINGS).format(a=a, b=b), mode="eval").body
+            return node
+    return T().visit(tree)
+
+
+GLUE_KINDS = {**{k: _glue(k) for k in GLUE_FORMS}, "idempotent": idempotent, "spelling": spelling}
 KINDS = {"rename": rename, "reorder": reorder, "swap_forms": swap_forms, "sizes": sizes, "noop_wrap": noop_wrap}
 ALL_ORDER = ("sizes", "swap_forms", "reorder", "noop_wrap", "rename")  # sizes first: it reads the names
 
 
 def disguise(code: str, kind: str, rng: random.Random, only_batch: bool = False) -> str:
+    """`kind`: one of KINDS, `all`, `glue_<k>` for an identity-glue kind (GLUE_KINDS) alone, `glue_<k>+all` for it
+    combined with every disguise, or `glue_all` (every glue kind) / `glue_all+all`."""
     tree = ast.parse(code)
-    for step in ALL_ORDER if kind == "all" else [kind]:
+    glue, _, rest = kind.partition("+") if kind.startswith("glue_") else ("", "", kind)
+    steps = list(ALL_ORDER if rest == "all" else [rest] if rest else [])
+    gk = glue[len("glue_"):]
+    glue_steps = list(GLUE_KINDS) if gk == "all" else [gk] if gk else []
+    for step in steps[:1] + glue_steps + steps[1:] if steps[:1] == ["sizes"] else glue_steps + steps:
         tree = (sizes(copy.deepcopy(tree), rng, only_batch) if step == "sizes"
+                else GLUE_KINDS[step](copy.deepcopy(tree), rng) if step in GLUE_KINDS
                 else KINDS[step](copy.deepcopy(tree), rng))
     return ast.unparse(ast.fix_missing_locations(tree))
