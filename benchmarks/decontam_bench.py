@@ -278,6 +278,14 @@ def main() -> None:
                       "cpus": __import__("os").cpu_count(), "torch": torch.__version__, "git_commit": commit,
                       "reference": sorted(set(index.column("source").to_pylist())),
                       "ast_threshold": 0.9, "minhash_threshold": 0.7, "clean_tasks": str(clean_path)}
+    common = {"command": " ".join(["python", "benchmarks/decontam_bench.py", *sys.argv[1:]]),
+              "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
+    fp_all = result["false_positive"]["all clean"]
+    result = {"headline": [
+        *({"figure": f"recall on disguised KernelBench copies: {k}", "value": f"{100 * v['combined']:.1f}% (n={v['n']})",
+           "target": "unchanged or better", **common} for k, v in result["recall"].items()),
+        {"figure": "false positives on clean sampled tasks", "value": f"{100 * fp_all['combined']:.2f}% "
+         f"(n={fp_all['n']})", "target": "<= 0.5%", **common}], **result}
     hdr = ["set", "n", "ast", "op_signature", "minhash", "combined"]
     print("Recall on disguised KernelBench copies (main snapshot, all 4 levels)")
     print(_table(hdr, recall_rows))

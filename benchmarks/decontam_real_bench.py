@@ -284,6 +284,8 @@ def main() -> None:
                       "positives_s": round(pos_s, 1), "negatives_s": round(neg_s, 1),
                       "total_s": round(time.time() - t_start, 1),
                       "long_recurrent_copies_text_only": len(skip)}
+    result = {"headline": headline(result, commit, " ".join(["python", "benchmarks/decontam_real_bench.py",
+                                                             *sys.argv[1:]])), **result}
     print("Recall on third-party derivative forms of KernelBench (main snapshot)")
     print(_table(["form", "n", "recall", "ast", "op_signature", "minhash", "traced", "op normalization"], rec_rows))
     for form, r in result["recall"].items():
@@ -300,6 +302,20 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"\nwrote {out}")
+
+
+def headline(result: dict, commit: str, command: str) -> list[dict]:
+    """The figures page's rows: recall per derivative form, the false-positive rate over all negatives."""
+    import torch
+
+    common = {"command": command, "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
+    rows = [{"figure": f"recall on {form} copies of KernelBench", "value": f"{100 * r['recall']:.1f}% (n={r['n']})",
+             "target": "100% of those that load" if form == "functional" else "unchanged or better", **common}
+            for form, r in result["recall"].items()]
+    fp = result["false_positive"]["all kinds"]
+    rows.append({"figure": "false positives on all negative sets", "value": f"{100 * fp['rate']:.2f}% (n={fp['n']})",
+                 "target": "<= 0.5%", **common})
+    return rows
 
 
 if __name__ == "__main__":
