@@ -258,9 +258,12 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
             set_: Annotated[list[str] | None, typer.Option(
                 "--set", help="profile.KEY=VALUE for this call only (TOML value; repeat for several), recorded "
                               "in the manifest's entry for the call, e.g. --set profile.median_precision=0.015")] = None,
+            preset: Annotated[str | None, typer.Option(
+                metavar="NAME", help="use this preset's profile settings for this call (data/presets/NAME.toml; "
+                                     "--set goes over them), recorded as --set is, e.g. --preset h200")] = None,
             ) -> None:
     """Measure the tasks in isolated worker processes into DIR/measurements/ (not those already dropped)."""
-    from pipeline.rundir.config import with_profile_settings
+    from pipeline.rundir.config import preset_profile_settings, with_profile_settings
     from pipeline.stages import profile as profile_stage
 
     budget = profile_stage.Budget(max_seconds=None if max_minutes is None else max_minutes * 60, limit=limit)
@@ -269,7 +272,8 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
     if limit is not None and limit < 1:
         raise OpsynthError(f"--limit must be >= 1 (got {limit})")
     rd, cfg = _open(dir, workers)
-    cfg, settings = with_profile_settings(cfg, set_ or [], f"{dir}/config.toml with --set")
+    base = preset_profile_settings(cfg, preset) if preset else None
+    cfg, settings = with_profile_settings(cfg, set_ or [], f"{dir}/config.toml with --set", base)
     out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
                  skip_dropped=not all_tasks, budget=budget, settings=settings)
     if out["stopped"]:

@@ -423,6 +423,13 @@ def with_profile_settings(cfg: Config, pairs: list[str], where: str,
     return replace(cfg, profile=profile), given
 
 
+def preset_profile_settings(cfg: Config, preset: str) -> dict[str, Any]:
+    """The profile settings of preset `preset` that differ from `cfg`'s (`opsynth profile DIR --preset NAME`): what a
+    call measuring an existing run with that preset's settings changes, as `--set profile.KEY=VALUE` pairs would."""
+    chosen = load_preset(preset).profile
+    return {k: v for k, v in dataclasses.asdict(chosen).items() if getattr(cfg.profile, k) != v}
+
+
 def with_filter_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Config, dict[str, Any]]:
     """`cfg` with filter thresholds replaced (`opsynth filter DIR --set filter.KEY=VALUE`), and the settings given.
     Checked exactly as the [filter] table of a config file: unknown keys, wrong types and impossible ranges are
