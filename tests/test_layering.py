@@ -27,7 +27,7 @@ TIERS: list[tuple[str, list[str]]] = [
     ("pipeline contracts", ["pipeline.errors", "pipeline.rundir.config", "pipeline.rundir.schema", "pipeline.rundir.stage_defs",
                             "pipeline.gpu.worker_settings", "pipeline.progress", "pipeline.gpu.gpu_share",
                             "pipeline.gpu.compile_cache", "pipeline.gpu.compiled_code", "pipeline.gpu.mps", "pipeline.gpu.bytecode",
-                            "pipeline.gpu.fork_server",
+                            "pipeline.gpu.fork_server", "pipeline.gpu.lock_trace",
                             "pipeline.gpu.task_order",
                             "pipeline.gpu.tensor_checks"]),
     ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness", "pipeline.rundir.reference"]),

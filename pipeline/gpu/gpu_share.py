@@ -90,7 +90,7 @@ class GpuLock:
         # OPSYNTH_LOCK_TRACE=FILE: every worker appends each change of its hold there (when, who, what: `want`
         # exclusive, the gate closes for new shared holders, `unwant` when it opens without a timed run; `hold`/`free`
         # shared or exclusive), so the seconds
-        # nvidia-smi reads idle can be laid beside who held the GPU then (benchmarks/lock_trace.py)
+        # nvidia-smi reads idle can be laid beside who held the GPU then (python -m pipeline.gpu.lock_trace)
         self.trace = os.environ.get("OPSYNTH_LOCK_TRACE") or None
         self.pid = os.getpid()
         self.label = ""  # what the holder does (the harness's step: eager, compiled-run, timing...), for the trace

@@ -22,7 +22,7 @@ each utilisation band: where the GPU idles with few holders, the other workers w
 profile.first_run_wait_s, the waits of timers for first compiled runs in flight (`waitout` lines) and the GPU's
 utilisation inside them.
 
-    python benchmarks/lock_trace.py --trace TRACE[.gz] --smi SMI.csv [--budget BUDGET[.gz]] [--after 60]
+    python -m pipeline.gpu.lock_trace --trace TRACE[.gz] --smi SMI.csv [--budget BUDGET[.gz]] [--after 60]
         [--label TEXT] [--out JSON]
 
 stdlib only.
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     trace, smi = read_trace(args.trace), read_smi(args.smi)
-    res = {"label": args.label, "command": "benchmarks/lock_trace.py " + " ".join(sys.argv[1:] if argv is None else argv),
+    res = {"label": args.label, "command": "python -m pipeline.gpu.lock_trace " + " ".join(sys.argv[1:] if argv is None else argv),
            **analyse(trace, smi),
            "occupancy": occupancy(trace, smi, read_budget_waits(args.budget) if args.budget else [], args.after),
            "first_run_wait_outs": wait_outs(read_wait_outs(args.trace), smi)}

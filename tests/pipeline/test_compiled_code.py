@@ -128,18 +128,3 @@ def test_untimed_choices_save_no_written_argument_to_pinned_host_memory(monkeypa
         assert saved  # timed choices: the argument is saved
     assert _untime_compile_choices() and not _skip_autotuning_copies()
     assert CachingAutotuner.copy_args_to_cpu_if_needed(tuner, written) == {}
-
-
-def test_compiled_code_files_names_moved_tasks_flipped_verdicts_and_each_pair():
-    from compiled_code_files import moved, pairs, verdicts_differ
-
-    def row(cs, agrees, bench=0):
-        return {"compile_checksum": cs, "compile_agrees_1e2": agrees, "compile_benchmarks": bench}
-
-    runs = [{"a": row(1.0, True), "b": row(2.0, True, 3), "c": row(5.0, False)},
-            {"a": row(1.0, True), "b": row(2.5, False, 3), "c": row(5.0, False)},
-            {"a": row(1.0, True), "b": row(2.0, True, 0), "c": row(6.0, False)}]
-    assert moved(runs) == ["b", "c"]
-    assert [v["task_id"] for v in verdicts_differ(runs)] == ["b"]
-    got = {tuple(p["runs"]): (p["compiled_moved"], p["moved_with_timed_choices"]) for p in pairs(runs, ["1", "2", "3"])}
-    assert got == {("1", "2"): (1, 1), ("1", "3"): (1, 0), ("2", "3"): (2, 1)}

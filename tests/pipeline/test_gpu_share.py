@@ -406,10 +406,7 @@ def test_a_killed_timer_ends_its_phase(tmp_path):
 
 
 def _lock_trace_module():
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    import lock_trace
+    from pipeline.gpu import lock_trace
 
     return lock_trace
 
@@ -426,7 +423,7 @@ def _traced_locks(tmp_path, monkeypatch, *names: str):
 
 def test_the_lock_trace_records_who_held_the_gpu_and_reads_back_as_states(tmp_path, monkeypatch):
     """OPSYNTH_LOCK_TRACE: a shared holder, a timer that announces and waits for it (drain), then times alone;
-    benchmarks/lock_trace.py reads the lines back as shared -> drain -> timing -> none."""
+    pipeline/gpu/lock_trace.py reads the lines back as shared -> drain -> timing -> none."""
     trace, (holder, timer) = _traced_locks(tmp_path, monkeypatch, "holder", "timer")
     holder.acquire(label="checks")
     _, done = _in_thread(lambda: (timer.acquire(exclusive=True, label="timing"), time.sleep(0.1), timer.release()))
@@ -647,7 +644,7 @@ def test_a_timer_announcing_from_a_shared_hold_waits_out_first_runs_and_joins_a_
 
 def test_the_lock_trace_marks_a_wait_out_and_lock_trace_reads_it_beside_nvidia_smi(tmp_path, monkeypatch):
     """A timer's wait for a first run in flight is traced (`waitout` ... `waitedout`) and stays a shared state
-    (no drain yet); benchmarks/lock_trace.py gives its length and the GPU's utilisation inside it."""
+    (no drain yet); pipeline/gpu/lock_trace.py gives its length and the GPU's utilisation inside it."""
     trace = tmp_path / "lock.trace"
     monkeypatch.setenv("OPSYNTH_LOCK_TRACE", str(trace))
     run, timer = (_phase_lock(str(tmp_path / "gpu.lock"), wait_out_s=5.0) for _ in range(2))

@@ -161,85 +161,6 @@ def test_a_remeasure_copy_of_named_tasks_forgets_only_those(tmp_path, tanh_tasks
     assert bad.returncode != 0 and "t3" in bad.stderr and not (tmp_path / "c2").exists()
 
 
-def test_arms_compare_pairs_only_tasks_every_arm_measured(tmp_path):
-    """benchmarks/arms_compare.py: an arm cut short compares on what all arms finished; throughput is the worker
-    time per task over the workers; timings are each arm's over the first arm's on tasks ok in both."""
-    import sys
-    from pathlib import Path
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from arms_compare import compare, read_arm
-
-    def row(t, wall, eager, status="ok"):
-        return {"task_id": t, "status": status, "wall_s": wall, "cpu_s": 1.0, "eager_ms": eager, "compile_ms": eager / 2}
-
-    for arm, rows in {"a": [row("t0", 4.0, 2.0), row("t1", 4.0, 4.0), row("t2", 8.0, 1.0),
-                            {"task_id": "t3", "status": "skipped", "wall_s": None}],
-                      "b": [row("t0", 2.0, 2.2), row("t1", 2.0, 4.0, status="error")]}.items():
-        (tmp_path / arm).mkdir()
-        pq.write_table(pa.Table.from_pylist(rows), tmp_path / arm / "part-00000.parquet")
-    arms = {k: read_arm(tmp_path / k) for k in ("a", "b")}
-    assert sorted(arms["a"]) == ["t0", "t1", "t2"]  # the skipped row is no measurement
-    res = compare(arms, workers=2)
-    a, b = res["arms"]
-    assert res["tasks"] == 2 and a["wall_s"] == 4.0 and b["wall_s"] == 2.0
-    assert a["s_per_task_at_full_occupancy"] == 2.0 and b["s_per_task_at_full_occupancy"] == 1.0
-    assert b["ok"] == 1 and b["eager_over_first"]["tasks"] == 1 and b["eager_over_first"]["median_ratio"] == 1.1
-    assert b["compile_over_first"]["median_ratio"] == 1.1
-
-
-def test_profile_arms_measure_the_same_tasks_with_each_arms_settings(tmp_path, tanh_tasks):
-    """benchmarks/profile_arms.py: each arm profiles the tasks [1, 3) again in its own copy with its own --set, the
-    run itself is left as it was, and arms.json sets the arms side by side on those tasks."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(4))
-    profile.run(rd, cfg)
-    before = {m["task_id"]: m["eager_runs"] for m in rd.read_rows("measurements")}
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_arms.py"
-    out = tmp_path / "arms"
-    r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--index", "1:3", "--out", str(out),
-                        "--arm", "base",
-                        "--arm", "more_runs=profile.min_runs=9,profile.iqr_target=1.0,profile.max_runs=9,workers=2",
-                        "--set", "profile.max_runs=20", "--workers", "1"], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    res = json.loads((out / "arms.json").read_text())
-    assert res["tasks"] == 2 and [a["arm"] for a in res["arms"]] == ["base", "more_runs"]
-    assert [x["measured"] for x in res["runs"]] == [2, 2] and res["runs"][1]["settings"][-1] == "profile.max_runs=9"
-    assert [x["workers"] for x in res["runs"]] == [1, 2] and [x["workers"] for x in res["arms"]] == [1, 2]
-    more_wall = res["arms"][1]["wall_s"]
-    assert res["arms"][1]["s_per_task_at_full_occupancy"] == round(more_wall / 2, 4)
-    base, more = (RunDir(out / n) for n in ("base", "more_runs"))
-    runs = {n: {m["task_id"]: m["eager_runs"] for m in d.read_rows("measurements")} for n, d in
-            (("base", base), ("more", more))}
-    # the arm's settings were the ones measured with (min = max: a loaded CPU's spread cannot add a batch)
-    assert runs["more"]["t1"] == runs["more"]["t2"] == 9
-    assert runs["more"]["t0"] == before["t0"] and runs["base"]["t3"] == before["t3"]  # the others kept
-    assert {m["task_id"]: m["eager_runs"] for m in rd.read_rows("measurements")} == before
-
-
-def test_an_arm_names_profile_settings_and_workers_only():
-    import sys
-    from pathlib import Path
-
-    import pytest
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from profile_arms import parse_arm
-
-    assert parse_arm("base") == ("base", [], None)
-    assert parse_arm("w20=workers=20,profile.mps=true") == ("w20", ["profile.mps=true"], 20)
-    for bad in ("x=run.seed=3", "x=workers=0", "x=profile.mps", "a b=profile.mps=true"):
-        with pytest.raises(SystemExit, match="give NAME or NAME=ITEM"):
-            parse_arm(bad)
-
-
 def test_a_remeasure_copy_takes_back_kept_rows_in_their_shards(tmp_path, tanh_tasks):
     """benchmarks/remeasure_copy.py --rows: rows kept from an earlier re-measure go back into the shards of their
     tasks, in task order with markers, so the copy is whole again without a GPU; rows of tasks it has are refused."""
@@ -263,40 +184,6 @@ def test_a_remeasure_copy_takes_back_kept_rows_in_their_shards(tmp_path, tanh_ta
     assert got == {"t0": rows["t0"]["eager_ms"], "t1": 101.0, "t2": 102.0, "t3": 100.0, "t4": rows["t4"]["eager_ms"]}
     with pytest.raises(SystemExit, match="does not lack"):
         restore_rows(tmp_path / "copy", [rows["t0"]])
-
-
-def test_budget_trace_counts_whole_cap_retries_and_their_waits(tmp_path, other_pid, monkeypatch):
-    """benchmarks/budget_trace.py on a trace the real MemoryBudget wrote: one worker's task outgrows its share and
-    runs again with the whole cap, which waits for the other worker's task to end."""
-    import sys
-    import threading
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from budget_trace import read_trace, tasks_of, waits, whole_cap
-
-    from pipeline.gpu.gpu_share import MemoryBudget
-
-    trace = tmp_path / "trace.txt"
-    monkeypatch.setenv("OPSYNTH_BUDGET_TRACE", str(trace))
-    path = str(tmp_path / "gpu.mem")
-    a, b = MemoryBudget(path, 10, lambda _: None, owner=other_pid), MemoryBudget(path, 10, lambda _: None)
-    a.reserve(4)
-    b.reserve(3)
-    b.release()  # b's first attempt failed: it asks for the whole cap (8), more than the 6 left beside a's 4
-    t = threading.Thread(target=lambda: b.reserve(8))
-    t.start()
-    t.join(0.3)
-    assert t.is_alive()
-    a.release()
-    t.join(5)
-    b.release()
-    rows = read_trace(trace)
-    assert whole_cap(rows) == 8
-    tasks = tasks_of(rows, 8)
-    assert sorted((t["whole_cap"], t["retried"]) for t in tasks) == [(False, False), (False, True), (True, False)]
-    w = waits(rows, cap=8)
-    assert w["whole_cap"]["waits"] == 1 and w["whole_cap"]["seconds"] >= 0.3 and w["other"]["waits"] == 0
 
 
 def test_pipeline_yield_counts_reservation_retries_only_where_rows_record_them():
@@ -347,43 +234,6 @@ def test_pipeline_yield_finish_timeline_shows_a_stalled_pool():
     got = finish_timeline(rows + later, bin_s=10.0)
     assert got["finished"] == [[4, 4, 0, 4, 4], [8]] and got["stalled_s"] == 10.0
     assert finish_timeline([{"task_id": "old"}]) is None
-
-
-def test_budget_trace_keeps_the_files_order_where_times_tie(tmp_path):
-    """A worker's release and its next task's first request within one millisecond: the file's order (written under
-    the budget's lock) says which came first, not the event names."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from budget_trace import read_trace, tasks_of
-
-    trace = tmp_path / "trace.txt"
-    trace.write_text("1.000 7 admit 5 0 5 10 1 0 0 1\n2.000 7 release 5 0 5 10 1 0 0 1\n"
-                     "2.000 7 admit 6 0 6 10 1 0 0 1\n3.000 7 release 6 0 6 10 1 0 0 1\n")
-    tasks = tasks_of(read_trace(trace), cap=6)
-    assert [[e[3] for e in t["events"] if e[2] == "admit"] for t in tasks] == [[5], [6]]
-
-
-def test_budget_trace_replays_the_waits_with_retries_sized_on_what_they_outgrew(tmp_path):
-    """Budget 10: worker 7's task outgrew 3 and holds the whole cap 8; worker 9 waits 2 s for 4. At 2x what it
-    outgrew the retry would have held 6, and 6 + 4 fits: both seconds of the wait; as it was, none."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-    from budget_trace import read_trace, retry_replay
-
-    trace = tmp_path / "trace.txt"
-    trace.write_text("0.000 7 admit 3 0 3 10 1 0 0 1\n1.000 7 release 3 0 3 10 1 0 0 1\n"
-                     "1.000 7 admit 8 0 8 10 1 0 0 1\n2.000 9 wait 4 8 8 10 1 1 0 1\n"
-                     "4.000 7 release 8 0 8 10 1 1 0 1\n4.000 9 admit 4 0 4 10 1 0 0 1\n")
-    rows = read_trace(trace)
-    sized = retry_replay(rows, cap=8, factor=2.0)
-    assert sized["worker_s_waited"] == 2.0 and sized["worker_s_that_would_fit"] == 2.0
-    assert sized["worker_s_that_fit_as_it_was"] == 0.0
-    assert sized["whole_cap_share_of_budget"] == round(3 * 8 / 4 / 10, 3)  # 8 of 10 held for 3 of the 4 s
-    assert retry_replay(rows, cap=8, factor=3.0)["worker_s_that_would_fit"] == 0.0  # 9 is over the cap: 8 + 4 > 10
 
 
 def test_pipeline_yield_reads_the_steady_state_apart_from_the_start(tmp_path):
@@ -500,26 +350,6 @@ def test_a_remeasure_copy_refuses_a_run_with_other_unmeasured_tasks(tmp_path, ta
     assert remeasure_copy(copy, tmp_path / "copy3", select_tasks(copy, "3:5", None)[2]) == 0  # the pending ones: fine
 
 
-def test_profile_arms_that_measured_nothing_in_common_say_so_in_one_line(tmp_path, tanh_tasks):
-    """An arm stopped before it finished any of the chosen tasks: the script ends on one error line (it raised a
-    TypeError formatting the missing figures before), arms.json kept."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(3))
-    profile.run(rd, cfg)
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "profile_arms.py"
-    out = tmp_path / "arms"
-    r = subprocess.run([sys.executable, str(script), "--run", str(rd.path), "--index", "0:3", "--out", str(out),
-                        "--arm", "base", "--workers", "1", "--max-seconds", "0.01"],
-                       capture_output=True, text=True, timeout=300)
-    # (the arm's own profile, interrupted while it starts, may print above it)
-    assert r.returncode != 0
-    assert r.stderr.strip().splitlines()[-1].startswith("error: no task of --index/--ids was measured by every arm")
-    assert (out / "arms.json").exists()
-
-
 def test_pipeline_yield_reads_output_checksums_and_none_from_shards_written_before_them(tmp_path):
     """A repeat says which side of a compile check moved from the output checksums; a run measured before they were
     recorded (its shards lack the columns) reads as none, not as an unreadable shard."""
@@ -557,32 +387,3 @@ def test_pipeline_yield_counts_compiled_graphs_whose_bits_changed_within_a_run()
             {"task_id": "same", "compile_checksum": 3.0, "compile_rerun_checksum": 3.0},
             {"task_id": "moved", "compile_checksum": 3.0, "compile_rerun_checksum": 3.5}]
     assert compiled_reruns(rows) == {"tasks_recorded": 2, "differ": 1, "examples": ["moved"]}
-
-
-def test_verdict_flips_probes_a_task_in_fresh_processes_beside_a_busy_neighbour(tmp_path):
-    """benchmarks/verdict_flips.py on the CPU: a deterministic task gives one eager and one compiled checksum over
-    its fresh processes and one verdict, while a neighbour keeps the device busy; an id the run lacks is one line."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    code = ("import torch\nimport torch.nn as nn\nclass Model(nn.Module):\n    def forward(self, x):\n"
-            "        return torch.softmax(x, dim=1).cumsum(1)\n"
-            "def get_inputs():\n    return [torch.randn(8, 32)]\ndef get_init_inputs():\n    return []\n")
-    rd, _ = _run_dir(tmp_path / "run", [{"task_id": "t1", "code": code}], shard_size=1)
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    out = tmp_path / "flips.json"
-    done = subprocess.run([sys.executable, "benchmarks/verdict_flips.py", "--run", str(rd.path), "--ids", "t1",
-                           "--reps", "2", "--neighbours", "1", "--device", "cpu", "--out", str(out)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(out.read_text())
-    assert got["summary"]["t1"] == {"processes": 2, "eager_checksums": 1, "compiled_checksums": 1, "verdicts": [True]}
-    assert got["neighbours"] == 1 and all(r["eager"] != 0 for r in got["rows"])
-    missing = subprocess.run([sys.executable, "benchmarks/verdict_flips.py", "--run", str(rd.path), "--ids", "nope",
-                              "--device", "cpu", "--out", str(out)], cwd=root, env=env, capture_output=True,
-                             text=True, timeout=600)
-    assert missing.returncode != 0 and "has no task nope" in missing.stderr
