@@ -94,3 +94,29 @@ def test_the_ast_fingerprint_reads_through_each_kind(kind):
 def test_shrink_sizes_divides_large_module_constants():
     code = "N = 4096\nM = 32\nclass Model: pass\n"
     assert "N = 512" in shrink_sizes(code) and "M = 32" in shrink_sizes(code)
+
+
+def test_where_meta_fails_the_trace_runs_small_on_cpu():
+    from operators.trace import SMALL, trace_isolated
+
+    code = '''
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        idx = torch.nonzero(x > 0.5)  # a data-dependent size: meta cannot run it
+        return x[idx[:, 0]].sum() * 1.0
+
+N = 4096
+def get_inputs():
+    return [torch.rand(N, 8)]
+def get_init_inputs():
+    return []
+'''
+    meta_only = trace_isolated([code], devices=["meta"], glue="all")
+    both = trace_isolated([code], devices=["meta", SMALL], glue="all", mem_limit_bytes=4 << 30)[0]
+    assert not meta_only[0]["ok"]
+    assert both["ok"] and both["device"] == SMALL and "aten.nonzero" in both["ops"]
+    assert both["inputs"] == [[4096, 8]]  # the original shapes, for the shape detector
+    assert both["glue_removed"].get("arith") == 1
