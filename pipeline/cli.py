@@ -26,12 +26,43 @@ from pipeline.rundir.config import Config, ConfigError, load_preset
 from pipeline.rundir.stage_defs import AUDIT_STAGES, RUN_STAGES, VERDICT_SHARDS
 from pipeline.rundir.store import RunDir
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+# `--help` lists the commands in the order a run uses them; a command not named here comes after, as registered
+COMMAND_ORDER = ("run", "init", "sample", "decontaminate", "profile", "filter", "dedupe", "publish", "report",
+                 "recheck", "audit", "catalog", "reference")
+
+
+class _StageOrder(typer.core.TyperGroup):
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        return [n for n in COMMAND_ORDER if n in names] + [n for n in names if n not in COMMAND_ORDER]
+
+
+def _plain_metavars() -> None:
+    """`--help` shows what to type (DIR, FILE|FOLDER, N, a flag alone) rather than typer's type labels (`<path>`,
+    `<bool>`) and its braces around required arguments (`{dir}`)."""
+    from typer import core
+
+    typed = core.TyperOption.display_type_rich
+
+    def option_metavar(self, ctx):
+        if self.is_flag:
+            return None
+        shown = typed(self, ctx)
+        return shown.strip("<>").replace("list[", "").replace("]", "").replace("str", "text").upper() if shown else shown
+
+    core.TyperOption.display_type_rich = option_metavar
+    core.TyperArgument.display_type_rich = lambda self, ctx: None  # an argument's name is its metavar
+    core.TyperArgument._usage_display_name = lambda self: (
+        (self.display_name_raw if self.required else f"[{self.display_name_raw}]") + ("..." if self.nargs != 1 else ""))
+
+
+_plain_metavars()
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=_StageOrder,
                   help="Build training datasets of GPU-kernel optimization tasks (KernelBench format).")
 reference_app = typer.Typer(no_args_is_help=True, help="Build and inspect decontamination references.")
 app.add_typer(reference_app, name="reference")
 
-DirArg = Annotated[Path, typer.Argument(help="run directory")]
+DirArg = Annotated[Path, typer.Argument(help="run directory", metavar="DIR")]
 ExecutorOpt = Annotated[str, typer.Option(help="local (processes pinned to GPUs) or ray")]
 GpusOpt = Annotated[str | None, typer.Option(help="GPU indices for the local executor, e.g. 0,1 (default: all visible)")]
 RayOpt = Annotated[str | None, typer.Option(help="Ray cluster address for --executor ray (default: start a local one)")]
@@ -346,9 +377,9 @@ def publish(
     dir: DirArg,
     to: Annotated[Path | None, typer.Option(help="output folder (default: DIR/dataset)")] = None,
     repo_id: Annotated[str | None, typer.Option(help="push to this Hub dataset repo, ORG/NAME")] = None,
-    private: Annotated[bool, typer.Option(help="create the Hub repo as private")] = False,
+    private: Annotated[bool, typer.Option("--private", help="create the Hub repo as private")] = False,
     revision: Annotated[str | None, typer.Option(help="branch to push to")] = None,
-    dry_run: Annotated[bool, typer.Option(help="list what would be uploaded, upload nothing")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be uploaded, upload nothing")] = False,
     allow_incomplete: Annotated[bool, typer.Option(
         "--allow-incomplete", help="publish although some stages are not done (the card says which)")] = False,
 ) -> None:
@@ -442,11 +473,12 @@ def catalog(
 
 @app.command()
 def audit(
-    file: Annotated[str, typer.Argument(help="parquet/jsonl with a `code` column, a folder of parquet shards (a "
+    file: Annotated[Path, typer.Argument(metavar="FILE|FOLDER", help="parquet/jsonl with a `code` column, a folder of parquet shards (a "
                                                   "published dataset's folder reads its data/), or a folder of .py files")],
     out: Annotated[Path, typer.Option(help="run directory to create")],
-    stages: Annotated[str, typer.Option(help="comma-separated: labels,decontaminate,dedupe,profile,filter")] = "labels,decontaminate,dedupe",
-    check_labels: Annotated[bool, typer.Option(help="drop rows with a wrong or missing label (default: report only)")] = False,
+    stages: Annotated[str, typer.Option(metavar="STAGE,...", help=f"comma-separated, run in this order: {','.join(AUDIT_STAGES)}")
+                      ] = "labels,decontaminate,dedupe",
+    check_labels: Annotated[bool, typer.Option("--check-labels", help="drop rows with a wrong or missing label (default: report only)")] = False,
     order_seed: Annotated[int | None, typer.Option(help="store the rows in this seed's random order, so a time-boxed "
                                                    "`opsynth profile` measures a random sample")] = None,
     sample: Annotated[int | None, typer.Option(help="import only N random rows (seeded by --order-seed, else 0), "
@@ -476,13 +508,13 @@ def audit(
     # foreign labels are reported by kind; they reject only when the user asks for label checking
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
                               filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
-    audit_stage.check_source(file)
+    audit_stage.check_source(str(file))
     if "decontaminate" in chosen:
         _check_references(reference or cfg.decontaminate.reference)
     rd = RunDir(out)
     source = {"name": source_name, "url": source_url, "license": source_license, "attribution": attribution}
     with _new_run_dir(rd, cfg):
-        _stage("import", audit_stage.import_dataset, file, rd, cfg, order_seed, source, sample)
+        _stage("import", audit_stage.import_dataset, str(file), rd, cfg, order_seed, source, sample)
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import labels as labels_stage
     from pipeline.stages import profile as profile_stage
