@@ -540,6 +540,35 @@ def audit(
     typer.echo(_report(rd, None))
 
 
+@app.command("verify")
+def verify_cmd(
+    task: Annotated[str, typer.Argument(help="KernelBench file, or DATASET_DIR:task_id")],
+    candidate: Annotated[Path, typer.Argument(help="file defining ModelNew")],
+    device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
+    allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
+) -> None:
+    """Check a candidate kernel against a task and print its reward as one JSON object (docs/verify.md)."""
+    from verify.api import verify
+
+    if not candidate.is_file():
+        raise OpsynthError(f"{candidate}: no such file; pass a .py file that defines ModelNew")
+    typer.echo(json.dumps(verify(task, candidate, device=device, allow_torch=allow_torch), default=str))
+
+
+@app.command("verify-batch")
+def verify_batch_cmd(
+    pairs: Annotated[Path, typer.Argument(help="JSONL file of {\"task\": ..., \"candidate\": ...} lines")],
+    out: Annotated[Path, typer.Option(help="results parquet to write (joinable on task_id)")],
+    device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
+    workers: WorkersOpt = None,
+    allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
+) -> None:
+    """Verify many (task, candidate) pairs; write a parquet table and print a summary."""
+    from verify.batch import run_pairs_file
+
+    typer.echo(run_pairs_file(pairs, out, device=device, workers=workers or 2, allow_torch=allow_torch, say=_say))
+
+
 @reference_app.command("build")
 def reference_build(
     sources: Annotated[list[str], typer.Argument(help="Hub id, parquet/jsonl with `code`, or folder of .py")],

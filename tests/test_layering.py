@@ -7,7 +7,7 @@ import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("opsynth", "detectors", "operators", "filters", "pipeline", "pinning")
+PACKAGES = ("opsynth", "detectors", "operators", "filters", "pipeline", "pinning", "verify")
 
 # bottom to top; within a tier, the first pattern that matches a module places it (exact names before wildcards)
 TIERS: list[tuple[str, list[str]]] = [
@@ -35,11 +35,13 @@ TIERS: list[tuple[str, list[str]]] = [
     ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
                           "pipeline.outputs.audit_export", "pipeline.outputs.recheck"]),
     ("pipeline stages", ["pipeline.stages.*"]),
+    # the reward a training job calls: candidate checks and timing over the task format (verify/)
+    ("verify", ["verify", "verify.*"]),
     ("cli", ["pipeline.cli"]),
     # scripts that regenerate operators' pinned data: they may use anything, nothing imports them
     ("pinning", ["pinning.*"]),
 ]
-INITS = {*PACKAGES, "pipeline.stages", "pipeline.rundir", "pipeline.gpu", "pipeline.outputs"}  # empty package __init__ modules: anyone may name them
+INITS = {*(set(PACKAGES) - {"verify"}), "pipeline.stages", "pipeline.rundir", "pipeline.gpu", "pipeline.outputs"}  # empty package __init__ modules: anyone may name them
 
 
 def _modules() -> dict[str, Path]:
@@ -105,3 +107,14 @@ def test_the_check_catches_an_upward_import(tmp_path):
     f.write_text("def f():\n    from pipeline.rundir.store import RunDir\n")
     assert _imports(f, known) == {"pipeline.rundir.store"}
     assert _tier("pipeline.rundir.store") > _tier("operators.catalog")
+
+
+# the one import an empty __init__ may make: `from opsynth import verify`, a lazy re-export of the library call
+FACADES = {"opsynth": {"verify.api"}}
+
+
+def test_package_inits_import_only_their_facade():
+    mods = _modules()
+    for name in sorted(INITS & set(mods)):
+        got = _imports(mods[name], set(mods)) - {name}
+        assert got <= FACADES.get(name, set()), f"{name}/__init__.py imports {sorted(got)}: only {FACADES.get(name)}"

@@ -1,0 +1,136 @@
+"""The library call: `verify(task, candidate)` runs one verification in a worker subprocess (static check first,
+then a timeout and a memory cap) and returns the result as a dict; `verify_batch` runs many pairs over a pool of
+such workers. The verdict comes back on a private pipe with a per-job nonce; anything else the candidate writes
+(stdout, a forged line on the pipe) counts for nothing or as a hack."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from verify.reward import reward
+from verify.static import check_candidate_source
+from verify.task import load_task
+
+TIMEOUT_S = 600.0
+MEMORY_CAP_BYTES = 16 * 1024**3  # address-space cap of a CPU worker (CUDA reserves too much address space for one)
+
+
+def _text(x: str | Path) -> str:
+    p = Path(x) if not (isinstance(x, str) and "\n" in x) else None
+    return p.read_text() if p is not None and p.is_file() else str(x)
+
+
+def _clear_stale_locks(ext_dir: str | None) -> None:
+    """A worker killed mid-build leaves torch's extension `lock` file: the next build of that name would wait on
+    it forever."""
+    if ext_dir and Path(ext_dir).is_dir():
+        for lock in Path(ext_dir).glob("*/lock"):
+            lock.unlink(missing_ok=True)
+
+
+def _limits(cap: int) -> Any:
+    def apply() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    return apply
+
+
+def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
+           compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
+           off: tuple[str, ...] = (), extensions_dir: str | None = None) -> dict:
+    """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
+    or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves)."""
+    t = task if isinstance(task, dict) else load_task(task)
+    src = _text(candidate)
+    res: dict[str, Any] = {"task_id": t["task_id"], "device": device, "policy": "allow-torch" if allow_torch else "strict",
+                           "correct": False, "reward": -1, "hack": None}
+    why = None if "static" in off else check_candidate_source(src)
+    if why:
+        res["hack"] = f"static check: {why}"
+        return res
+    nonce = secrets.token_hex(16)
+    job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
+           "draws": draws, "rounds": rounds, "off": list(off), "shape_variants": t.get("shape_variants") or [],
+           "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce}
+    env = dict(os.environ)
+    if extensions_dir:
+        env["TORCH_EXTENSIONS_DIR"] = extensions_dir
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    r, w = os.pipe()
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "verify.worker", str(w)], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(w,), env=env, cwd=root,
+                            preexec_fn=None if device.startswith("cuda") else _limits(MEMORY_CAP_BYTES))
+    os.close(w)
+    try:
+        _, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        _clear_stale_locks(env.get("TORCH_EXTENSIONS_DIR"))
+        os.close(r)
+        res.update(hack=None, error=f"timed out after {timeout_s:.0f} s", wall_s=time.monotonic() - t0)
+        return res
+    with os.fdopen(r) as f:
+        lines = [ln for ln in f.read().splitlines() if ln.strip()]
+    res["wall_s"] = time.monotonic() - t0
+    verdicts = []
+    for ln in lines:
+        try:
+            verdicts.append(json.loads(ln))
+        except ValueError:
+            verdicts.append({})
+    if len(verdicts) != 1 or not isinstance(verdicts[0], dict) or verdicts[0].get("nonce") != nonce:
+        tail = err.decode(errors="replace")[-300:].strip()
+        res["hack"] = (f"verdict channel: {len(verdicts)} lines, nonce {'ok' if verdicts and verdicts[-1].get('nonce') == nonce else 'wrong'}"
+                       if verdicts else f"the worker exited (rc {proc.returncode}) without a verdict")
+        res["stderr_tail"] = tail
+        return res
+    v = verdicts[0]["verdict"]
+    return _result(res, v, t)
+
+
+def _result(res: dict, v: dict, t: dict) -> dict:
+    times = v.get("times_ms") or {}
+    med = {k: x["median"] for k, x in times.items()}
+    c = med.get("candidate")
+    se = med["eager"] / c if c and "eager" in med else None
+    sc = med["compile"] / c if c and "compile" in med else None
+    correct = bool(v.get("correct")) and not v.get("hack")
+    res.update(correct=correct, hack=v.get("hack"), built=v.get("built"), build_message=v.get("build_message"),
+               error=v.get("error"), draws_passed=v.get("draws"), worst_diff=v.get("worst_diff"),
+               failing_draw=v.get("failing_draw"), mismatch=v.get("mismatch"), precision_err=v.get("precision_err"),
+               times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
+               release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"))
+    if res["hack"]:
+        res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
+    return res
+
+
+def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, **kw: Any) -> list[dict]:
+    """Verify (task, candidate) pairs over `workers` concurrent worker subprocesses; results in input order.
+    On a GPU, run one pool per GPU (CUDA_VISIBLE_DEVICES) so timings are taken with the GPU held alone."""
+    out: list[dict | None] = [None] * len(pairs)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futs = {pool.submit(verify, t, c, **kw): i for i, (t, c) in enumerate(pairs)}
+        for n, fut in enumerate(_as_completed(futs), 1):
+            out[futs[fut]] = fut.result()
+            if progress:
+                progress(n, len(pairs))
+    return [o for o in out if o is not None]
+
+
+def _as_completed(futs: dict) -> Any:
+    from concurrent.futures import as_completed
+
+    return as_completed(futs)

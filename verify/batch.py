@@ -1,0 +1,56 @@
+"""verify-batch: (task, candidate) pairs from a JSONL file through `verify_batch`, one parquet row per pair
+(joinable on task_id), and a short table of rewards."""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from opsynth.errors import OpsynthError
+from verify.api import verify_batch
+
+COLUMNS = ("task_id", "candidate", "correct", "reward", "hack", "error", "build_message", "worst_diff",
+           "failing_draw", "speedup_eager", "speedup_compile", "wall_s")
+
+
+def read_pairs(path: Path) -> list[tuple[str, str]]:
+    pairs = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            pairs.append((d["task"], d["candidate"]))
+        except (ValueError, KeyError, TypeError):
+            raise OpsynthError(f"{path}:{n}: not a {{\"task\": ..., \"candidate\": ...}} JSON line") from None
+    return pairs
+
+
+def rows_table(rows: list[dict], candidates: list[str]):
+    import pyarrow as pa
+
+    cols = {c: [r.get(c) for r in rows] for c in COLUMNS if c != "candidate"}
+    cols["candidate"] = candidates
+    for k in ("candidate_ms", "eager_ms", "compile_ms"):
+        src = k.split("_")[0]
+        cols[k] = [(r.get("times_ms") or {}).get(src, {}).get("median") for r in rows]
+    cols["json"] = [json.dumps(r, default=str) for r in rows]
+    return pa.table({k: pa.array([None if v is None else (str(v) if k in ("hack", "error", "build_message") else v)
+                                  for v in vals]) for k, vals in cols.items()})
+
+
+def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow_torch: bool,
+                   say: Callable[[str], None]) -> str:
+    import pyarrow.parquet as pq
+
+    pairs = read_pairs(pairs_file)
+    rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch,
+                        progress=lambda n, total: say(f"verify-batch: {n}/{total}"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(rows_table(rows, [str(c) for _, c in pairs]), out)
+    levels = collections.Counter(r["reward"] for r in rows)
+    hacks = sum(1 for r in rows if r.get("hack"))
+    return (f"{len(rows)} pairs -> {out}\nreward  count\n" + "\n".join(f"{k:>6}  {levels[k]}" for k in (-1, 1, 2, 3))
+            + f"\nhacks caught: {hacks}")

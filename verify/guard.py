@@ -1,0 +1,59 @@
+"""The compute guard: a TorchDispatchMode that sees every ATen call a candidate's forward makes (torch.*, F.*, Tensor
+methods, torch.ops.aten, names bound before the guard, and C++ extensions calling at::*), and records each one that
+computes. Allowed under the strict policy: allocation, views and metadata, GEMMs and convolutions (cuBLAS/cuDNN),
+and inductor's own ATen fallbacks (the extern calls its generated code makes). The calls are recorded, not only
+refused, so a candidate that catches the error and falls back to something else is still seen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+         "new_zeros", "ones", "ones_like", "full", "full_like", "new_full", "scalar_tensor", "lift_fresh",
+         "resize_", "set_", "record_stream", "_local_scalar_dense", "is_nonzero", "detach", "alias", "sym_size",
+         "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel", "is_same_size"}
+VIEWS = {"view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t", "expand", "squeeze",
+         "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
+         "unbind", "contiguous", "view_as", "expand_as", "movedim", "diagonal", "unfold", "_reshape_alias",
+         "reinterpret_tensor"}
+GEMM_CONV = {"mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm", "dot",
+             "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
+             "cudnn_convolution_transpose", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+             "mkldnn_convolution", "_mm_plus_mm", "_int_mm", "_weight_int4pack_mm"}
+
+
+def _inductor_fallbacks() -> set[str]:
+    try:
+        from torch._inductor import lowering
+
+        return {str(op).split(".")[1] if str(op).startswith("aten.") else str(op) for op in lowering.fallbacks}
+    except Exception:  # noqa: BLE001 - an older torch without the registry: the fixed lists stand
+        return set()
+
+
+class ComputeGuard(TorchDispatchMode):
+    """Records (and refuses) every ATen op outside the allowed sets while active."""
+
+    def __init__(self, allow_torch: bool = False) -> None:
+        super().__init__()
+        self.allow_torch = allow_torch
+        self.allowed = ALLOC | VIEWS | GEMM_CONV | _inductor_fallbacks()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        name = func._schema.name.split("::")[-1]
+        if not self.allow_torch and name not in self.allowed and name.rstrip("_") not in self.allowed:
+            self.calls.append(f"aten::{name}")
+            raise RuntimeError(f"verify: PyTorch compute aten::{name} in the candidate's forward is not allowed")
+        return func(*args, **(kwargs or {}))
+
+
+def compute_calls(guard: ComputeGuard) -> list[str]:
+    """The distinct refused calls, in first-seen order."""
+    return list(dict.fromkeys(guard.calls))
+
+
+__all__ = ["ComputeGuard", "compute_calls", "torch"]

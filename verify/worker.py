@@ -1,0 +1,291 @@
+"""One verification in a worker subprocess: `python -m verify.worker FD` reads the job (JSON) on stdin and writes
+one verdict line (JSON, with the job's nonce) to the private pipe FD. stdout is sent to stderr and never read, so a
+printed result counts for nothing. Per draw the candidate runs first, then the reference on its own copy of the
+inputs: while the candidate runs, the expected output of that draw does not exist yet."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import threading
+import time
+from typing import Any
+
+_perf_counter = time.perf_counter  # bound before any candidate code exists: the timer verify uses
+
+
+def _load(code: str, name: str) -> dict:
+    ns: dict[str, Any] = {"__name__": name}
+    exec(compile(code, f"<{name}>", "exec"), ns)  # noqa: S102 - task and candidate run only in this worker
+    return ns
+
+
+def _tensors(obj: Any) -> list:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    if isinstance(obj, list | tuple):
+        return [t for o in obj for t in _tensors(o)]
+    return []
+
+
+def _storage_span(t: Any) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _overlaps(outs: list, others: list) -> bool:
+    spans = [_storage_span(o) for o in others if o.numel()]
+    return any(a < d and c < b for t in outs if t.numel() for (a, b) in [_storage_span(t)] for (c, d) in spans)
+
+
+def _flags() -> dict:
+    import torch
+
+    return {"matmul_tf32": torch.backends.cuda.matmul.allow_tf32, "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+            "fp32_precision": torch.get_float32_matmul_precision(),
+            "reduced_fp16": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+            "reduced_bf16": torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction}
+
+
+_GUARDS: list = []  # every guard of this job: a refused call counts even when the candidate's error hides it
+
+
+class Hack(Exception):
+    """A check caught the candidate: the message is the reason."""
+
+
+def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, checks, timing
+    import torch
+
+    from verify.guard import ComputeGuard, compute_calls
+
+    off = set(job.get("off", []))
+    dev = torch.device(job["device"])
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda *a: None)
+    identities = {"torch.cuda.synchronize": torch.cuda.synchronize, "time.perf_counter": time.perf_counter,
+                  "time.time": time.time, "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+                  "torch.cuda.Event.record": torch.cuda.Event.record}
+    out: dict[str, Any] = {"built": False, "build_message": None, "correct": False, "hack": None, "draws": 0,
+                           "worst_diff": None, "failing_draw": None, "times_ms": {}}
+    ref_ns = _load(job["task"], "reference")
+    flags0 = _flags()
+    compiled_calls: list[str] = []
+    real_compile = torch.compile
+
+    def tripwire(*a: Any, **k: Any) -> Any:
+        compiled_calls.append("torch.compile")
+        return real_compile(*a, **k)
+
+    if "compile_tripwire" not in off:
+        torch.compile = tripwire
+    try:
+        cand_ns = _load(job["candidate"], "candidate")
+        out["built"] = True
+    except Exception as e:  # noqa: BLE001 - a build error is the candidate's, reported with its message
+        out["build_message"] = f"{type(e).__name__}: {e}"[-4000:]
+        return out
+    if "ModelNew" not in cand_ns:
+        out["build_message"] = "the candidate defines no ModelNew"
+        return out
+    guard_on = not job.get("allow_torch") and "guard" not in off
+    atol = rtol = job.get("tol", 1e-2)
+    variants = [{}] * job.get("draws", 5) + [{"__perturb__": True}] + list(job.get("shape_variants", []))
+    defaults = {k: ref_ns[k] for v in variants for k in v if k in ref_ns}
+    worst = 0.0
+    threads0 = threading.active_count()
+    keep = None  # the last draw's models and inputs, for timing
+    try:
+        for i, variant in enumerate(variants):
+            for k in defaults:
+                ref_ns[k] = variant.get(k, defaults[k])
+            seed = job["seed"] * 1000 + i
+            torch.manual_seed(seed)
+            init = ref_ns["get_init_inputs"]()
+            ref = ref_ns["Model"](*init).to(dev).eval()
+            if variant.get("__perturb__"):
+                with torch.no_grad():
+                    for p in ref.parameters():
+                        p.add_(torch.randn_like(p) * 0.1 * (p.abs().mean() + 1e-3))
+            cand = cand_ns["ModelNew"](*init).to(dev).eval()
+            try:
+                cand.load_state_dict(ref.state_dict())
+            except Exception as e:  # noqa: BLE001 - a candidate whose weights do not match cannot be checked
+                out["failing_draw"], out["build_message"] = i, f"load_state_dict: {str(e)[:300]}"
+                return out
+            torch.manual_seed(seed + 500)
+            xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
+            xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+            before = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+            guard = ComputeGuard()
+            _GUARDS.append(guard)
+            sync()
+            with torch.no_grad():
+                if guard_on:
+                    with guard:
+                        oc = cand(*xc)
+                else:
+                    oc = cand(*xc)
+                sync()
+                if compute_calls(guard):
+                    raise Hack(f"PyTorch compute in forward: {', '.join(compute_calls(guard)[:5])}")
+                if compiled_calls:
+                    raise Hack("torch.compile called by the candidate")
+                if _flags() != flags0 and "precision_flags" not in off:
+                    raise Hack(f"precision flags changed: {_flags()} (were {flags0})")
+                touts = _tensors(oc)
+                tins = [x for x in xc if isinstance(x, torch.Tensor)]
+                if "overlap" not in off and _overlaps(touts, tins + list(cand.parameters())):
+                    raise Hack("output shares storage with an input or a weight")
+                if "inplace" not in off and any(isinstance(a, torch.Tensor) and not torch.equal(a, b)
+                                                for a, b in zip(xc, before, strict=True)):
+                    raise Hack("the candidate changed its inputs in place")
+                if "late_writes" not in off:
+                    snap = [t.clone() for t in touts]
+                    time.sleep(0.05)
+                    sync()
+                    if threading.active_count() > threads0:
+                        raise Hack("the candidate left threads running")
+                    if any(not torch.equal(a, b) for a, b in zip(snap, touts, strict=True)):
+                        raise Hack("the output changed after forward returned (late writes)")
+                if i == 0 and "repeat" not in off:
+                    with guard if guard_on else _null():
+                        again = cand(*xc)
+                    sync()
+                    if compute_calls(guard):
+                        raise Hack(f"PyTorch compute in forward: {', '.join(compute_calls(guard)[:5])}")
+                    if _overlaps(_tensors(again), touts):
+                        raise Hack("a second call returned the first call's output storage (cached result)")
+                    del again
+                orf = ref(*xs)
+                trs = _tensors(orf)
+                if len(trs) != len(touts) or any(a.shape != b.shape for a, b in zip(trs, touts, strict=False)):
+                    out["failing_draw"] = i
+                    out["worst_diff"] = float("inf")
+                    out["mismatch"] = f"output shapes {[tuple(t.shape) for t in touts]} vs {[tuple(t.shape) for t in trs]}"
+                    return out
+                for a, b in zip(touts, trs, strict=True):
+                    d = (a.double() - b.double()).abs()
+                    worst = max(worst, float(d.max()) if d.numel() else 0.0)
+                    if a.dtype != b.dtype or not torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol):
+                        out.update(failing_draw=i, worst_diff=float(d.max()) if d.numel() else 0.0,
+                                   mismatch="dtype" if a.dtype != b.dtype else "values")
+                        return out
+                if i == 0 and "precision" not in off and trs and trs[0].is_floating_point():
+                    r64 = ref_ns["Model"](*init).to(dev).double().eval()
+                    r64.load_state_dict(ref.state_dict())
+                    o64 = _tensors(r64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                                         else x for x in xs]))
+                    e_ref = max(float((a.double() - b).abs().max()) for a, b in zip(trs, o64, strict=True))
+                    e_c = max(float((a.double() - b).abs().max()) for a, b in zip(touts, o64, strict=True))
+                    scale = max(float(b.abs().max()) for b in o64) or 1.0
+                    out["precision_err"] = {"candidate": e_c, "reference": e_ref}
+                    if e_c > 16 * e_ref + 1e-6 * scale:
+                        raise Hack(f"lower precision than the reference: max error vs float64 {e_c:.3g}, "
+                                   f"reference {e_ref:.3g}")
+                    del r64, o64
+                out["draws"] = i + 1
+                keep = (ref, cand, xs, xc) if not variant else keep
+                del orf, trs, oc, touts
+        out["worst_diff"] = worst
+        patched = [k for k, v in identities.items() if _resolve(k) is not v]
+        if patched and "identities" not in off:
+            raise Hack(f"patched {', '.join(patched)}")
+        ref, cand, xs, xc = keep
+        out["times_ms"] = _time(job, dev, ref, cand, xs, xc, guard_on)
+        patched = [k for k, v in identities.items() if _resolve(k) is not v]
+        if patched and "identities" not in off:
+            raise Hack(f"patched {', '.join(patched)}")
+        out["correct"] = True
+    except Hack as h:
+        out["hack"] = str(h)
+    except Exception as e:  # noqa: BLE001 - a crashing candidate is incorrect, with its error
+        refused = [c for g in _GUARDS for c in compute_calls(g)]
+        if refused:
+            out["hack"] = f"PyTorch compute in forward: {', '.join(dict.fromkeys(refused))}"
+        out["error"] = f"{type(e).__name__}: {str(e)[:500]}"
+    return out
+
+
+def _null():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def _resolve(name: str) -> Any:
+    import torch
+
+    obj: Any = {"torch": torch, "time": time}[name.split(".")[0]]
+    for part in name.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _time(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, guard_on: bool) -> dict:
+    """Candidate, eager and (optionally) torch.compile in shuffled, interleaved rounds: each run after an L2 flush and
+    a device-wide synchronize, timed with the timer bound before the candidate was loaded. Median and IQR per kind."""
+    import statistics
+
+    import torch
+
+    from verify.guard import ComputeGuard, compute_calls
+
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda *a: None)
+    flush = torch.empty(256 * 1024 * 1024 // 4, device=dev) if cuda else None
+    guard = ComputeGuard()
+    _GUARDS.append(guard)
+    fns = {"candidate": lambda: cand(*xc), "eager": lambda: ref(*xs)}
+    if job.get("compile"):
+        comp = torch.compile(ref)
+        fns["compile"] = lambda: comp(*xs)
+    rng = random.Random(job["seed"])
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    with torch.no_grad():
+        for k, f in fns.items():  # warm-up, also in shuffled order
+            for _ in range(job.get("warmup", 2)):
+                with guard if (k == "candidate" and guard_on) else _null():
+                    f()
+        for _ in range(job.get("rounds", 10)):
+            order = list(fns)
+            rng.shuffle(order)
+            for k in order:
+                for _ in range(job.get("runs_per_round", 3)):
+                    if flush is not None:
+                        flush.zero_()
+                    sync()
+                    t0 = _perf_counter()
+                    with guard if (k == "candidate" and guard_on) else _null():
+                        fns[k]()
+                    sync()
+                    samples[k].append((_perf_counter() - t0) * 1e3)
+    if compute_calls(guard):
+        raise Hack(f"PyTorch compute in timed forward: {', '.join(compute_calls(guard)[:5])}")
+    res = {}
+    for k, v in samples.items():
+        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
+        res[k] = {"median": statistics.median(v), "iqr": q[2] - q[0], "runs": len(v)}
+    return res
+
+
+def main() -> None:
+    fd = int(sys.argv[1])
+    job = json.loads(sys.stdin.read())
+    nonce = job.pop("nonce")
+    os.dup2(2, 1)  # the candidate's prints go to stderr; the verdict has its own pipe
+    writer = os.fdopen(fd, "w")
+    t0 = _perf_counter()
+    verdict = run_job(job)
+    verdict["worker_s"] = _perf_counter() - t0
+    writer.write(json.dumps({"nonce": nonce, "verdict": verdict}, default=str) + "\n")
+    writer.flush()
+    os._exit(0)  # no candidate atexit hook or thread runs after the verdict
+
+
+if __name__ == "__main__":
+    main()
