@@ -348,10 +348,25 @@ def glue_bench(args: argparse.Namespace) -> None:
         else:
             it["applies"] = True
     items = [it for it in items if it["applies"]]
-    todo = [i for i, it in enumerate(items) if check_task_source(it["code"], REFERENCE_IMPORTS) is None
-            and it["key"] not in long_trace]
+    loads = [check_task_source(it["code"], REFERENCE_IMPORTS) is None for it in items]
+    todo = [i for i, it in enumerate(items) if loads[i] and it["key"] not in long_trace]
+    # a recurrent copy whose text is far from its source (every glue kind, or every disguise) is traced, with room
+    recurrent = [i for i, it in enumerate(items) if loads[i] and it["key"] in long_trace
+                 and (it["kind"].endswith("+all") or it["kind"] == "glue_all")]
     t0 = time.time()
     traced = trace_many([items[i]["code"] for i in todo], workers=2, timeout_s=args.trace_timeout)
+    traced += trace_many([items[i]["code"] for i in recurrent], workers=2, timeout_s=600.0)
+    todo += recurrent
+    # a resize can make a program invalid (a LayerNorm shape no longer fits): scale only the batch then
+    redo = [i for i, r in zip(todo, traced, strict=True) if not r.get("ok") and items[i]["kind"].endswith("+all")
+            and "timed out" not in r.get("error", "")]
+    for i in redo:
+        it = items[i]
+        it["code"] = disguise(plain_by_key[it["key"]], it["kind"], random.Random(f"{it['key']}/{it['kind']}"),
+                              only_batch=True)
+    retraced = dict(zip(redo, trace_many([items[i]["code"] for i in redo], workers=2, timeout_s=args.trace_timeout),
+                        strict=True))
+    traced = [retraced.get(i, r) for i, r in zip(todo, traced, strict=True)]
     trace_s = time.time() - t0
     ops, live, shapes = [None] * len(items), [None] * len(items), [None] * len(items)
     failed = {}

@@ -257,7 +257,7 @@ GLUE_FORMS = {
 }
 # a first op of these (on the first input) may be repeated: the same op on its own output changes nothing
 IDEMPOTENT_CALLS = ("relu", "abs")
-MATMUL_SPELLINGS = ["torch.mm({a}, {b})", "({a} @ {b})", "torch.einsum('ij,jk->ik', {a}, {b})"]
+MATMUL_SPELLINGS = ["torch.mm({a}, {b})", "({a} @ {b})", "torch.einsum('...ij,...jk->...ik', {a}, {b})"]
 
 
 def _forward(tree: ast.Module) -> ast.FunctionDef | None:
