@@ -32,7 +32,7 @@ TIERS: list[tuple[str, list[str]]] = [
                             "pipeline.gpu.tensor_checks"]),
     ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness", "pipeline.rundir.reference"]),
     ("pipeline worker", ["pipeline.gpu.harness", "pipeline.gpu.kernel_warmup", "pipeline.gpu.executors"]),
-    ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
+    ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.docs_gen", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
                           "pipeline.outputs.audit_export", "pipeline.outputs.recheck",
                           "pipeline.outputs.docs_gen"]),
     ("pipeline stages", ["pipeline.stages.*"]),

@@ -40,9 +40,71 @@ FIELD_DOCS = {
     "decontaminate.minhash_threshold": "MinHash Jaccard above which a task counts as a KernelBench copy",
     "decontaminate.op_signature": "a task with a KernelBench problem's exact traced op sequence counts as a copy",
     "dedupe.structural": "drop tasks with the same canonical graph as a kept task",
+    "sample.target_max_ms": "the sampler sizes a task so its predicted runtime is at most this (ms)",
+    "sample.max_peak_memory_gb": "memory cap a task's predicted peak is sized under (GiB)",
+    "sample.target_gpu": "the GPU the cost model prices tasks for",
+    "sample.tflops_bf16": "the target GPU's bf16 TFLOP/s in the cost model",
+    "sample.launch_overhead_us": "per-kernel launch cost in the cost model (microseconds)",
+    "sample.prescreen_ms": "CPU time budget of the pre-screen per draw (ms); larger draws are screened scaled down",
+    "sample.prescreen_mb": "memory budget of the pre-screen per draw (MB)",
+    "profile.compile": "measure torch.compile too",
+    "profile.compile_backend": "torch.compile backend",
+    "profile.warmup": "untimed runs before timing",
+    "profile.min_runs": "fewest timed runs per median",
+    "profile.max_runs": "most timed runs per median",
+    "profile.reserve_margin_measured": "margin on the measured peak for the memory reservation after the first forward",
+    "profile.reserve_slack_gb": "slack added to each memory reservation (GiB)",
     "publish.name": "dataset name on the card",
     "publish.license": "license on the card",
     "publish.shard_rows": "rows per published parquet shard",
+}
+
+# meanings of columns whose schema line carries no comment; a bare name applies to every table
+COLUMN_DOCS = {
+    "task_id": "the task's content id (sha256 of the canonical graph and sizes, 16 hex chars): the join key",
+    "keep": "true: the stage keeps the task; false: it drops it for `reason`",
+    "reason": "why the stage dropped the task (empty when kept)",
+    "error": "the worker's error for a failed status, one line",
+    "device": "cpu or cuda: where the task was measured",
+    "eager_runs": "timed eager runs behind the median",
+    "compile_runs": "timed compiled runs behind the median",
+    "compile_iqr_ms": "interquartile range of the compiled runtime, ms",
+    "compile_error": "why torch.compile failed (empty when it ran)",
+    "graph_breaks": "Dynamo graph breaks in the compiled forward",
+    "timing_alloc_retries": "allocator retries during the timed runs (> 0: the memory cap inflated the runtimes)",
+    "compile_max_abs_err": "largest absolute difference between compiled and eager outputs",
+    "compile_max_rel_err": "largest relative difference between compiled and eager outputs",
+    "determinism_max_diff": "largest difference between two eager runs on the same input",
+    "compile_checksum": "checksum of the compiled output bits (tells two runs' compiled programs apart)",
+    "compile_benchmarks": "how many choices inductor timed while compiling (0 with untimed choices)",
+    "input_min_pairwise_diff": "smallest difference between the outputs of two input draws",
+    "output_numel": "elements in the task's output",
+    "wall_s": "the worker's wall time for the task, seconds",
+    "lock_wait_s": "seconds the worker waited for the GPU lock",
+    "lock_wait_exclusive_s": "seconds it waited to hold the GPU alone (timing)",
+    "lock_gather_s": "seconds a timer waited to gather other timers into one timing phase",
+    "budget_wait_s": "seconds it waited for room in the GPU's memory budget",
+    "regrow_wait_s": "seconds it waited to grow its memory reservation",
+    "gpu_exclusive_s": "seconds it held the GPU alone",
+    "gpu_busy_compile_s": "seconds it held the GPU while compiling",
+    "compile_wall_s": "wall seconds torch.compile took",
+    "contaminated": "true: a detector matched a KernelBench problem",
+    "kb_ast_nearest": "the KernelBench problem with the highest AST similarity",
+    "kb_op_signature_nearest": "the KernelBench problem whose traced op sequence matched",
+    "kb_minhash_nearest": "the KernelBench problem with the highest MinHash Jaccard",
+    "detectors_fired": "the detectors that matched",
+    "reference": "the reference source the nearest problem comes from",
+    "categories": "catalog categories of the operators",
+    "num_ops": "number of operators in the graph",
+    "is_dag": "true for graphs with branches, residuals or several inputs",
+    "predicted_ms": "runtime the sampler's cost model predicts on the target GPU, ms",
+    "predicted_peak_bytes": "peak memory the sampler predicts for one forward",
+    "composer_note": "the composer's note (LLM composer: the model's remark)",
+    "seed": "sampling seed of the task",
+    "name": "KernelBench-style name, e.g. Conv2d_GroupNorm_GELU",
+    "code": "the KernelBench-format module",
+    "graph": "the operator graph, JSON node-link",
+    "degenerate": "why the output is degenerate (empty: it is not)",
 }
 
 # history does not belong in a meaning: measurement references and commit hashes are cut
@@ -69,6 +131,8 @@ def _meaning(lines: list[str], comments: dict[int, str], lineno: int) -> str:
             k -= 1
         text = " ".join(block)
     text = _HISTORY.sub("", text).strip()
+    # the first sentence is the meaning; what follows in a comment is the why, kept in the code
+    text = re.split(r"(?<=[a-z0-9)`])\. (?=[A-Z(`])", text, maxsplit=1)[0].rstrip(".;, ")
     return text.replace("|", "\\|")
 
 
@@ -97,7 +161,12 @@ def _column_meanings() -> dict[str, dict[str, str]]:
     for table, sch in schema.BY_TABLE.items():  # columns added by code, not a literal line
         for name in sch.names:
             tables.setdefault(table, {}).setdefault(name, "")
-    tables["dataset"] = {name: doc for name, (_, doc) in schema.COLUMNS.items()}
+    published = {name: doc for name, (_, doc) in schema.COLUMNS.items()}
+    for table, cols in tables.items():  # a column published under the same name means the same
+        for name, meaning in cols.items():
+            cols[name] = meaning or published.get(name) or COLUMN_DOCS.get(f"{table}.{name}") \
+                or COLUMN_DOCS.get(name, "")
+    tables["dataset"] = published
     return tables
 
 
