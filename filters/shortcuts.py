@@ -1,0 +1,293 @@
+"""Shortcut measurements: which inputs and operators of a task matter at the verifier's tolerance, and whether its
+output survives an honest rounding change. torch and stdlib only (the GPU worker and the CPU pre-screen run it).
+
+A shortcut is a part of the work a kernel may leave out and still pass the verifier (allclose at atol = rtol =
+tol). Three kinds are measured, each against the eager output of draw 0 (`ref0`, already computed by the caller):
+- dead input: one tensor input redrawn alone (the others kept) leaves the output within tolerance;
+- skippable operator: one operator call's output replaced by a constant known in advance (its mean on another
+  draw) or skipped (returning its first tensor argument of the output's shape and dtype) leaves the output
+  within tolerance. An operator is a call made by the model's own forward: a torch function, a tensor method or
+  a submodule; calls inside a submodule (BatchNorm's running-statistics `add_`, say) belong to that submodule.
+  A replacement that leaves the operator's output bit-identical (a reshape skipped, ones replaced by 1) tests
+  nothing and is not a finding;
+- fragile: on `draws` seeded draws, the output moves beyond tolerance when every floating input moves by one
+  ulp, or when the reference is recomputed in float64.
+Ratios are the verifier's: max |changed - ref| / (tol + tol * |ref|); < 1 means the change passes. The functions
+return measurements only (names, ratios); filters/shortcut_checks.py decides with the config's thresholds.
+Each kind stops at its first finding unless `stop_first` is off: a task with one shortcut is out already.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from filters.tensor_checks import flatten, tensors, tolerance_ratio
+
+KINDS = ("dead", "skip", "fragile")
+FRAGILE_ULP = "one-ulp input move"
+FRAGILE_F64 = "float64 reference"
+# calls that move or relabel values and compute nothing: skipping one is no shortcut a kernel could take
+GLUE = frozenset({
+    "__getitem__", "__setitem__", "__get__", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "contiguous", "clone", "permute", "transpose", "t", "squeeze", "unsqueeze", "expand", "expand_as", "to",
+    "float", "double", "half", "bfloat16", "type", "type_as", "detach", "size", "dim", "numel", "chunk", "split",
+    "unbind", "narrow", "movedim", "moveaxis", "swapaxes", "swapdims", "__len__", "__bool__", "item", "tolist",
+    "requires_grad_", "cpu", "cuda", "__format__", "__repr__", "stride", "data_ptr", "element_size",
+})
+Draw = Callable[[int], Sequence[Any]]
+
+
+def input_names(model: Any, n: int) -> list[str]:
+    """Names of forward's first n positional parameters (`input<i>` past them or for *args)."""
+    names: list[str] = []
+    try:
+        for p in inspect.signature(model.forward).parameters.values():
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                names.append(p.name)
+    except (TypeError, ValueError):
+        pass
+    return [names[i] if i < len(names) else f"input{i}" for i in range(n)]
+
+
+def _ratio(out: Any, ref: Any, tol: float) -> float:
+    """The verifier's ratio of a forward's output against the flat reference (inf for another shape)."""
+    flat = flatten(out)
+    return math.inf if flat is None else tolerance_ratio(flat, ref, tol)
+
+
+def dead_inputs(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True,
+                known_ratio: float | None = None) -> dict[str, Any]:
+    """Redraw each tensor input alone (from draw 1, the rest from draw 0) and measure the output's move.
+    known_ratio: the caller's ratio of draw 1 against draw 0 when the task has one tensor input (then redrawing
+    it alone is redrawing all: no forward is spent)."""
+    x0 = list(draw(0))
+    names = input_names(model, len(x0))
+    slots = [i for i, t in enumerate(x0) if isinstance(t, torch.Tensor)]
+    ratios: dict[str, float] = {}
+    for i in slots:
+        if len(slots) == 1 and known_ratio is not None:
+            ratios[names[i]] = known_ratio
+            break
+        fresh = draw(1)[i]  # the other tensors of that draw go at once: one extra input in memory, not a set
+        if fresh.shape == x0[i].shape and torch.equal(fresh, x0[i]):
+            continue  # a constant input: every draw holds the same values, so there is nothing to redraw
+        x = list(x0)
+        x[i] = fresh
+        ratios[names[i]] = _ratio(model(*x), ref0, tol)
+        del x, fresh
+        if stop_first and ratios[names[i]] < 1:
+            break
+    return {"input_redraw_ratios": ratios, "dead_inputs": [n for n, r in ratios.items() if r < 1],
+            "inputs_that_matter": [n for n, r in ratios.items() if r >= 1]}
+
+
+def _short(func: Any) -> str:
+    return getattr(func, "__name__", None) or str(func)
+
+
+def _qualname(func: Any) -> str:
+    name = _short(func)
+    mod = getattr(func, "__module__", None) or ""
+    if mod == "torch.nn.functional":
+        return f"F.{name}"
+    if mod.startswith("torch") and not getattr(func, "__self__", None) and "Tensor" not in getattr(
+            func, "__qualname__", ""):
+        return f"torch.{name}"
+    return f"Tensor.{name}"
+
+
+class OperatorCalls(TorchFunctionMode):
+    """Numbers the operator calls of one forward of `root` (see the module doc) and, for call `target`, returns
+    `how(call_index, output, args)` in place of its output. Records (name, output numel, a skip candidate exists)
+    per call, and each floating output's mean when `record_means`."""
+
+    def __init__(self, root: Any, target: int | None = None,
+                 how: Callable[[int, Any, tuple], Any] | None = None, record_means: bool = False) -> None:
+        super().__init__()
+        self.root, self.target, self.how, self.record_means = root, target, how, record_means
+        self.calls: list[str] = []
+        self.means: list[float | None] = []
+        self.skip_ok: list[bool] = []
+        self.depth = 0
+        self._busy = False  # inside _visit: its own torch calls (mean, full_like) are not the model's
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> OperatorCalls:
+        from torch.nn.modules import module as nn_module
+
+        def pre(mod: Any, args: tuple) -> None:
+            if mod is not self.root:
+                self.depth += 1
+
+        def post(mod: Any, args: tuple, out: Any) -> Any:
+            if mod is self.root:
+                return None
+            self.depth -= 1
+            if self.depth == 0 and isinstance(out, torch.Tensor):
+                return self._visit(f"nn.{type(mod).__name__}", args, out)
+            return None
+
+        self._handles = [nn_module.register_module_forward_pre_hook(pre),
+                         nn_module.register_module_forward_hook(post)]
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._handles:
+            h.remove()
+        return super().__exit__(*exc)
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = _short(func)
+        if (self._busy or self.depth or name in GLUE or not isinstance(out, torch.Tensor) or not tensors(list(args))
+                or (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")):
+            return out  # in-place calls return what they changed: replacing the result would not undo them
+        return self._visit(_qualname(func), args, out)
+
+    def _visit(self, name: str, args: tuple, out: Any) -> Any:
+        self._busy = True
+        try:
+            return self._record(name, args, out)
+        finally:
+            self._busy = False
+
+    def _record(self, name: str, args: tuple, out: Any) -> Any:
+        i = len(self.calls)
+        self.calls.append(f"{i}:{name}")
+        self.skip_ok.append(_skip_source(args, out) is not None)
+        if self.record_means:
+            self.means.append(float(out.mean(dtype=torch.float64)) if out.is_floating_point() and out.numel() else None)
+        if i == self.target and self.how is not None:
+            return self.how(i, out, args)
+        return out
+
+
+def _skip_source(args: tuple, out: Any) -> Any:
+    """The first tensor argument a skipped call would pass on: same shape and dtype as its output."""
+    for a in tensors(list(args)):
+        if a.shape == out.shape and a.dtype == out.dtype:
+            return a
+    return None
+
+
+def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True) -> dict[str, Any]:
+    """Replace each operator call's output by its mean on draw 1 and, where a tensor argument has its shape,
+    skip it; measure on draw 0 against ref0. One recording forward plus at most two per call."""
+    with OperatorCalls(model, record_means=True) as rec:
+        model(*draw(1))
+    ops, means, skip_ok = rec.calls, rec.means, rec.skip_ok
+    x0 = draw(0)
+    ratios: dict[str, float] = {}
+    by: dict[str, str] = {}
+    noop = [False]
+
+    def run(i: int, how: Callable[[int, Any, tuple], Any]) -> float | None:
+        noop[0] = False
+        with OperatorCalls(model, target=i, how=how):
+            out = model(*x0)
+        return None if noop[0] else _ratio(out, ref0, tol)
+
+    def skipped(i: int, out: Any, args: tuple) -> Any:
+        src = _skip_source(args, out)
+        noop[0] = src is None or torch.equal(src, out)
+        return out if noop[0] else src
+
+    def constant(i: int, out: Any, args: tuple) -> Any:
+        c = torch.full_like(out, means[i])
+        noop[0] = torch.equal(c, out)
+        return out if noop[0] else c
+
+    for i, op in enumerate(ops):
+        tried = []
+        if skip_ok[i]:
+            tried.append(("skipped", run(i, skipped)))
+        if means[i] is not None and math.isfinite(means[i]):
+            tried.append(("mean", run(i, constant)))
+        tried = [(how, r) for how, r in tried if r is not None]
+        if not tried:
+            continue  # no change either way could make: nothing measured for this call
+        how, r = min(tried, key=lambda t: t[1])
+        ratios[op], by[op] = r, how
+        if stop_first and r < 1:
+            break
+    return {"op_ratios": ratios, "skippable_ops": [o for o, r in ratios.items() if r < 1],
+            "skippable_by": [by[o] for o, r in ratios.items() if r < 1],
+            "ops_that_matter": [o for o, r in ratios.items() if r >= 1], "ops_seen": ops}
+
+
+def _ulp_up(x: Sequence[Any]) -> tuple:
+    return tuple(torch.nextafter(t, torch.full_like(t, math.inf)) if isinstance(t, torch.Tensor)
+                 and t.is_floating_point() else t for t in x)
+
+
+def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, torch.dtype]:
+    """Floating parameters and buffers to float64 (dtypes None; their dtypes are returned) or back to `dtypes`.
+    In place: float32 -> float64 -> float32 is exact, so no copy of the weights is held."""
+    saved: dict[int, torch.dtype] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if not t.is_floating_point():
+            continue
+        if dtypes is None:
+            saved[id(t)] = t.dtype
+            t.data = t.data.double()
+        elif id(t) in dtypes:
+            t.data = t.data.to(dtypes[id(t)])
+    return saved
+
+
+def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence[Any] | None = None,
+              stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
+              ) -> dict[str, Any]:
+    """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
+    the output with every floating input one ulp up, and against the float64 reference."""
+    worst = {c: 0.0 for c in checks}
+    found = ""
+    for k in range(draws):
+        x = draw(k)
+        ref = subs[k] if subs is not None and k < len(subs) else flatten(model(*x))[::stride]
+        if FRAGILE_ULP in worst:
+            worst[FRAGILE_ULP] = max(worst[FRAGILE_ULP], tolerance_ratio(flatten(model(*_ulp_up(x)))[::stride],
+                                                                         ref, tol))
+        if FRAGILE_F64 in worst:
+            saved = _cast_model(model, None)
+            try:
+                x64 = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
+                out64 = flatten(model(*x64))[::stride]
+                del x64
+            finally:
+                _cast_model(model, saved)
+            # the float32 reference as a candidate against the float64 truth: what an exact kernel would see
+            worst[FRAGILE_F64] = max(worst[FRAGILE_F64], tolerance_ratio(ref.double(), out64, tol))
+            del out64
+        del x
+        found = next((c for c in checks if worst[c] >= 1), "")
+        if stop_first and found:
+            break
+    return {"fragile": found, "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64)}
+
+
+def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] = KINDS, draws: int = 5,
+            subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
+            known_ratio: float | None = None) -> dict[str, Any]:
+    """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
+    names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
+    outputs (subs[0] of ref0), reused by the fragility check."""
+    m: dict[str, Any] = {"shortcut_checks": ",".join(k for k in KINDS if k in kinds)}
+    if "dead" in kinds:
+        d = dead_inputs(model, draw, ref0, tol, stop_first, known_ratio)
+        ratios = d.pop("input_redraw_ratios")
+        m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None))
+    if "skip" in kinds:
+        s = skippable_ops(model, draw, ref0, tol, stop_first)
+        ratios = s.pop("op_ratios")
+        s.pop("ops_seen")
+        m.update(s, min_op_ratio=min(ratios.values(), default=None))
+    if "fragile" in kinds:
+        m.update(fragility(model, draw, tol, draws, subs, stride, stop_first))
+    return m

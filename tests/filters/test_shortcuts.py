@@ -1,0 +1,124 @@
+"""filters.shortcuts: planted shortcuts are found, tasks where everything matters are not flagged."""
+
+import pytest
+import torch
+from torch import nn
+
+from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, OperatorCalls, measure, skippable_ops
+
+TOL = 1e-2
+
+
+def _draw(*shapes, device="cpu"):
+    def draw(k):
+        g = torch.Generator().manual_seed(1000 + k)
+        return tuple(torch.randn(*s, generator=g).to(device) for s in shapes)
+    return draw
+
+
+def _measure(model, draw, **kw):
+    with torch.no_grad():
+        ref0 = model(*draw(0)).reshape(-1).float()
+        return measure(model, draw, ref0, TOL, stop_first=False, **kw)
+
+
+class RenormRsub(nn.Module):
+    """renorm over many features makes x's part ~1e-4: y alone decides the output (a planted dead input)."""
+
+    def forward(self, x, y):
+        return torch.rsub(torch.renorm(x, p=1, dim=0, maxnorm=1), y)
+
+
+class SmallJoin(nn.Module):
+    def forward(self, x, y):
+        return torch.tanh(x) + 1e-5 * y
+
+
+class AllMatter(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(32)
+
+    def forward(self, x, y):
+        return torch.relu(self.bn(x)) * y
+
+
+class RoundTrip(nn.Module):
+    """Whether exp(log(x)) returns x exactly: decided by the last bit, so any honest rounding change flips it."""
+
+    def forward(self, x):
+        x = x.abs() + 0.5
+        return (torch.exp(torch.log(x)) == x).float()
+
+
+def test_planted_dead_input_is_found_by_name():
+    m = _measure(RenormRsub(), _draw((8, 4096), (8, 4096)), kinds=("dead",))
+    assert m["dead_inputs"] == ["x"]
+    assert m["inputs_that_matter"] == ["y"]
+    assert m["min_input_redraw_ratio"] < 1
+
+
+def test_small_operand_of_a_join_makes_its_operator_skippable():
+    m = _measure(SmallJoin(), _draw((64, 32), (64, 32)), kinds=("dead", "skip"))
+    assert m["dead_inputs"] == ["y"]
+    assert any(op.endswith(("mul", "__mul__", "__rmul__", "add", "__add__")) for op in m["skippable_ops"])
+    assert "0:torch.tanh" in m["ops_that_matter"]
+
+
+def test_every_input_and_operator_matters_nothing_flagged():
+    torch.manual_seed(0)
+    m = _measure(AllMatter(), _draw((64, 32), (64, 32)))
+    assert m["dead_inputs"] == [] and m["skippable_ops"] == [] and m["fragile"] == ""
+    assert m["inputs_that_matter"] == ["x", "y"]
+    assert m["ops_that_matter"] == ["0:nn.BatchNorm1d", "1:torch.relu", "2:Tensor.mul"]
+    assert m["shortcut_checks"] == "dead,skip,fragile"
+
+
+def test_calls_inside_a_module_are_not_operators_of_the_task():
+    model = AllMatter()
+    with torch.no_grad(), OperatorCalls(model) as rec:
+        model(*_draw((64, 32), (64, 32))(0))
+    assert rec.calls == ["0:nn.BatchNorm1d", "1:torch.relu", "2:Tensor.mul"]  # no running-stat add_
+
+
+def test_operator_with_constant_output_is_skippable_by_its_mean():
+    class ConstPath(nn.Module):
+        def forward(self, x):
+            return torch.sigmoid(x * 0 + 3.0) * x
+
+    draw = _draw((64, 32))
+    with torch.no_grad():
+        ref0 = ConstPath()(*draw(0)).reshape(-1)
+        s = skippable_ops(ConstPath(), draw, ref0, TOL, stop_first=False)
+    # x*0 is all zeros on every draw: replacing it by its mean changes no bit (no finding); sigmoid's constant
+    # output, replaced by its mean on another draw, is the same constant: no bit changes either
+    assert s["skippable_ops"] == []
+    assert "3:Tensor.mul" in s["ops_that_matter"]
+
+
+def test_fragile_output_is_flagged_for_both_changes():
+    m = _measure(RoundTrip(), _draw((64, 64)), kinds=("fragile",))
+    assert m["fragile"] in (FRAGILE_ULP, FRAGILE_F64)
+    assert m["fragile_ulp_ratio"] >= 1 and m["fragile_f64_ratio"] >= 1
+
+
+def test_stop_first_stops_at_the_first_dead_input():
+    class TwoDead(nn.Module):
+        def forward(self, x, y, z):
+            return z + 1e-6 * (x + y)
+
+    draw = _draw((32, 8), (32, 8), (32, 8))
+    with torch.no_grad():
+        ref0 = TwoDead()(*draw(0)).reshape(-1)
+        m = measure(TwoDead(), draw, ref0, TOL, kinds=("dead",), stop_first=True)
+    assert m["dead_inputs"] == ["x"] and m["inputs_that_matter"] == []
+
+
+@pytest.mark.gpu
+def test_planted_shortcuts_found_on_the_gpu():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    draw = _draw((4096, 8), (4096, 8), device="cuda")
+    m = _measure(RenormRsub().cuda(), draw)
+    assert m["dead_inputs"] == ["x"]
+    assert _measure(AllMatter().cuda(), _draw((64, 32), (64, 32), device="cuda"))["dead_inputs"] == []
