@@ -3,7 +3,7 @@ every host core, into a cache folder of our own.
 
 Why: a GPU image whose torch came without `__pycache__` (and does not write one) compiles every module it
 imports from source, in every fresh interpreter. On the H200 image that made the fork server's imports of torch,
-Dynamo and inductor 13.7 s with the page cache warm (16.6 s cold; `benchmarks/cold_start.py`, 2026-12-03), and
+Dynamo and inductor 13.7 s with the page cache warm (16.6 s cold), and
 each worker compiled Triton and inductor's code generators again at its first compile: the GPU idled meanwhile.
 With PYTHONPYCACHEPREFIX pointing at a folder we can write, an interpreter reads its bytecode there (and writes
 it there, unless PYTHONDONTWRITEBYTECODE says not to); compiling the packages' sources into it ahead, on every

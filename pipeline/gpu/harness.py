@@ -390,7 +390,7 @@ def collect_and_freeze() -> None:
     """Free what the last task left (Dynamo's caches of its compiled frames first, then its reference cycles) and
     move what survives into the collector's permanent generation: inductor's and Triton's modules and caches, imported
     at a worker's first compile, stay for the worker's life, and every full pass walked them (about 450k objects,
-    0.27 s a pass on a 2-core host, benchmarks/gc_pass.py; two passes per task, and the automatic ones inside each
+    0.27 s a pass on a 2-core host; two passes per task, and the automatic ones inside each
     compile) until frozen. What a later task leaves is young again, so its cycles are still found."""
     dynamo = sys.modules.get("torch._dynamo")
     if dynamo is not None:
