@@ -54,6 +54,8 @@ FIELD_DOCS = {
     "profile.max_runs": "most timed runs per median",
     "profile.reserve_margin_measured": "margin on the measured peak for the memory reservation after the first forward",
     "profile.reserve_slack_gb": "slack added to each memory reservation (GiB)",
+    "profile.shortcut_draws": "input draws the fragility check runs on",
+    "profile.shortcut_stop_first": "each shortcut check kind stops at its first finding",
     "publish.name": "dataset name on the card",
     "publish.license": "license on the card",
     "publish.shard_rows": "rows per published parquet shard",
@@ -162,9 +164,11 @@ def _column_meanings() -> dict[str, dict[str, str]]:
         for name in sch.names:
             tables.setdefault(table, {}).setdefault(name, "")
     published = {name: doc for name, (_, doc) in schema.COLUMNS.items()}
-    for table, cols in tables.items():  # a column published under the same name means the same
+    # a column of the same name in another table (a table built from another's fields) or published means the same
+    known = {name: m for cols in tables.values() for name, m in cols.items() if m}
+    for table, cols in tables.items():
         for name, meaning in cols.items():
-            cols[name] = meaning or published.get(name) or COLUMN_DOCS.get(f"{table}.{name}") \
+            cols[name] = meaning or known.get(name) or published.get(name) or COLUMN_DOCS.get(f"{table}.{name}") \
                 or COLUMN_DOCS.get(name, "")
     tables["dataset"] = published
     return tables
