@@ -923,6 +923,8 @@ def _compare(task_fp: dict[str, Any], ref: ReferenceMatrix, ast_threshold: float
                 "kb_nearest": key[nearest] if nearest >= 0 else None,
                 "kb_ast_similarity": round(best_ast, 4),
                 "kb_ast_nearest": key[best_ref] if best_ref >= 0 else None,
+                # the AST detector's second condition for that problem: a kept row above the AST threshold has False
+                "kb_shared_computation": bool(best_ref >= 0 and ok(best_ref, best_ast)),
                 "kb_op_signature_match": bool(sig_hits),
                 "kb_op_multiset_match": bool(ms_hits),
                 "kb_op_signature_nearest": key[sig_ref] if sig_ref >= 0 else None,

@@ -7,6 +7,7 @@ REPO_PLACEHOLDER; `hub.push` substitutes the real id in the uploaded copy.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from typing import Any
@@ -97,14 +98,51 @@ def _glance(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+# reasons shown per stage in the card's rejection table; rarer ones are counted together in one row
+REASONS_PER_STAGE = 8
+_EXCEPTION = re.compile(r"^(compile failed|error|crashed|timeout|oom|early_reject): ([A-Za-z_][\w.]*)(?=:|$)")
+
+
+def shown_kind(kind: str) -> str:
+    """A reason kind as the card shows it: what went wrong, without measured quantities, object reprs or an
+    exception's message (rejections/rejections.parquet keeps the full reason)."""
+    if kind.startswith("early_reject: "):
+        rest = kind.removeprefix("early_reject: ")
+        what = ("peak memory over the cap" if "memory" in rest else "too slow" if ">" in rest else
+                "too fast" if "<" in rest else rest.split(" N ")[0])
+        return f"{what} (rejected early, by a quick run)"
+    m = _EXCEPTION.match(kind)
+    return f"{m.group(1)}: {m.group(2)}" if m else re.sub(r" N \w* ?[<>] N \w*", "", kind)
+
+
+def rejection_rows(summary: list[dict[str, Any]], per_stage: int = REASONS_PER_STAGE) -> tuple[list[tuple], bool]:
+    """(stage, shown reason, tasks) for every stage in the summary, in its order, most common first; past
+    `per_stage` reasons a stage's rarer ones make one row. True when some were grouped."""
+    by_stage: dict[str, Counter] = {}
+    for r in summary:
+        by_stage.setdefault(r["stage"], Counter())[shown_kind(r["reason_kind"])] += r["count"]
+    rows, grouped = [], False
+    for stage, counts in by_stage.items():
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        shown, rest = (ranked, []) if len(ranked) <= per_stage else (ranked[: per_stage - 1], ranked[per_stage - 1:])
+        rows += [(stage, k, n) for k, n in shown]
+        if rest:
+            grouped = True
+            rows.append((stage, f"{len(rest)} rarer reasons", sum(n for _, n in rest)))
+    return rows, grouped
+
+
 def _funnel(manifest: dict[str, Any]) -> list[str]:
     out = ["| step | tasks |", "|---|---:|"]
     out += [f"| {s['step']} | {s['tasks']:,} |" for s in manifest["funnel"]]
     out.append(f"| **published** | **{manifest.get('sample_of') or manifest['rows']:,}** |")
     if manifest.get("rejections"):
-        out += ["", "Rejections by first stage and reason (full list: `rejections/rejections.parquet`):", "",
-                "| stage | reason | tasks |", "|---|---|---:|"]
-        out += [f"| {r['stage']} | {r['reason_kind']} | {r['count']:,} |" for r in manifest["rejections"][:20]]
+        rows, grouped = rejection_rows(manifest["rejections"])
+        note = (f"; per stage the {REASONS_PER_STAGE - 1} most common reasons are shown and the rarer ones counted "
+                "together" if grouped else "")
+        out += ["", f"Rejections by the first stage that dropped a task, every stage{note} (each task's full "
+                "reason: `rejections/rejections.parquet`):", "", "| stage | reason | tasks |", "|---|---|---:|"]
+        out += [f"| {stage} | {kind} | {n:,} |" for stage, kind, n in rows]
     return out
 
 
@@ -125,12 +163,12 @@ def _cost(manifest: dict[str, Any]) -> list[str]:
         out.append(f"| profile (GPU) | {gpu_s / 3600:.2f} GPU-hours in {len(calls)} call(s) on "
                    f"{', '.join(g for g in manifest.get('gpu') or [] if g not in ('cpu', 'cuda')) or 'the GPU'}"
                    + (f"; {gpu_s / rows:.2f} GPU-s per published task" if rows else "") + " |")
-    # `opsynth profile --set`: how those calls measured differs from config.toml
-    changed = Counter(", ".join(f"{k}={v}" for k, v in sorted(c["settings"].items()))
-                      for c in calls if c.get("settings"))
+    # `opsynth profile --set` / `--preset`: how those calls measured differs from config.toml (listed below)
+    changed = settings_calls(calls)
     if changed:
-        out.append("| profile settings of some calls | " + "; ".join(
-            f"{n} call(s) with {k}" for k, n in changed.items()) + " (the others: `config.toml`'s) |")
+        out.append(f"| profile settings | {sum(bool(c.get('settings')) for c in calls)} of {len(calls)} call(s) "
+                   "changed some from `config.toml` (below; each call's: `stage_records.profile.calls` in "
+                   "`manifest.json`) |")
     for stage in ("sample", "decontaminate", "filter", "dedupe"):
         r = records.get(stage)
         if r:
@@ -138,7 +176,15 @@ def _cost(manifest: dict[str, Any]) -> list[str]:
             out.append(f"| {stage} (CPU) | {total / 60:.1f} min wall |")
     if sampled and rows:
         out.append(f"| sampled -> published | {sampled:,} -> {rows:,} ({rows / sampled:.1%}) |")
+    if changed:
+        out += ["", "| profile setting | value | calls |", "|---|---|---:|"]
+        out += [f"| `{k}` | {v} | {n} |" for (k, v), n in sorted(changed.items())]
     return out
+
+
+def settings_calls(calls: list[dict[str, Any]]) -> Counter:
+    """(setting, value) -> number of profile calls that measured with it instead of config.toml's."""
+    return Counter((k, str(v)) for c in calls for k, v in (c.get("settings") or {}).items())
 
 
 def _reproduce(manifest: dict[str, Any], cfg: dict[str, Any]) -> str:
@@ -154,6 +200,34 @@ def _reproduce(manifest: dict[str, Any], cfg: dict[str, Any]) -> str:
             f"drawn per index from the run seed, so {cmd} at n = {growth[-1]['to']:,} gives the same tasks only "
             "where its sampler is the one of the step that drew them. The run directory the release was built from "
             "(tasks, measurements, verdicts) is the exact record.")
+
+
+def dedupe_window(cfg: dict[str, Any]) -> tuple[float, float]:
+    """The runtime window whose log-middle picks near-cluster representatives, by pipeline/stages/dedupe.py's rule:
+    the filter's eager window, or the sampler's target window when the filter's starts at 0."""
+    f, s = cfg["filter"], cfg["sample"]
+    return (f["min_eager_ms"], f["max_eager_ms"]) if f["min_eager_ms"] > 0 else (s["target_min_ms"], s["target_max_ms"])
+
+
+def representative_rule(cfg: dict[str, Any]) -> str:
+    """What detectors/dedupe.py keeps of a near cluster, with this run's window."""
+    from detectors.dedupe import RUNTIME_TIE_PCT, log_middle
+
+    lo, hi = dedupe_window(cfg)
+    return (f"each near cluster keeps the task whose predicted runtime (the sampler's cost model; the measured eager "
+            f"time for a task without a prediction) is nearest the log-middle ({log_middle((lo, hi)):.3g} ms) of the "
+            f"{lo:g}-{hi:g} ms window; runtimes within {RUNTIME_TIE_PCT}% of the nearest count as a tie, broken by "
+            "the first task_id.")
+
+
+def contamination_rule(cfg: dict[str, Any]) -> str:
+    """When detectors/contamination.py calls a task contaminated, with this run's thresholds."""
+    d = cfg["decontaminate"]
+    return (f"a task is dropped when its AST similarity to a problem is above {d['ast_threshold']:g} and it shares "
+            "that problem's computation (its core ATen ops overlap; `kb_shared_computation` records this for the "
+            "AST-nearest problem, so a kept row may show a similarity above the threshold), when its traced "
+            f"operator signature equals a problem's{'' if d.get('op_signature', True) else ' (off for this run)'}, "
+            f"or when its MinHash Jaccard is at least {d['minhash_threshold']:g} with shared computation as well.")
 
 
 def _recheck(manifest: dict[str, Any]) -> list[str]:
@@ -185,23 +259,6 @@ def _drawn_from(source_rows: int | None, rows: int | None) -> str:
     if rows and source_rows != rows:
         return f"from the {source_rows:,} rows published then (the release has grown since) "
     return f"from the {source_rows:,} published rows "
-
-
-def _hub(manifest: dict[str, Any]) -> list[str]:
-    """How this folder goes to the Hub, with what the dry run lists (the card and manifest.json come on top)."""
-    files = manifest.get("files") or {}
-    out = ["## Putting it on the Hub", "",
-           "One command uploads the folder in one commit (token from `HF_TOKEN`); `--dry-run` lists what it would "
-           "upload and sends nothing:", "", "```bash",
-           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME --dry-run",
-           "opsynth publish RUN_DIR --to FOLDER --repo-id ORG/NAME", "```"]
-    if files:
-        width = max(len(r) for r in files)
-        out += ["", "What the dry run lists besides `README.md` and `manifest.json` (a run directory kept in the "
-                "folder, such as `run/`, stays local):", "", "```"]
-        out += [f"  {rel:<{width}}  {info['bytes']:>12,} B" for rel, info in sorted(files.items())]
-        out.append("```")
-    return out
 
 
 def stages_done(manifest: dict[str, Any]) -> set[str]:
@@ -292,12 +349,20 @@ FLOPS_NOTE = [
 def _usage() -> str:
     r = REPO_PLACEHOLDER
     return f"""```python
+import json
+import math
+
 from datasets import load_dataset
 
 ds = load_dataset("{r}", split="train")              # code written for Ops-6K works as is
 row = ds[0]
 ns = {{}}
 exec(row["code"], ns)                                   # KernelBench's harness loads tasks this way
+# sizes are for the GPU in `gpu` (often GiBs): for a small CPU run take the smallest of the task's sizes and its
+# `shape_variants` (module-level constants that get_inputs and get_init_inputs read when called)
+variants = json.loads(row["shape_variants"] or "[]")
+sizes = {{k: ns.get(k, 1) for v in variants for k in v}}
+ns.update(min([{{}}, *variants], key=lambda v: math.prod({{**sizes, **v}}.values())))
 model = ns["Model"](*ns["get_init_inputs"]())
 out = model(*ns["get_inputs"]())
 
@@ -403,10 +468,8 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             f"{_composed(rows)}).",
         ],
         "decontaminate": [
-            f"**decontaminate**: against KernelBench ({refs}); AST similarity (threshold "
-            f"{cfg['decontaminate']['ast_threshold']:g}), traced operator signature, MinHash (threshold "
-            f"{cfg['decontaminate']['minhash_threshold']:g}); before profiling, so a dropped task costs no GPU "
-            "time." + skipped("decontaminate"),
+            f"**decontaminate**: against KernelBench ({refs}); " + contamination_rule(cfg) + " Before profiling, "
+            "so a dropped task costs no GPU time." + skipped("decontaminate"),
         ],
         "profile": [
             "**profile**: every task run in isolated workers, eager and `torch.compile`; agreement, determinism, "
@@ -427,9 +490,8 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             "**dedupe**: exact (normalized code), structural (canonical graph hash at equal shapes), near duplicates "
             "only between tasks with the same operators: the same graph up to sizes and literal values, or code that "
             "is near-identical once the shared template is removed (Jaccard >= "
-            f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); each near cluster keeps the task whose eager "
-            "time is nearest the runtime window's log-middle, and a task is dropped only as a match of that task."
-            + skipped("dedupe"),
+            f"{cfg.get('dedupe', {}).get('near_code_jaccard', 0.9):g}); " + representative_rule(cfg)
+            + " A task is dropped only as a match of that task." + skipped("dedupe"),
         ],
     }
     header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
@@ -504,8 +566,5 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         f"{cfg['publish']['license'].upper()}. KernelBench (MIT) is used only as a decontamination reference; "
         "no KernelBench code is included.",
-        "",
-        *_hub(manifest),
-        "",
     ]
     return f"---\n{header}---\n\n" + "\n".join(body)

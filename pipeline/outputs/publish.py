@@ -107,6 +107,7 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "tf32": m.get("tf32"),
         "kb_nearest": c.get("kb_nearest"),
         "kb_ast_similarity": _finite(c.get("kb_ast_similarity")),
+        "kb_shared_computation": c.get("kb_shared_computation"),
         "kb_op_signature_match": c.get("kb_op_signature_match"),
         "kb_minhash_jaccard": _finite(c.get("kb_minhash_jaccard")),
         "shape_variants": task.get("shape_variants"),

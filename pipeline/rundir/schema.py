@@ -123,6 +123,7 @@ CONTAMINATION = pa.schema([
     ("kb_nearest", pa.string()),    # e.g. level2/17_Conv2d_InstanceNorm_Divide
     ("kb_ast_similarity", pa.float64()),
     ("kb_ast_nearest", pa.string()),
+    ("kb_shared_computation", pa.bool_()),   # the task shares kb_ast_nearest's computation (the AST detector needs it)
     ("kb_op_signature_match", pa.bool_()),   # the traced program equals a problem's at some normalization, in order
     ("kb_op_signature_nearest", pa.string()),
     ("kb_op_normalization", pa.string()),    # exact | core | core + <op> | core - <op> (detectors/contamination.py)
@@ -228,6 +229,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "tf32": (pa.bool_(), "TF32 matmuls/convolutions were enabled while timing"),
     "kb_nearest": (pa.string(), "nearest KernelBench problem (level/name)"),
     "kb_ast_similarity": (pa.float64(), "AST similarity to the nearest KernelBench problem (Ops-6K dropped > 0.9)"),
+    "kb_shared_computation": (pa.bool_(), "the task shares the AST-nearest problem's computation (core ATen ops "
+                              "overlap); AST similarity drops a task only with this true; null where not recorded"),
     "kb_op_signature_match": (pa.bool_(), "same traced operator sequence as a KernelBench problem"),
     "kb_minhash_jaccard": (pa.float64(), "MinHash Jaccard estimate to the nearest KernelBench problem"),
     "shape_variants": (pa.string(), "JSON list of alternative sizes {CONSTANT: value} the task also runs on"),

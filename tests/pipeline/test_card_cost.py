@@ -24,7 +24,8 @@ def test_calls_measured_with_other_settings_are_named():
              {"seconds": 60.0, "device": "cuda", "gpus": 1, "settings": {"profile.median_precision": 0.015}},
              {"seconds": 60.0, "device": "cuda", "gpus": 1, "settings": {"profile.median_precision": 0.015}}]
     text = "\n".join(card._cost(_manifest(calls)))
-    assert "| profile settings of some calls | 2 call(s) with profile.median_precision=0.015 (the others" in text
+    assert "| profile settings | 2 of 3 call(s) changed some from `config.toml`" in text
+    assert "| `profile.median_precision` | 0.015 | 2 |" in text
     assert "settings" not in "\n".join(card._cost(_manifest(calls[:1])))
 
 
