@@ -224,7 +224,9 @@ table's `_done/` folder exists (written last; plain parquet readers skip `_done`
 """
     where = {"tasks": "sample, or audit's import", "measurements": "profile", "verdicts": "decontaminate, filter, dedupe",
              "contamination": "decontaminate", "dedupe": "dedupe", "prescreen": "sample (the CPU pre-screen; not "
-             "published)", "labels": "audit's labels stage", "dataset": "publish: `dataset/data/train-*.parquet`"}
+             "published)", "labels": "audit's labels stage",
+             "shortcuts": "profile with `profile.shortcuts_only` (the shortcut checks alone on a measured run; the "
+             "filter joins them to the measurements by task_id)", "dataset": "publish: `dataset/data/train-*.parquet`"}
     parts = [intro]
     for table, cols in _column_meanings().items():
         parts.append(f"## {table}\n\nWritten by {where.get(table, table)}.\n\n| column | meaning |\n| --- | --- |")
