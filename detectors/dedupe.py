@@ -156,8 +156,8 @@ def dedupe(task_ids: Sequence[str], codes: Sequence[str], graph_hashes: Sequence
            window: tuple[float, float] = (1.0, 100.0), code_jaccard: float = NEAR_CODE_JACCARD) -> list[dict]:
     """One row per task (in task_id order): cluster ids of each kind, the near-duplicate evidence, keep, reason.
 
-    `graphs` (node-link JSON) and `ops` give the near-duplicate evidence; `eager_ms` (else `predicted_ms`)
-    against the log-middle of `window` (> 0) picks each near cluster's representative."""
+    `graphs` (node-link JSON) and `ops` give the near-duplicate evidence; `predicted_ms` (else `eager_ms`, for a
+    task without a prediction) against the log-middle of `window` (> 0) picks each near cluster's representative."""
     n = len(task_ids)
     order = sorted(range(n), key=lambda i: task_ids[i])
     ids = [task_ids[i] for i in order]

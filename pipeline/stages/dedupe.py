@@ -54,7 +54,7 @@ def counts_of(rows: list[dict]) -> dict[str, int]:
 
 def run(rd: RunDir, cfg: Config) -> dict:
     """Dedupe the tasks kept so far: exact, structural if configured, near (same operators doing the same
-    thing, star clusters around the task whose runtime is nearest the window's log-middle)."""
+    thing, star clusters around the task whose predicted runtime, else eager time, is nearest the window's log-middle)."""
     from detectors.dedupe import dedupe
 
     t0 = time.time()
