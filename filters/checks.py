@@ -11,9 +11,10 @@ from filters.degenerate import OUTPUT_CHECKS
 from filters.determinism import compiles_and_agrees, deterministic
 from filters.labels import labels_match
 from filters.runtime import eager_in_window, peak_memory_under_cap, ran_ok, timed, timing_undisturbed
+from filters.shortcut_checks import no_shortcuts
 
 # what the eager runs alone decide (the runtime window is not among them: eager timing comes last)
-EAGER_CHECKS = (deterministic, *OUTPUT_CHECKS)
+EAGER_CHECKS = (deterministic, *OUTPUT_CHECKS, no_shortcuts)
 # what is decided before the timed runs: a task they reject is not timed (profile.skip_timing_when_rejected)
 UNTIMED_CHECKS = (*EAGER_CHECKS, compiles_and_agrees)
 # order matters: the first failing check is the reason recorded, so the eager checks come before the compile's;

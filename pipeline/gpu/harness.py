@@ -800,7 +800,11 @@ class Harness:
                 self.lock.yield_()
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
             m.update(draw_checks(ref0, subs, self.s.filter.compile_tolerance))
+            if s.shortcut_checks and not self._eager_rejection(m):  # a task out already needs no more forwards
+                self._shortcuts(model, ns, ref0, subs, stride, m)
         m["gpu_busy_eager_s"] = self.lock.held_s
+        if s.shortcuts_only:  # the run holds every other measurement of the task already
+            return
         compiled = None
         if s.compile:
             why = self._eager_rejection(m)
@@ -832,6 +836,21 @@ class Harness:
         # for the task) inflates them: recorded so such timings can be told apart
         m["timing_alloc_retries"] = self._alloc_retries() - retries0
         self._roofline(task, m)
+
+    def _shortcuts(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict) -> None:
+        """filters/shortcuts.py on the real sizes, inside the eager hold: reuses draw 0's output and the draws'
+        samples, draws inputs again (seeded: the same values) rather than holding them, one forward's output at
+        a time beside ref0, as the draws above."""
+        from filters.shortcuts import measure
+        from filters.tensor_checks import tolerance_ratio
+
+        s, t = self.s.profile, time.perf_counter()
+        # one tensor input: redrawing it alone is draw 1 against draw 0, measured above (exactly, unsampled)
+        known = tolerance_ratio(subs[1], subs[0], self.s.filter.compile_tolerance) if stride == 1 else None
+        m.update(measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
+                         kinds=s.shortcut_checks, draws=s.shortcut_draws, subs=subs, stride=stride,
+                         stop_first=s.shortcut_stop_first, known_ratio=known))
+        m["gpu_busy_shortcut_s"] = time.perf_counter() - t
 
     def _warm_in_drain(self, ns: dict, model: Any, compiled: Any, m: dict) -> tuple[tuple, int]:
         """Announce the timed runs from a shared hold (the compile check's, still held, or a new one) and, while

@@ -72,6 +72,9 @@ class SampleSection:
     # also run draw 0 in float64 and flag a task whose float32 output disagrees with it at the verifier's
     # tolerance ("numerically fragile": a compiled kernel that reorders arithmetic likely disagrees too)
     prescreen_fp64: bool = False
+    # filters/shortcuts.py at the screened shapes: off | record (prescreen columns) | drop (a draw with a dead input,
+    # a skippable operator or a fragile output is resampled, like the other pre-screen verdicts)
+    prescreen_shortcuts: str = "off"
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,14 @@ class ProfileSection:
     # a task whose runs spread wider than iqr_target otherwise runs max_runs times; 0: the IQR rule alone
     median_precision: float = 0.0
     input_draws: int = 3  # different input draws for the sensitivity check
+    # filters/shortcuts.py on the real sizes after the eager draws: which kinds (dead, skip, fragile; empty: off),
+    # on how many draws the fragility check runs, and whether each kind stops at its first finding
+    shortcut_checks: tuple[str, ...] = ()
+    shortcut_draws: int = 5
+    shortcut_stop_first: bool = True
+    # run only the shortcut checks on a run already measured (`opsynth profile --shortcuts-only`): rows go to
+    # shortcuts/, beside the stored measurements, which the filter joins by task_id
+    shortcuts_only: bool = False
     # a quick eager run this far under the window skips the rest (it is never faster than the task); on the slow
     # side one over 1.5x the window's bound is checked by a run holding the GPU alone, over 1.5x too to skip (the
     # quick run shares the GPU: 4.3x the median at q50, call 33)
@@ -219,6 +230,9 @@ class FilterSection:
     # draws must stand this far apart at compile_tolerance (1: the verifier tells them apart; below, one fixed
     # output, whatever the inputs, passes it on every draw)
     min_input_sensitivity_ratio: float = 1.0
+    # filters/shortcut_checks.py: drop tasks with a dead input, a skippable operator, a fragile output (measured
+    # by profile.shortcut_checks; measurements without those columns keep)
+    reject_shortcuts: bool = True
     reject_degenerate: bool = True
     max_peak_memory_gb: float = 8.0
     require_label_match: bool = True
@@ -306,6 +320,8 @@ def validate(cfg: Config, where: str) -> Config:
            f"sample.avoid_reference must list reference index specs (builtin, builtin:NAME, PATH; got {s.avoid_reference!r})")
     _check(s.prescreen in ("off", "record", "resample"), where,
            f"sample.prescreen must be 'off', 'record' or 'resample' (got {s.prescreen!r})")
+    _check(s.prescreen_shortcuts in ("off", "record", "drop"), where,
+           f"sample.prescreen_shortcuts must be off, record or drop (got {s.prescreen_shortcuts!r})")
     _check(s.prescreen_ms > 0 and s.prescreen_mb > 0, where, "sample.prescreen_ms and prescreen_mb must be > 0")
     _check(s.prescreen_retry_ms >= 0, where, "sample.prescreen_retry_ms must be >= 0 (0: no second screen)")
     _check(s.composer in ("template", "llm"), where, f"sample.composer must be 'template' or 'llm' (got {s.composer!r})")
@@ -340,6 +356,9 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.max_runs >= p.min_runs, where, f"profile.max_runs must be >= min_runs (got {p.max_runs} < {p.min_runs})")
     _check(p.iqr_target > 0, where, f"profile.iqr_target must be > 0 (got {p.iqr_target})")
     _check(p.input_draws >= 2, where, f"profile.input_draws must be >= 2 (got {p.input_draws})")
+    _check(set(p.shortcut_checks) <= {"dead", "skip", "fragile"}, where,
+           f"profile.shortcut_checks holds dead, skip, fragile only (got {list(p.shortcut_checks)})")
+    _check(p.shortcut_draws >= 1, where, f"profile.shortcut_draws must be >= 1 (got {p.shortcut_draws})")
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
     _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")

@@ -108,6 +108,21 @@ MEASUREMENTS = pa.schema([
     ("gpu_busy_eager_s", pa.float64()),
     ("gpu_busy_compile_s", pa.float64()),
     ("compile_wall_s", pa.float64()),
+    # filters/shortcuts.py at the verifier's tolerance (profile.shortcut_checks): which kinds ran ("" none), and
+    # per kind what it found before stopping at its first finding
+    ("shortcut_checks", pa.string()),       # dead,skip,fragile: the kinds measured
+    ("dead_inputs", STR_LIST),              # tensor inputs whose redraw alone leaves the output within tolerance
+    ("inputs_that_matter", STR_LIST),       # tensor inputs whose redraw alone moves the output beyond tolerance
+    ("min_input_redraw_ratio", pa.float64()),  # smallest such move as the verifier's ratio (< 1: within tolerance)
+    ("skippable_ops", STR_LIST),            # operator calls (index:name) replaceable by a constant or skipped
+    ("skippable_by", STR_LIST),             # per skippable operator: mean (a constant) | skipped (its input)
+    ("ops_that_matter", STR_LIST),          # operator calls whose replacement moves the output beyond tolerance
+    ("min_op_ratio", pa.float64()),         # smallest move of an operator's replacement as the verifier's ratio
+    ("fragile", pa.string()),               # "" or the honest rounding change that moves the output: one-ulp input
+                                            # move | float64 reference
+    ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
+    ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
+    ("gpu_busy_shortcut_s", pa.float64()),  # of gpu_busy_s: the shortcut checks
 ])
 
 VERDICTS = pa.schema([
@@ -180,9 +195,24 @@ PRESCREEN = pa.schema([
     ("input_sensitivity_ratio", pa.float64()),
     ("degenerate", pa.string()),
     ("output_numel", pa.int64()),
+    # the same shortcut measurements at the screened shapes (sample.prescreen_shortcuts)
+    ("shortcut_checks", pa.string()),
+    ("dead_inputs", STR_LIST),
+    ("skippable_ops", STR_LIST),
+    ("min_input_redraw_ratio", pa.float64()),
+    ("min_op_ratio", pa.float64()),
+    ("fragile", pa.string()),
 ])
 
-BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS,
+# `opsynth profile --shortcuts-only` over a run already measured: the shortcut columns of MEASUREMENTS, one row per
+# task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
+SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
+                    "skippable_by", "ops_that_matter", "min_op_ratio", "fragile", "fragile_ulp_ratio",
+                    "fragile_f64_ratio", "gpu_busy_shortcut_s")
+SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
+                       *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS)])
+
+BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS, "shortcuts": SHORTCUTS,
             "contamination": CONTAMINATION, "dedupe": DEDUPE, "prescreen": PRESCREEN, "labels": LABELS}
 
 

@@ -34,7 +34,7 @@ from pipeline.errors import OpsynthError
 from pipeline.rundir.stage_defs import VERDICT_SHARDS, WRITER
 
 READ_THREADS = 16  # shards are small (64-5,000 rows): opening each costs more than decoding it
-TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels")
+TABLES = ("tasks", "measurements", "verdicts", "contamination", "dedupe", "prescreen", "labels", "shortcuts")
 # verdicts/ holds one shard per deciding stage, so each stage rewrites only its own decisions
 
 

@@ -32,7 +32,7 @@ from pipeline.gpu.task_order import ExpectedWall
 from pipeline.gpu.worker_settings import WorkerSettings
 from pipeline.progress import Progress
 from pipeline.rundir.config import Config
-from pipeline.rundir.schema import MEASUREMENTS, conform
+from pipeline.rundir.schema import MEASUREMENTS, SHORTCUTS, conform
 from pipeline.rundir.store import RunDir, chunks, map_shards
 
 
@@ -112,20 +112,30 @@ def _shards_left(budget: Budget, sizes: list[int], interval: float | None) -> in
 
 
 def _left_to_measure(rd: RunDir, k: int, ids: set[str],
-                     on_disk: dict[int, Counter]) -> dict[str, dict[str, Any]] | None:
+                     on_disk: dict[int, Counter], table_name: str = "measurements") -> dict[str, dict[str, Any]] | None:
     """None when measurement shard k is done and covers `ids` (the tasks at its positions); else the rows it
     already holds for them: none for a shard not written yet, some for one written before the run grew.
     on_disk[k]: the statuses of the rows the shard holds on disk now, when it has any."""
     import pyarrow.parquet as pq
 
-    if not rd.is_done("measurements", k):
+    if not rd.is_done(table_name, k):
         return {}
-    path = rd.shard_path("measurements", k)
+    path = rd.shard_path(table_name, k)
     table = pq.read_table(path, columns=["task_id", "status"])
     on_disk[k] = Counter(table.column("status").to_pylist())
     if set(table.column("task_id").to_pylist()) == ids:
         return None
     return {r["task_id"]: r for r in pq.read_table(path).to_pylist() if r["task_id"] in ids}
+
+
+def _out_before_shortcuts(rd: RunDir) -> dict[str, tuple[str, str]]:
+    """Tasks a shortcuts-only call spends nothing on: not measured ok, or dropped by the stored filter verdicts."""
+    out = {r["task_id"]: ("profile", r["status"]) for r in rd.read_rows("measurements", ["task_id", "status"])
+           if r["status"] != "ok"}
+    for v in rd.read_rows("verdicts"):
+        if v["stage"] == "filter" and not v["keep"]:
+            out.setdefault(v["task_id"], ("filter", v["reason"]))
+    return out
 
 
 def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[str, Any]:
@@ -171,7 +181,10 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     # second read of them all (4.5 s of a 35,000-task run on a 2-core host, after the workers are gone)
     on_disk: dict[int, Counter] = {}
     shards = dict(chunks(tasks, size))
-    left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk), list(shards))
+    # profile.shortcuts_only: the shortcut checks alone, into shortcuts/ beside the stored measurements (same shards)
+    table, schema = ("shortcuts", SHORTCUTS) if cfg.profile.shortcuts_only else ("measurements", MEASUREMENTS)
+    left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk, table),
+                      list(shards))
     for (k, rows), before in zip(shards.items(), left, strict=True):
         if before is not None:
             pending[k], results[k] = rows, before
@@ -180,6 +193,8 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     # only the stages before profile decide what it skips: a filter verdict is drawn from measurements, so a lost
     # shard's tasks must be measured again, not skipped because of the verdict their old measurements earned
     dropped = first_rejection(rd, CODE_STAGES) if skip_dropped else {}
+    if cfg.profile.shortcuts_only:
+        dropped = {**dropped, **_out_before_shortcuts(rd)}  # measured and dropped already: no GPU for them
     to_run: dict[int, list[dict[str, Any]]] = {k: [] for k in pending}
     for rows in pending.values():
         for t in rows:
@@ -209,7 +224,7 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     def flush_ready() -> None:
         for k in [k for k, rows in pending.items() if len(results[k]) == len(rows)]:
             ordered = [results[k][t["task_id"]] for t in pending.pop(k)]
-            rd.write_shard("measurements", k, conform(ordered, MEASUREMENTS), MEASUREMENTS)
+            rd.write_shard(table, k, conform(ordered, schema), schema)
             on_disk[k] = Counter(r["status"] for r in ordered)
 
     def refuse(t: dict[str, Any]) -> bool:

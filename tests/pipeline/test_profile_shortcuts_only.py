@@ -1,0 +1,52 @@
+"""profile.shortcuts_only over a measured run: the shortcut checks alone go to shortcuts/ beside the stored
+measurements (which stay as they were), and the filter joins them: a planted dead input is dropped by name."""
+
+import dataclasses
+
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import TASKS, conform
+from pipeline.rundir.store import RunDir
+from pipeline.stages import filter as filter_stage
+from pipeline.stages import profile
+
+DEAD_Y = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return torch.tanh(x) * 2.0 + 1e-6 * y
+
+def get_inputs():
+    return [torch.randn(256, 64), torch.randn(256, 64)]
+
+def get_init_inputs():
+    return []
+'''
+BOTH = DEAD_Y.replace("1e-6 * y", "y")
+
+
+def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_input(tmp_path):
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    tasks = [{"task_id": "dead", "name": "Dead", "code": DEAD_Y}, {"task_id": "both", "name": "Both", "code": BOTH}]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+    profile.run(rd, cfg, "local")  # the stored measurements, without the new checks
+    before = rd.shard_path("measurements", 0).read_bytes()
+    assert {m["task_id"]: m["shortcut_checks"] for m in rd.read_rows("measurements")} == {"dead": None, "both": None}
+
+    cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
+        cfg.profile, shortcuts_only=True, shortcut_checks=("dead", "skip", "fragile")),
+        filter=dataclasses.replace(cfg.filter, require_compile=False))  # compile is off in this tiny run
+    profile.run(rd, cfg2, "local")
+    assert rd.shard_path("measurements", 0).read_bytes() == before  # not rewritten, not copied
+    rows = {r["task_id"]: r for r in rd.read_rows("shortcuts")}
+    assert rows["dead"]["dead_inputs"] == ["y"] and rows["both"]["dead_inputs"] == []
+    assert rows["both"]["inputs_that_matter"] == ["x", "y"] and rows["both"]["gpu_busy_shortcut_s"] > 0
+
+    filter_stage.run(rd, cfg2)
+    verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
+    assert not verdicts["dead"]["keep"] and verdicts["dead"]["reason"].startswith("dead input: y (")
+    assert verdicts["both"]["keep"], verdicts["both"]["reason"]
