@@ -396,6 +396,24 @@ def quick_over_median(rows: list[dict]) -> dict:
                                 for q in (1, 10, 50, 90, 99)}, "min": round(r[0], 3), "max": round(r[-1], 3)}
 
 
+def headline(result: dict) -> list[dict]:
+    """The figures docs/figures.md shows for this run (python -m pipeline.outputs.figures reads them)."""
+    common = {"command": "python " + str(result.get("command", "benchmarks/pipeline_yield.py")),
+              "hardware": f"{result.get('gpus') or 1}x {result.get('gpu') or 'GPU'}",
+              "torch": str(result.get("torch")), "commit": str(result.get("commit"))}
+    rows = [{"figure": "published / sampled, fresh h200 tasks",
+             "value": f"{100 * result['published_over_sampled']:.1f}% ({result['published']:,} of {result['sampled']:,})",
+             "target": ">= 85%", **common}]
+    if result.get("gpu_s_per_published") is not None:
+        rows.append({"figure": "profile GPU-s per published task", "value": f"{result['gpu_s_per_published']:.4f}",
+                     "target": "<= 0.3", **common})
+    util = result.get("gpu_utilisation") or {}
+    if util.get("mean_all") is not None:
+        rows.append({"figure": "GPU utilisation over a profile call", "value": f"{util['mean_all']:.1f}% over all samples",
+                     "target": ">= 90%", **common})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, required=True)
@@ -542,6 +560,7 @@ def main() -> None:
         for d in r["rows"]:
             print(f"  {d['task_id']} {d['first'][:50]!r} / {d['second'][:50]!r} eager_ms {d['eager_ms']} "
                   f"{'near bound' if d['within_5pct_of_bound'] else ''}")
+    result = {"headline": headline(result), **result}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"\nwrote {a.out}")

@@ -38,3 +38,20 @@ def test_a_headline_without_its_fields_is_named(tmp_path):
         assert "a.json" in str(e) and "value" in str(e)
     else:
         raise AssertionError("a headline without its fields was accepted")
+
+
+def test_pipeline_yield_writes_the_headline_the_figures_page_reads(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(figures.ROOT / "benchmarks"))
+    from pipeline_yield import headline
+
+    result = {"command": "benchmarks/pipeline_yield.py --run R", "gpu": "NVIDIA H200", "gpus": 1, "torch": "2.11",
+              "commit": "abc1234", "sampled": 3000, "published": 2682, "published_over_sampled": 0.894,
+              "gpu_s_per_published": 0.1972, "gpu_utilisation": {"mean_all": 90.81}}
+    (tmp_path / "pipeline_yield_h200.json").write_text(json.dumps({"headline": headline(result)}))
+    rows = {r["figure"]: r["value"] for r in figures.headlines(tmp_path)}
+    assert rows["published / sampled, fresh h200 tasks"] == "89.4% (2,682 of 3,000)"
+    assert rows["profile GPU-s per published task"] == "0.1972"
+    committed = {r["figure"] for r in figures.headlines() if r["file"] == "pipeline_yield_h200.json"}
+    assert set(rows) == committed  # a rerun changes the committed rows, adds none
