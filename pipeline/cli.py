@@ -45,8 +45,8 @@ def _plain_metavars() -> None:
     typed = core.TyperOption.display_type_rich
 
     def option_metavar(self, ctx):
-        if self.is_flag:
-            return None
+        if self.is_flag or self.metavar is not None:
+            return None if self.is_flag else self.metavar
         shown = typed(self, ctx)
         return shown.strip("<>").replace("list[", "").replace("]", "").replace("str", "text").upper() if shown else shown
 
@@ -287,7 +287,8 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
             limit: Annotated[int | None, typer.Option(help="start no shard once K tasks were handed to workers "
                                                       "in this call (whole shards: K rounds up)")] = None,
             set_: Annotated[list[str] | None, typer.Option(
-                "--set", help="profile.KEY=VALUE for this call only (TOML value; repeat for several), recorded "
+                "--set", metavar="profile.KEY=VALUE",
+                help="profile.KEY=VALUE for this call only (TOML value; repeat for several), recorded "
                               "in the manifest's entry for the call, e.g. --set profile.median_precision=0.015")] = None,
             preset: Annotated[str | None, typer.Option(
                 metavar="NAME", help="use this preset's profile settings for this call (data/presets/NAME.toml; "
