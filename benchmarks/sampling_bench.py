@@ -151,6 +151,26 @@ def throughput(preset: str, n: int, procs: int, ctx, code_root: str = "") -> dic
             "tasks_per_cpu_s": round(done / cpu, 1), "attempts_per_task": round(attempts / done, 2)}
 
 
+
+def headline(result: dict) -> list[dict]:
+    """The figures docs/figures.md shows (python -m pipeline.outputs.figures reads them)."""
+    common = {"command": result.get("command", "python benchmarks/sampling_bench.py"), "hardware": "2-core CPU (no GPU)",
+              "torch": str(result.get("torch_version")), "commit": str(result.get("git_commit", ""))[:7]}
+    by_procs: dict[int, list[float]] = collections.defaultdict(list)
+    for t in result.get("throughput", []):
+        by_procs[t["processes"]].append(t["tasks_per_s"])
+    one, two = (statistics.median(by_procs[k]) if by_procs.get(k) else None for k in (1, 2))
+    rows = []
+    if one is not None:
+        rows.append({"figure": "sampling throughput, h200 preset, one process",
+                     "value": f"{one:.1f} tasks/s" + (f" ({two:.1f} with two processes)" if two else ""),
+                     "target": ">= 500 tasks/s", **common})
+    if "duplicate_canonical_graphs" in result:
+        rows.append({"figure": "10,000 sampled h200 tasks: duplicate graphs, label/trace disagreements",
+                     "value": f"{result['duplicate_canonical_graphs']} and {result['label_trace_disagreements']}",
+                     "target": None, **common})
+    return rows
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
@@ -265,6 +285,7 @@ def main() -> None:
           f"  (window {cfg.target_min_ms}-{cfg.target_max_ms})")
     print(f"  histogram over log bins     {hist}")
     print(f"  draws per task              {stats['attempts'] / n:.2f}; rejected: {dict(rejected.most_common(6))}")
+    result = {"headline": headline(result), **result}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
