@@ -223,7 +223,7 @@ def representative_rule(cfg: dict[str, Any]) -> str:
 def contamination_rule(cfg: dict[str, Any]) -> str:
     """When detectors/contamination.py calls a task contaminated, with this run's thresholds."""
     d = cfg["decontaminate"]
-    return (f"a task is dropped when its AST similarity to a problem is above {d['ast_threshold']:g} and it shares "
+    return (f"a task is dropped when its AST similarity to a problem is at least {d['ast_threshold']:g} and it shares "
             "that problem's computation (its core ATen ops overlap; `kb_shared_computation` records this for the "
             "AST-nearest problem, so a kept row may show a similarity above the threshold), when its traced "
             f"operator signature equals a problem's{'' if d.get('op_signature', True) else ' (off for this run)'}, "

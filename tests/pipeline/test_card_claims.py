@@ -123,7 +123,7 @@ def test_contamination_rule_names_both_conditions(published):
     text, manifest = published
     rule = card.contamination_rule(manifest["config"])
     assert rule in text
-    assert f"above {manifest['config']['decontaminate']['ast_threshold']:g}" in rule
+    assert f"at least {manifest['config']['decontaminate']['ast_threshold']:g}" in rule
     assert "shares that problem's computation" in rule and "`kb_shared_computation`" in rule
 
 
