@@ -270,6 +270,23 @@ def to_json(x: Any, ind: int = 0) -> str:
     return "[\n" + ",\n".join(pad + to_json(v, ind + 1) for v in x) + "\n" + " " * ind + "]"
 
 
+
+def headline(results: list[dict], commit: str) -> list[dict]:
+    """The figure docs/figures.md shows: the largest set's near-duplicate drops (python -m pipeline.outputs.figures)."""
+    if not results:
+        return []
+    import torch
+
+    big = max(results, key=lambda r: r["tasks"])
+    n = big["new"]
+    return [{"figure": "near-duplicate drops between different operators (3,000 h200 tasks)" if big["tasks"] == 3000
+             else f"near-duplicate drops between different operators ({big['set']})",
+             "value": f"{n['near_drops_differing_ops']} ({n['near_dropped']} dropped in {n['near_clusters']} clusters, "
+                      f"all the same canonical graph)" if n["near_drops_same_graph"] == n["near_dropped"] else
+                      f"{n['near_drops_differing_ops']} ({n['near_dropped']} dropped in {n['near_clusters']} clusters)",
+             "target": "0", "command": "python benchmarks/dedupe_bench.py", "hardware": "2-core CPU (no GPU)",
+             "torch": torch.__version__, "commit": commit}]
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
@@ -292,7 +309,8 @@ def main() -> None:
         results.append(bench_set(f"run {Path(d).name}", tasks, spec))
         report(results[-1])
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    out = {"commit": commit, "python": platform.python_version(), "sets": results}
+    out = {"headline": headline(results, commit), "commit": commit, "python": platform.python_version(),
+           "sets": results}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(to_json(out) + "\n")
     print(f"\nwrote {args.out}")
