@@ -296,6 +296,20 @@ def print_replay(s: dict) -> None:
           f"{s['recorded_agree']}/{s['recorded_compared']}")
 
 
+
+def headline(out: dict) -> list[dict]:
+    """The figure docs/figures.md shows: the first budget's flag rate and CPU cost (python -m pipeline.outputs.figures)."""
+    import subprocess
+
+    import torch
+
+    b = out["budgets"][0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    return [{"figure": f"CPU pre-screen, {b['budget_ms']:g} ms budget, {b['tasks']} {out['preset']} tasks",
+             "value": f"{b['flagged']} flagged ({100 * b['flagged_share']:.1f}%), {b['cpu_ms_mean']:.0f} CPU-ms per task",
+             "target": None, "command": "python " + out["command"], "hardware": "2-core CPU (no GPU)",
+             "torch": torch.__version__, "commit": commit.strip()}]
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="h200")
@@ -379,6 +393,8 @@ def main() -> None:
                 s["larger_budget"] = larger_budget(tasks[: a.compare_n], rows, cfg,
                                                    Budget(a.compare_budget_ms, 4 * b.mb))
             out["budgets"].append(s)
+    if out.get("budgets"):
+        out = {"headline": headline(out), **out}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=2, default=str))
     if all_rows:
