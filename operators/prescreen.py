@@ -121,7 +121,9 @@ class Result:
                 "predicted_ms": self.predicted_ms, "cpu_ms": self.cpu_ms,
                 "input_min_pairwise_diff": m.get("input_min_pairwise_diff"),
                 "input_sensitivity_ratio": m.get("input_sensitivity_ratio"), "degenerate": m.get("degenerate"),
-                "output_numel": m.get("output_numel")}
+                "output_numel": m.get("output_numel"),
+                **{c: m.get(c) for c in ("shortcut_checks", "dead_inputs", "skippable_ops", "min_input_redraw_ratio",
+                                         "min_op_ratio", "fragile")}}
 
 
 class _FanMode(TorchDispatchMode):
@@ -392,9 +394,26 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                 if m["fp64_ratio"] is not None and m["fp64_ratio"] > 1:
                     res.reason = (f"numerically fragile: float32 and float64 disagree (ratio "
                                   f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
+            if getattr(cfg.sample, "prescreen_shortcuts", "off") != "off" and not res.reason:
+                _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
+
+
+def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result) -> None:
+    """filters/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
+    profile runs none); with sample.prescreen_shortcuts = "drop" a finding is the screen's reason."""
+    from filters.shortcut_checks import no_shortcuts
+    from filters.shortcuts import KINDS, measure
+
+    p = cfg.profile
+    known = float(res.measurements["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
+    res.measurements.update(measure(model, draw, ref0, float(cfg.filter.compile_tolerance),
+                                    kinds=tuple(p.shortcut_checks) or KINDS, draws=p.shortcut_draws, subs=subs,
+                                    stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known))
+    if cfg.sample.prescreen_shortcuts == "drop":
+        res.reason = no_shortcuts(res.measurements, cfg.filter) or ""
 
 
 def _extrapolate(screened: int, real: int) -> float:

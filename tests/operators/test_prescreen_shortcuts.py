@@ -1,0 +1,41 @@
+"""The CPU pre-screen runs the shortcut checks at the screened shapes: off by default, recorded with `record`,
+the screen's reason with `drop` (a planted dead input), and a task where every input matters keeps."""
+
+import dataclasses
+
+from operators.prescreen import prescreen
+from pipeline.rundir.config import load_preset
+
+CODE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return torch.tanh(x) * 2.0 + {k} * y
+
+def get_inputs():
+    return [torch.randn(128, 64), torch.randn(128, 64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _cfg(mode: str):
+    cfg = load_preset("demo")
+    return dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts=mode))
+
+
+def test_planted_dead_input_is_dropped_by_name_only_in_drop_mode():
+    task = {"task_id": "t", "code": CODE.format(k="1e-6")}
+    assert prescreen(task, _cfg("off")).measurements.get("dead_inputs") is None
+    rec = prescreen(task, _cfg("record"))
+    assert rec.reason == "" and rec.measurements["dead_inputs"] == ["y"]
+    assert rec.record(task, False)["dead_inputs"] == ["y"]
+    assert prescreen(task, _cfg("drop")).reason.startswith("dead input: y (")
+
+
+def test_every_input_matters_keeps():
+    res = prescreen({"task_id": "t", "code": CODE.format(k="1.0")}, _cfg("drop"))
+    assert res.status == "ok" and res.reason == "" and res.measurements["dead_inputs"] == []
+    assert res.measurements["fragile"] == "" and res.measurements["skippable_ops"] == []
