@@ -123,8 +123,31 @@ def machine(device: str) -> dict:
     return info
 
 
+def headline(name: str, figures: dict) -> list[dict]:
+    """The figures docs/figures.md shows for a phase (python -m pipeline.outputs.figures reads them)."""
+    m = figures.get("machine", {})
+    common = {"command": "python " + str(figures.get("command", "benchmarks/profile_bench.py")),
+              "hardware": f"{m.get('gpus', 1)}x {m.get('gpu', m.get('device', 'GPU'))} ({m.get('cpus')} host cores)",
+              "torch": str(m.get("torch")), "commit": str(m.get("commit"))}
+    if name == "opsynth" and figures.get("tasks_per_hour"):
+        return [{"figure": f"profile stage throughput, {figures['tasks']} h200 tasks, {figures.get('workers_per_gpu')} workers",
+                 "value": f"{figures['tasks_per_hour']:,.0f} tasks/h ({figures['gpu_s_per_task']:.3f} GPU-s per task)",
+                 "target": None, **common}]
+    if name == "kbloop" and figures.get("ratio_per_task"):
+        rows = [{"figure": "profile stage vs a KernelBench-style serial loop, per task",
+                 "value": f"{figures['ratio_per_task']:.1f}x faster", "target": None, **common}]
+        ag = figures.get("agreement") or {}
+        if ag.get("pairs"):
+            rows.append({"figure": "eager timing agreement with KernelBench's eager mean",
+                         "value": f"{ag['within_5pct']}/{ag['pairs']} within 5% (median {100 * ag['median_rel_diff']:.2f}%)",
+                         "target": None, **common})
+        return rows
+    return []
+
+
 def write(out: Path, name: str, figures: dict, rows: list[dict] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    figures = {"headline": headline(name, figures), **figures}
     (out / f"profile_{name}.json").write_text(json.dumps(figures, indent=2, default=str))
     if rows is not None:
         with open(out / f"profile_{name}_rows.jsonl", "w") as f:
