@@ -6,7 +6,7 @@ by side.
     python benchmarks/remeasure_copy.py --run DIR --out COPY --index A:B [--rows MEASUREMENTS.parquet]
     python benchmarks/remeasure_copy.py --run DIR --out COPY --ids TASK_ID,TASK_ID,...   # e.g. the tasks that stalled
 
-`--rows` puts measurement rows kept from an earlier re-measure (benchmarks/results/gpu_runs/callNN_remeasure) in
+`--rows` puts measurement rows kept from an earlier re-measure (an earlier copy's measurements/ folder) in
 place of the removed ones, so that copy, and the side-by-side figures drawn from it, can be made again without a GPU.
 
 pyarrow and stdlib only (it runs on a bare GPU image). Measurement shards keep their other rows and their
