@@ -43,6 +43,7 @@ from operators.peak import draw_peak
 from operators.render import render, task_name
 from operators.sizing import base_sizes, output_cap, per_sample_budget, solve_batch
 from operators.spec import accepts
+from operators.value_scale import cannot_matter
 
 MAX_ATTEMPTS = 40
 OP_TRIES = 24
@@ -414,6 +415,8 @@ def sample_one(cfg, rng: random.Random, task_seed: int, stats: Stats | None = No
         raise TaskRejected(f"labels: {bad[0]}")
     if cfg.avoid_reference and op_signature(aten) in _reference_signatures(tuple(cfg.avoid_reference)):
         raise TaskRejected("reference op signature")  # decontaminate would drop it: a copy of a reference problem
+    if getattr(cfg, "value_scale_rule", False) and (why := cannot_matter(g, values)):
+        raise TaskRejected(f"value scale: {why}")  # operators/value_scale.py: a shortcut by its parameters
     out = g.graph["output"]
     feeds = nx.ancestors(g, out)  # one walk per task: n reaches the output iff n is among its ancestors
     if any(n not in feeds for n in op_nodes(g) if n != out):
