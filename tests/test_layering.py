@@ -33,7 +33,7 @@ TIERS: list[tuple[str, list[str]]] = [
     ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness", "pipeline.rundir.reference"]),
     ("pipeline worker", ["pipeline.gpu.harness", "pipeline.gpu.kernel_warmup", "pipeline.gpu.executors"]),
     ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.docs_gen", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
-                          "pipeline.outputs.audit_export", "pipeline.outputs.recheck",
+                          "pipeline.outputs.audit_export", "pipeline.outputs.recheck", "pipeline.outputs.provenance",
                           "pipeline.outputs.docs_gen"]),
     ("pipeline stages", ["pipeline.stages.*"]),
     # the reward a training job calls: candidate checks and timing over the task format (verify/)

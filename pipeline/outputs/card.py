@@ -52,14 +52,18 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
     configs, infos = [], []
     for name, (path, schema_name) in CONFIGS.items():
         entry: dict[str, Any] = {"config_name": name, "data_files": [{"split": "train", "path": path}]}
+        n_bytes = int(manifest.get("arrow_bytes", {}).get(name, 0))
+        splits = [{"name": "train", "num_bytes": n_bytes, "num_examples": _num_rows(manifest, name)}]
+        held = int((manifest.get("splits") or {}).get("validation") or 0)
         if name == "default":
             entry["default"] = True
+            if held:  # the held-out operator multisets (pipeline/outputs/provenance.py)
+                entry["data_files"].append({"split": "validation", "path": "data/validation-*"})
+                splits = [{**splits[0], "num_examples": int(manifest["splits"]["train"])},
+                          {"name": "validation", "num_bytes": 0, "num_examples": held}]
         configs.append(entry)
         features = Features.from_arrow_schema(getattr(schema, schema_name))._to_yaml_list()
-        n_bytes = int(manifest.get("arrow_bytes", {}).get(name, 0))
-        infos.append({"config_name": name, "features": features,
-                      "splits": [{"name": "train", "num_bytes": n_bytes, "num_examples": _num_rows(manifest, name)}],
-                      "dataset_size": n_bytes})
+        infos.append({"config_name": name, "features": features, "splits": splits, "dataset_size": n_bytes})
     return {
         "license": cfg["publish"]["license"],
         "pretty_name": cfg["publish"]["name"],
@@ -444,6 +448,39 @@ def _numbered(built: dict[str, list[str]], order: tuple[str, ...]) -> list[str]:
     return [f"{i}. {text}" for i, text in enumerate((t for s in order for t in built[s]), 1)]
 
 
+SHORTCUT_KINDS = (("dead input", "a tensor input redrawn alone leaves the output within the tolerance"),
+                  ("skippable operator", "an operator replaced by a constant or skipped leaves it within"),
+                  ("fragile", "a one-ulp input move or the float64 reference moves it beyond"))
+
+
+def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """"What changed" (tasks each shortcut check removed, from the rejection summary; docs/shortcuts.md) when the
+    checks ran, the held-out split when there is one, and the difficulty signals of the published rows."""
+    out: list[str] = []
+    removed = {k: sum(r["count"] for r in manifest.get("rejections", []) if r["reason_kind"].startswith(k))
+               for k, _ in SHORTCUT_KINDS}
+    splits = manifest.get("splits") or {}
+    if any(removed.values()) or splits.get("validation"):
+        out += ["## What changed", ""]
+        out += [f"- **{k}**: {removed[k]:,} tasks removed ({why} atol = rtol = 1e-2)" for k, why in SHORTCUT_KINDS]
+        if splits.get("validation"):
+            out.append(f"- a `validation` split of {splits['validation']:,} rows whose operator multisets never "
+                       f"occur in `train` ({splits['train']:,} rows)")
+        out.append("- `profile_call` names the profile call that measured each row; its settings are in "
+                   "`manifest.json` under `profile_calls`")
+        out.append("")
+    n = len(rows)
+    if n:
+        roof = sum(1 for r in rows if (r.get("roofline_fraction") or 0) > 0.8)
+        slow = sum(1 for r in rows if r.get("compile_speedup") is not None and r["compile_speedup"] < 1)
+        out += ["## Difficulty signals", "",
+                f"- `roofline_fraction` > 0.8 in {roof:,} rows ({100 * roof / n:.1f}%): eager is already near "
+                "the device's roofline, little headroom for a faster kernel",
+                f"- `compile_speedup` < 1 in {slow:,} rows ({100 * slow / n:.1f}%): `torch.compile` is slower than "
+                "eager there", ""]
+    return out
+
+
 def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
     """The full README.md text."""
     import yaml
@@ -556,6 +593,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "- `rejections/rejections.parquet`, `rejections/summary.parquet`: why each dropped task was dropped",
         "- `manifest.json`: versions, devices, full config, seeds, references, funnel, file hashes",
         "",
+        *shortcut_sections(manifest, rows),
         "## Limitations",
         "",
         "- Runtimes are specific to the device and software versions in `manifest.json`; re-measure before "

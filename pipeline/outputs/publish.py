@@ -179,7 +179,10 @@ def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False
     if not accepted:
         raise OpsynthError(f"{rd.path}: no task was accepted by {', '.join(stages)}; nothing to publish "
                            f"(see the rejection reasons with `opsynth report {rd.path}`)")
+    from pipeline.outputs.provenance import profile_calls
+
     return {"cfg": cfg, "tasks": tasks, "accepted": accepted[:limit] if limit else accepted,
+            "calls": profile_calls(rd.manifest()),
             "accepted_total": len(accepted), "measurements": measurements, "contamination": contamination,
             "stages": stages, "status": status}
 
@@ -193,20 +196,32 @@ def build_rows(rd: RunDir) -> list[dict[str, Any]]:
 def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     meas = _by_task(g["measurements"] or [])
     cont = _by_task(g["contamination"] or [])
+    from pipeline.outputs.provenance import call_of
+
     version = opsynth_version()
-    return [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
+    rows = [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
+    for r in rows:  # provenance: the call whose settings measured the row
+        r["profile_call"] = call_of((meas.get(r["task_id"]) or {}).get("started_at"), g.get("calls") or [])
+    return rows
 
 
 def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
     from pipeline.outputs import card, plots
 
     cfg = g["cfg"]
+    from pipeline.outputs.provenance import validation_ids
+
     rows = _rows(g)
-    table = pa.Table.from_pylist(rows, schema=PUBLISHED)
-    n_shards = max(1, math.ceil(len(rows) / cfg.publish.shard_rows))
-    per = math.ceil(len(rows) / n_shards)
+    held = validation_ids(rows, cfg.publish.validation_share)
+    train = [r for r in rows if r["task_id"] not in held]
+    table = pa.Table.from_pylist(train, schema=PUBLISHED)
+    n_shards = max(1, math.ceil(len(train) / cfg.publish.shard_rows))
+    per = math.ceil(len(train) / n_shards)
     for i in range(n_shards):
         _write_parquet(table.slice(i * per, per), tmp / "data" / f"train-{i:05d}-of-{n_shards:05d}.parquet")
+    if held:  # whole operator multisets never in train: generalization to unseen fusions
+        val = pa.Table.from_pylist([r for r in rows if r["task_id"] in held], schema=PUBLISHED)
+        _write_parquet(val, tmp / "data" / "validation-00000-of-00001.parquet")
 
     accepted_ids = {t["task_id"] for t in g["accepted"]}
     cont_rows = [{**{k: r.get(k) for k in CONTAMINATION.names}, "published": r["task_id"] in accepted_ids}
@@ -231,6 +246,8 @@ def _write_folder(rd: RunDir, g: dict[str, Any], tmp: Path) -> dict[str, Any]:
 
     manifest = _manifest(rd, g, rows, summary)
     manifest["contamination_rows"] = len(cont_rows)
+    manifest["splits"] = {"train": len(train), "validation": len(held)}
+    manifest["profile_calls"] = g.get("calls") or []
     # the card's dataset_info states each config's size in Arrow bytes, as the Hub's own cards do
     manifest["arrow_bytes"] = {"default": table.nbytes, "contamination": cont_table.nbytes,
                                "rejections": rej_table.nbytes, "rejection_summary": summary_table.nbytes}

@@ -271,6 +271,8 @@ class PublishSection:
     name: str = "opsynth-ops"
     license: str = "cc-by-4.0"
     shard_rows: int = 5000
+    # share of operator multisets held out as a `validation` split (pipeline/outputs/provenance.py); 0: train only
+    validation_share: float = 0.0
 
 
 @dataclass(frozen=True)

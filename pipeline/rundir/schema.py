@@ -267,6 +267,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "composer": (pa.string(), "template (deterministic renderer) or llm"),
     "seed": (pa.int64(), "sampling seed of this task"),
     "opsynth_version": (pa.string(), "opsynth version that built the row"),
+    "profile_call": (pa.string(), "id of the profile call that measured the row (p00, p01...); its settings are "
+                     "in the manifest's profile_calls"),
 }
 PUBLISHED = pa.schema([(name, t) for name, (t, _) in COLUMNS.items()])
 

@@ -1,0 +1,70 @@
+"""publish with the v2 additions: a held-out `validation` split of whole operator multisets that datasets loads
+beside `train`, a `profile_call` per row pointing into the manifest's `profile_calls`, and the card's "What
+changed" and difficulty sections."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from pipeline.outputs.provenance import multiset_key, validation_ids
+from pipeline.outputs.publish import publish
+from pipeline.rundir.config import load_preset
+from pipeline.rundir.schema import MEASUREMENTS, TASKS
+from tests.pipeline.test_publish import _measurement, _task
+
+OPS = [["nn.Linear", "torch.relu"], ["nn.Linear", "torch.tanh"], ["torch.relu", "nn.Linear"], ["F.gelu"]]
+
+
+def _run(tmp_path: Path, share: float):
+    from pipeline.rundir.store import RunDir
+
+    n = 40
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, validation_share=share),
+                              run=dataclasses.replace(cfg.run, n=n, shard_size=n))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    # the multiset decides the split: vary it enough that some land in each split
+    tasks = [{**_task(i), "ops": OPS[i % 4] + [f"torch.op{i % 13}"]} for i in range(n)]
+    rd.write_shard("tasks", 0, tasks, TASKS)
+    started = time.time() - 5
+    rd.write_shard("measurements", 0, [{**_measurement(i), "started_at": started} for i in range(n)], MEASUREMENTS)
+    rd.record_stage("profile", 10.0, profiled=n, settings={"profile.shortcut_checks": ["dead"]})
+    shortcut = {5: "dead input: y (ratio 0.1)", 6: "skippable operator: 0:torch.renorm (mean, ratio 0.2)",
+                7: "fragile: one-ulp input move (ratio 3)"}
+    rd.write_verdicts("filter", [{"task_id": f"{i:016x}", "keep": i not in shortcut, "reason": shortcut.get(i, "")}
+                                 for i in range(n)])
+    for stage in ("decontaminate", "dedupe"):
+        rd.write_verdicts(stage, [{"task_id": f"{i:016x}", "keep": True, "reason": ""} for i in range(n)])
+    return rd, tasks
+
+
+def test_validation_split_loads_beside_train_and_shares_no_multiset(tmp_path: Path):
+    from datasets import load_dataset
+
+    rd, tasks = _run(tmp_path, share=0.3)
+    out = publish(rd, tmp_path / "out", allow_incomplete=True)
+    dd = load_dataset(str(out), cache_dir=str(tmp_path / "hf"))
+    assert set(dd) == {"train", "validation"}
+    train, val = dd["train"], dd["validation"]
+    assert len(val) > 0 and len(train) > 0 and len(train) + len(val) == 37  # 3 shortcut tasks dropped
+    keys = {multiset_key(r) for r in train["ops_list"]}
+    assert not keys & {multiset_key(r) for r in val["ops_list"]}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["splits"] == {"train": len(train), "validation": len(val)}
+    calls = {c["id"]: c for c in manifest["profile_calls"]}
+    assert set(train["profile_call"]) == {"p00"} and calls["p00"]["settings"] == {"profile.shortcut_checks": ["dead"]}
+    card = (out / "README.md").read_text()
+    assert "## What changed" in card and "**dead input**: 1 tasks removed" in card
+    assert "**skippable operator**: 1 tasks" in card and "**fragile**: 1 tasks" in card
+    assert "## Difficulty signals" in card and "`compile_speedup` < 1 in 0 rows" in card
+
+
+def test_no_share_keeps_train_only():
+    rows = [{"task_id": str(i), "ops_list": [f"op{i}"]} for i in range(200)]
+    assert validation_ids(rows, 0.0) == set()
+    held = validation_ids(rows, 0.02)
+    assert 0 < len(held) < 20
