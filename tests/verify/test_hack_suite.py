@@ -1,0 +1,67 @@
+"""Every hacking route gets -1 with the reason of the check meant to catch it, and slips past that check when it is
+switched off (so each test below can fail); the honest C++ twin of the same task gets reward >= 1."""
+
+import pytest
+
+from verify.api import verify_batch
+from verify.suite import CHECK_OF, HONEST, ROUTES
+
+CPU_ROUTES = [r for r, v in ROUTES.items() if v[3] == "cpu"]
+
+
+@pytest.fixture(scope="module")
+def caught(ext_dir, suite_task):
+    pairs = [(suite_task, ROUTES[r][0]) for r in CPU_ROUTES]
+    offs = [ROUTES[r][2] for r in CPU_ROUTES]
+    rows = [verify_batch([p], workers=1, device="cpu", off=o, rounds=2, extensions_dir=ext_dir)[0]
+            for p, o in zip(pairs, offs, strict=True)]
+    return dict(zip(CPU_ROUTES, rows, strict=True))
+
+
+@pytest.fixture(scope="module")
+def switched_off(ext_dir, suite_task):
+    """Each route again with its catching check off as well."""
+    out = {}
+    for r in CPU_ROUTES:
+        src, why, off, _ = ROUTES[r]
+        check = next((c for k, c in CHECK_OF.items() if k in why), None) if why else None
+        if check:
+            out[r] = verify_batch([(suite_task, src)], workers=1, device="cpu", off=(*off, check), rounds=2,
+                                  extensions_dir=ext_dir)[0]
+    return out
+
+
+@pytest.mark.parametrize("route", CPU_ROUTES)
+def test_route_is_caught(caught, route):
+    res = caught[route]
+    assert res["reward"] == -1, res
+    why = ROUTES[route][1]
+    assert why in (res["hack"] or "") or (not why and not res["correct"]), res
+
+
+@pytest.mark.parametrize("route", [r for r in CPU_ROUTES if ROUTES[r][1] and ROUTES[r][1] in
+                                   " ".join(CHECK_OF)])
+def test_route_slips_past_its_check_when_it_is_off(switched_off, route):
+    res = switched_off[route]
+    assert ROUTES[route][1] not in (res["hack"] or ""), res
+
+
+@pytest.mark.parametrize("route", [r for r, v in ROUTES.items() if v[3] == "cpu" and "static" in v[2]])
+def test_static_check_alone_refuses_host_routes(suite_task, route):
+    from verify.static import check_candidate_source
+
+    assert check_candidate_source(ROUTES[route][0]), route
+
+
+def test_side_stream_route_needs_cuda():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("side-stream route: CUDA-only (no GPU here); runs in the gpu suite")
+
+
+def test_honest_twin_gets_a_reward_and_repeats(ext_dir, suite_task):
+    a, b = verify_batch([(suite_task, HONEST)] * 2, workers=2, device="cpu", extensions_dir=ext_dir)
+    assert a["correct"] and a["reward"] >= 1 and a["hack"] is None, a
+    near = any(abs(r["speedup_eager"] - 1.05) < 0.0105 for r in (a, b))
+    assert a["reward"] == b["reward"] or near, (a["reward"], b["reward"])
