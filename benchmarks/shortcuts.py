@@ -69,6 +69,35 @@ def _cuda(row: dict, cfg) -> dict:
     return {"status": "ok", **{k: m.get(c) for k, c in KINDS.items()}, "gpu_s": time.perf_counter() - t0}
 
 
+def sampler_section(n: int, seed: int) -> dict:
+    """What the value-scale rule (operators/value_scale.py) prevents: of n h200-preset draws sampled without it,
+    how many it flags, by rule; with it on the sampler draws another in their place."""
+    import json as _json
+
+    import networkx as nx
+
+    from operators.graph import execute
+    from operators.sample import sample_tasks
+    from operators.value_scale import cannot_matter
+    from pipeline.rundir.config import load_preset
+
+    cfg = dataclasses.replace(load_preset("h200").sample, prescreen="off")
+    by_rule: dict[str, list[str]] = {}
+    rows = sample_tasks(cfg, seed, range(n), set())
+    for r in rows:
+        g = nx.node_link_graph(_json.loads(r["graph"]), directed=True, edges="edges")
+        why = cannot_matter(g, execute(g, g.graph["constants"], None)[1])
+        if why:
+            by_rule.setdefault(why.split(" ")[0], []).append(r["task_id"])
+    after = sample_tasks(dataclasses.replace(cfg, value_scale_rule=True), seed, range(n), set())
+    left = 0
+    for r in after:
+        g = nx.node_link_graph(_json.loads(r["graph"]), directed=True, edges="edges")
+        left += bool(cannot_matter(g, execute(g, g.graph["constants"], None)[1]))
+    return {"sampled": len(rows), "flagged": sum(map(len, by_rule.values())), "by_rule": by_rule,
+            "flagged_with_rule": left, "sampled_with_rule": len(after)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -76,8 +105,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-minutes", type=float, default=None)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--sampler", type=int, default=0, help="only the sampler section: N h200 draws "
+                    "(writes shortcuts_sampler.json)")
     a = ap.parse_args()
     import torch
+
+    if a.sampler:
+        return _write_sampler(a, torch)
 
     from pipeline.rundir.config import load_preset
 
@@ -131,6 +165,26 @@ def main() -> None:
                                "statuses": {s: sum(1 for r in results if r.get(side, {}).get("status", "error")
                                                    .split(" (")[0] == s) for s in
                                             {r.get(side, {}).get("status", "error").split(" (")[0] for r in results}},
+                               "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def _write_sampler(a, torch) -> None:
+    t0 = time.time()
+    r = sampler_section(a.sampler, a.seed)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    cmd = f"python benchmarks/shortcuts.py --sampler {a.sampler} --seed {a.seed}"
+    base = {"command": cmd, "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
+    rules = ", ".join(f"{k} {len(v)}" for k, v in r["by_rule"].items()) or "none"
+    headline = [{"figure": f"h200 draws the value-scale rule prevents (of {r['sampled']})",
+                 "value": f"{r['flagged']} ({100 * r['flagged'] / max(r['sampled'], 1):.1f}%): {rules}",
+                 "target": None, **base},
+                {"figure": "h200 draws with the rule on that it would flag", "value": f"{r['flagged_with_rule']} of "
+                 f"{r['sampled_with_rule']}", "target": "0", **base}]
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    out = Path(a.out) / "shortcuts_sampler.json"
+    out.write_text(json.dumps({"headline": headline, "examples": {k: v[:5] for k, v in r["by_rule"].items()},
                                "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
     print(f"wrote {out}")
 
