@@ -1,0 +1,173 @@
+"""verify_bench: the verifier measured by section.
+
+- hack: every route of the hack suite (verify/suite.py) on this device; caught = reward -1 with the route's reason.
+- corpus: honest candidates (the suite's C++ twin on CPU; the CUDA kernels and inductor candidates listed in a
+  corpus JSONL file on the GPU) verified twice: penalized count and reward-level repeatability.
+- eager_vs_release: verify's eager median vs the release's eager_ms on N release tasks (GPU only: ratio stats).
+- throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
+
+    python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput
+    python benchmarks/verify_bench.py --device cuda --corpus runs/verify_corpus/pairs.jsonl --out DIR
+Writes benchmarks/results/verify_bench_<cpu|h200>.json (with "headline")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from verify.api import verify, verify_batch  # noqa: E402
+from verify.suite import EXT_SOURCE, HONEST, ROUTES, TASK  # noqa: E402
+
+RELEASE = ROOT / "data/releases/opsynth-ops-h200-v1"
+
+
+def _prebuild(ext_dir: str) -> None:
+    from torch.utils.cpp_extension import load_inline
+
+    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    load_inline(name="opsynth_verify_suite", cpp_sources=EXT_SOURCE,
+                functions=["relu_k", "relu_aten", "relu_bf16", "relu_cached", "zero_"], verbose=False)
+
+
+def hack(device: str, task: str, ext_dir: str) -> dict:
+    rows = {}
+    for route, (src, why, off, dev) in ROUTES.items():
+        if dev == "cuda" and device != "cuda":
+            rows[route] = {"skipped": "CUDA-only route"}
+            continue
+        r = verify(task, src, device=device, off=off, rounds=2, extensions_dir=ext_dir)
+        ok = r["reward"] == -1 and (why in (r["hack"] or "") if why else not r["correct"])
+        rows[route] = {"caught": ok, "reward": r["reward"], "hack": r["hack"]}
+        print(f"  {route:34s} {'caught' if ok else 'SLIPPED'}  {r['hack'] or r.get('error') or ''}"[:150])
+    run = [v for v in rows.values() if "caught" in v]
+    return {"routes": rows, "caught": sum(v["caught"] for v in run), "run": len(run)}
+
+
+def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str]]:
+    if args.corpus:
+        return [(d["task"], d["candidate"]) for d in map(json.loads, Path(args.corpus).read_text().splitlines()) if d]
+    return [(task, HONEST)] * args.n_honest
+
+
+def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
+    pairs = _pairs(args, task)
+    a = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
+    b = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
+    pen = sum(1 for r in a + b if r["reward"] < 1)
+    near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
+    same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
+    return {"pairs": len(pairs), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
+            "levels": [r["reward"] for r in a]}
+
+
+def eager_vs_release(args: argparse.Namespace) -> dict:
+    import pyarrow.dataset as ds
+
+    t = ds.dataset(str(RELEASE / "data")).to_table(columns=["task_id", "eager_ms"]).slice(0, args.n_release)
+    ratios = []
+    for row in t.to_pylist():
+        r = verify(f"{RELEASE}:{row['task_id']}", _eager_twin(row["task_id"]), device=args.device, allow_torch=True,
+                   compile=False)
+        e = (r.get("times_ms") or {}).get("eager", {}).get("median")
+        if e:
+            ratios.append(e / row["eager_ms"])
+    dev = sorted(abs(x - 1) for x in ratios)
+    return {"tasks": len(ratios), "median_ratio": statistics.median(ratios) if ratios else None,
+            "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None}
+
+
+def _eager_twin(task_id: str) -> str:
+    """The task's own Model as ModelNew: under --allow-torch it is correct by construction, so only time counts."""
+    from verify.task import load_task
+
+    code = load_task(f"{RELEASE}:{task_id}")["code"]
+    return code + "\n\nclass ModelNew(Model):\n    pass\n"
+
+
+def throughput(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
+    pairs = _pairs(args, task)
+    t0 = time.monotonic()
+    verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
+    batch_s = time.monotonic() - t0
+    t0 = time.monotonic()
+    for tk, c in pairs:
+        verify(tk, c, device=args.device, extensions_dir=ext_dir)
+    serial_s = time.monotonic() - t0
+    return {"pairs": len(pairs), "workers": args.workers, "batch_per_hour": 3600 * len(pairs) / batch_s,
+            "serial_per_hour": 3600 * len(pairs) / serial_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--sections", default="hack,corpus,eager_vs_release,throughput")
+    ap.add_argument("--corpus", help="JSONL of {task, candidate} honest pairs (GPU corpus)")
+    ap.add_argument("--n-honest", type=int, default=4)
+    ap.add_argument("--n-release", type=int, default=200)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    args = ap.parse_args()
+    secs = args.sections.split(",")
+    import torch
+
+    work = Path(tempfile.mkdtemp())
+    task = str(work / "linear_relu.py")
+    Path(task).write_text(TASK)
+    ext_dir = str(work / "ext")
+    _prebuild(ext_dir)
+    res: dict = {}
+    for s in secs:
+        print(f"[{s}]")
+        t0 = time.monotonic()
+        if s == "hack":
+            res[s] = hack(args.device, task, ext_dir)
+        elif s == "corpus":
+            res[s] = corpus(args, task, ext_dir)
+        elif s == "eager_vs_release":
+            res[s] = eager_vs_release(args)
+        elif s == "throughput":
+            res[s] = throughput(args, task, ext_dir)
+        res[s]["section_s"] = round(time.monotonic() - t0, 1)
+        print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    hw = "2-core CPU (no GPU)" if args.device == "cpu" else torch.cuda.get_device_name()
+    cmd = "python benchmarks/verify_bench.py " + " ".join(sys.argv[1:])
+    base = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
+    head = []
+    if "hack" in res:
+        h = res["hack"]
+        head.append({"figure": "hack routes caught", "value": f"{h['caught']}/{h['run']}", "target": "100%", **base})
+    if "corpus" in res:
+        c = res["corpus"]
+        head.append({"figure": "honest candidates penalized", "value": f"{c['penalized']} of {c['verified']}",
+                     "target": "0", **base})
+        head.append({"figure": "reward-level repeatability, 2 runs", "value": f"{c['same_level']}/{c['pairs']}",
+                     "target": ">= 99%", **base})
+    if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
+        e = res["eager_vs_release"]
+        head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
+                     f"p90 |ratio-1| {e['p90_abs_dev']:.3f} ({e['tasks']} tasks)", "target": "2% / 10%", **base})
+    if "throughput" in res:
+        t = res["throughput"]
+        head.append({"figure": "verifications per hour", "value": f"batch {t['batch_per_hour']:.0f} "
+                     f"({t['workers']} workers) vs serial {t['serial_per_hour']:.0f}", "target": None, **base})
+    name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_h200.json"
+    out = Path(args.out) / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"headline": head, **res}, indent=1, default=str) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
