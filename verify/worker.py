@@ -97,7 +97,6 @@ def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, c
     variants = [{}] * job.get("draws", 5) + [{"__perturb__": True}] + list(job.get("shape_variants", []))
     defaults = {k: ref_ns[k] for v in variants for k in v if k in ref_ns}
     worst = 0.0
-    threads0 = threading.active_count()
     keep = None  # the last draw's models and inputs, for timing
     try:
         for i, variant in enumerate(variants):
@@ -123,6 +122,7 @@ def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, c
             before = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             guard = ComputeGuard()
             _GUARDS.append(guard)
+            threads0 = threading.active_count()  # threads the candidate's import and __init__ started are its own
             sync()
             with torch.no_grad():
                 if guard_on:
