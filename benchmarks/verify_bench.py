@@ -59,10 +59,15 @@ def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str]]:
     return [(task, HONEST)] * args.n_honest
 
 
+def _trusted(args: argparse.Namespace) -> tuple[str, ...]:
+    """The generated corpus (inductor's code, trusted) skips the static check; every runtime check applies."""
+    return ("static",) if args.corpus else ()
+
+
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     pairs = _pairs(args, task)
-    a = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
-    b = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
+    a = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+    b = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
     pen = sum(1 for r in a + b if r["reward"] < 1)
     near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
@@ -97,11 +102,11 @@ def _eager_twin(task_id: str) -> str:
 def throughput(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     pairs = _pairs(args, task)
     t0 = time.monotonic()
-    verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir)
+    verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
     batch_s = time.monotonic() - t0
     t0 = time.monotonic()
     for tk, c in pairs:
-        verify(tk, c, device=args.device, extensions_dir=ext_dir)
+        verify(tk, c, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
     serial_s = time.monotonic() - t0
     return {"pairs": len(pairs), "workers": args.workers, "batch_per_hour": 3600 * len(pairs) / batch_s,
             "serial_per_hour": 3600 * len(pairs) / serial_s}
