@@ -55,7 +55,7 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
                            "correct": False, "reward": -1, "hack": None}
     why = None if "static" in off else check_candidate_source(src)
     if why:
-        res["hack"] = f"static check: {why}"
+        res["hack"] = f"hack: static check: {why}"
         return res
     nonce = secrets.token_hex(16)
     job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
@@ -92,8 +92,8 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
             verdicts.append({})
     if len(verdicts) != 1 or not isinstance(verdicts[0], dict) or verdicts[0].get("nonce") != nonce:
         tail = err.decode(errors="replace")[-300:].strip()
-        res["hack"] = (f"verdict channel: {len(verdicts)} lines, nonce {'ok' if verdicts and verdicts[-1].get('nonce') == nonce else 'wrong'}"
-                       if verdicts else f"the worker exited (rc {proc.returncode}) without a verdict")
+        res["hack"] = "hack: " + (f"verdict channel: {len(verdicts)} lines, nonce {'ok' if verdicts and verdicts[-1].get('nonce') == nonce else 'wrong'}"
+                                  if verdicts else f"the worker exited (rc {proc.returncode}) without a verdict")
         res["stderr_tail"] = tail
         return res
     v = verdicts[0]["verdict"]
