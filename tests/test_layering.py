@@ -13,7 +13,8 @@ PACKAGES = ("opsynth", "detectors", "operators", "filters", "pipeline", "pinning
 TIERS: list[tuple[str, list[str]]] = [
     ("errors", ["opsynth.*"]),
     # what a task resembles (fingerprints, MinHash, canonical graphs) and the reference index files
-    ("detectors", ["detectors.*"]),
+    # operators.identity_glue is pure rules over ATen op records and ASTs: the detectors read through the same glue
+    ("detectors", ["detectors.*", "operators.identity_glue"]),
     # what can be sampled and how it becomes code: catalog, graph, sizing, peak, render, trace, labels
     ("operators", ["operators.*"]),
     # the checks: a record and the config's section in, a reason or None out (labels reads operators' pins);
@@ -30,11 +31,13 @@ TIERS: list[tuple[str, list[str]]] = [
                             "pipeline.gpu.fork_server", "pipeline.gpu.lock_trace",
                             "pipeline.gpu.task_order",
                             "pipeline.gpu.tensor_checks"]),
-    ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness", "pipeline.rundir.reference"]),
+    ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness",
+                        "pipeline.rundir.reference"]),
     ("pipeline worker", ["pipeline.gpu.harness", "pipeline.gpu.kernel_warmup", "pipeline.gpu.executors"]),
-    ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.docs_gen", "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish", "pipeline.outputs.report",
-                          "pipeline.outputs.audit_export", "pipeline.outputs.recheck", "pipeline.outputs.provenance",
-                          "pipeline.outputs.docs_gen"]),
+    ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.docs_gen",
+                          "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish",
+                          "pipeline.outputs.report", "pipeline.outputs.audit_export", "pipeline.outputs.recheck",
+                          "pipeline.outputs.provenance"]),
     ("pipeline stages", ["pipeline.stages.*"]),
     # the reward a training job calls: candidate checks and timing over the task format (verify/)
     ("verify", ["verify", "verify.*"]),
