@@ -73,7 +73,6 @@ def main() -> None:
         compare,
         difflib_ratio,
         fingerprints,
-        signature_key,
     )
     from filters.static_check import REFERENCE_IMPORTS, check_task_source
     from pipeline.rundir.reference import load_index, reference_matrix, trace_many
@@ -181,7 +180,7 @@ def main() -> None:
 
     n_ops = np.array([c["num_ops"] or 0 for c in clean])
     # an exact ordered ATen-signature match is contamination by definition, so those tasks are not clean
-    copy = np.array([bool(o) and signature_key(o) in ref.by_sig for o in cfp["ops"]])
+    copy = np.array([bool(o) and tuple(o) in ref.sig_t for o in cfp["ops"]])
     result["exact_signature_copies"] = {
         label: {"n": int(mask.sum()), "copies": int((copy & mask).sum()),
                 "share": float((copy & mask).sum() / max(1, mask.sum()))}
