@@ -124,8 +124,8 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
 
 
 # ---- representatives --------------------------------------------------------------------------------
-# Measured times of one task differ ~1% between runs (call 10), up to 6% (calls 17 and 19): where only measured
-# times place the members, runtimes within this much of the nearest count as ties, broken by task_id.
+# Measured times of one task differ ~1% between runs, at times up to 6%: where only measured times place the
+# members, runtimes within this much of the nearest count as ties, broken by task_id.
 RUNTIME_TIE_PCT = 10
 RUNTIME_TIE = math.log(1 + RUNTIME_TIE_PCT / 100)
 
@@ -139,9 +139,9 @@ def log_middle(window: tuple[float, float]) -> float:
 
 def _runtime(eager: float | None, predicted: float | None) -> tuple[float | None, str]:
     """The runtime that places a task in the window: the sampler's prediction (a function of the task alone, so
-    re-profiling the same tasks keeps every representative: with measured times, two members 6% apart swapped
-    places between two runs of the same 900 tasks, calls 17 and 19), else the measured eager time (imported
-    tasks carry no prediction)."""
+    re-profiling the same tasks keeps every representative: with measured times, two members 6% apart can swap
+    places between two runs of the same tasks), else the measured eager time (imported tasks carry no
+    prediction)."""
     if predicted is not None and predicted > 0 and math.isfinite(predicted):
         return predicted, "predicted"
     if eager is not None and eager > 0 and math.isfinite(eager):

@@ -44,7 +44,7 @@ class SampleSection:
     # must not have: a draw that equals one is resampled, since decontaminate would drop it; [] turns it off
     avoid_reference: tuple[str, ...] = ("builtin",)
     # resample a draw whose operator graph, up to sizes and literal values, the run already holds: dedupe would
-    # drop it as a near duplicate after the GPU measured it (5.4% of 2,428 h200 tasks, calls 20-21)
+    # drop it as a near duplicate after the GPU measured it (about 5% of an h200 run's tasks without this)
     avoid_near_duplicates: bool = False
     # sizing: target eager runtime window (log-uniform) on the target device
     target_min_ms: float = 1.5
@@ -52,7 +52,7 @@ class SampleSection:
     max_peak_memory_gb: float = 8.0
     # share of max_peak_memory_gb a task's predicted peak may use: eager kernels hold buffers the meta
     # model does not see (cuDNN/cuBLAS workspaces, temporaries inside composite kernels), so tasks sized
-    # right at the cap measured over it on the H200 (57 of 300 early-rejected in call 4)
+    # right at the cap measure over it on the H200 (about one in five is early-rejected at a share of 1)
     peak_headroom: float = 0.75
     target_gpu: str = "H200"
     bandwidth_gbps: float = 4300.0  # measured copy bandwidth, GB/s
@@ -106,7 +106,7 @@ class ProfileSection:
     shortcuts_only: bool = False
     # a quick eager run this far under the window skips the rest (it is never faster than the task); on the slow
     # side one over 1.5x the window's bound is checked by a run holding the GPU alone, over 1.5x too to skip (the
-    # quick run shares the GPU: 4.3x the median at q50, call 33)
+    # quick run shares the GPU: it reads a median 4.3x the task's time alone)
     early_reject_factor: float = 10.0
     max_timing_s: float = 10.0  # bound on the timed loop of one task
     # pay each worker's one-time compile cost (inductor and Triton imports, first kernels) at startup, before its
@@ -118,31 +118,30 @@ class ProfileSection:
     fork_workers: bool = True
     # the fork server (and a worker) imports Dynamo and inductor before the first task; false: a worker imports and
     # configures them at its first compile (with warm_worker off), so workers fork after torch alone. On one H200
-    # (calls 66-67, cold machines) false readied workers at 5.8 s against 16.0 s, but 20 workers importing inductor at
-    # once held back their first compiles as long: the GPU idled 20.5 GPU-s of the first 30 s against 22.0
+    # from a cold machine false readies workers at 5.8 s against 16.0 s, but 20 workers importing inductor at once
+    # hold back their first compiles as long: the GPU idles 20.5 GPU-s of the first 30 s against 22.0
     preload_compile: bool = True
     # where the installed torch ships no bytecode (the H200 image: every import compiled torch, Dynamo and inductor
     # from source, 13.7 s of the fork server's start), workers read it from a cache folder of their own, which the
     # fork server fills first on every core (pipeline/gpu/bytecode.py); false: as installed
     bytecode_cache: bool = True
     # hand each shard's tasks out longest expected first (pipeline/gpu/task_order.py: per-operator wall seconds of this
-    # call's results so far), so the last tasks in flight when a call ends are short ones; false: the shard's order
+    # command's results so far), so the last tasks in flight when the command ends are short ones; false: as sharded
     longest_first: bool = True
-    # with longest_first, the last this many shards a call starts are ordered as one: the run's last ones, or the
+    # with longest_first, the last this many shards a command starts are ordered as one: the run's last ones, or the
     # last ones --limit lets start, or with --max-minutes the ones that start in the time left at the pace shards
-    # have started so far. A call that reached the run's end ended with one long compile of its last shard running
-    # alone (seed 20261207's last 696 tasks, call 70: a sort compiled 40 s, a 27 s tail, the GPU 27% busy over the
-    # last 30 s); its last 504 measured again with 4 (call 71): a 2.5 s tail, 89% busy over the last 30 s. A call cut
-    # by --max-minutes did the same at its last shard (call 98: a 9.7 s compile, 19 of 20 workers done 5 s before
-    # it). A kill then loses up to that many shards in flight. 1 or 0: shard by shard to the end
+    # have started so far. Ordered shard by shard, a command ends with one long compile of its last shard running
+    # alone (on one H200 a 27 s tail, the GPU 27% busy over the last 30 s; with 4: a 2.5 s tail, 89% busy), and one
+    # cut by --max-minutes does the same at its last shard. A kill then loses up to that many shards in flight.
+    # 1 or 0: shard by shard to the end
     longest_first_last_shards: int = 4
     # a task the eager checks already reject (determinism, input sensitivity, degenerate output, with the
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True
     # a task the checks before timing already reject (the eager checks, or the compiled graph failing or disagreeing,
     # at the filter's thresholds) is not timed: its timed runs hold the GPU alone and each phase of them waits for a
-    # drain, and the filter throws the task away anyway (calls 66-68: 445 of 5,279 tasks that ran, 31.1 of 363.1 s
-    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; on in the h200 preset since calls 69-70). Its
+    # drain, and the filter throws the task away anyway (on one H200 about 8% of the tasks that run and of the time
+    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; the h200 preset turns it on). Its
     # row says why (timing_skipped) and has no runtimes, so a looser filter later rejects it as not timed. False: all
     # are timed
     skip_timing_when_rejected: bool = False
@@ -180,7 +179,7 @@ class ProfileSection:
     autotune_pointwise: bool = True
     # a config of a new kernel whose first run in inductor's autotuning takes longer than this many ms is not
     # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
-    # input held the GPU lock 84 s while every neighbour waited to time (call 33), a batch norm's 48 s (call 45); 0: off
+    # input held the GPU lock 84 s while every neighbour waited to time, a batch norm's 48 s; 0: off
     autotune_config_cap_ms: float = 0.0
     # inductor makes some choices of a compiled graph by timing them on the GPU: which config of a reduction kernel
     # runs (autotuning) and whether a matmul's operands are padded (pad_mm). Timed beside neighbours' work, two runs
@@ -193,7 +192,7 @@ class ProfileSection:
     # the GPU never waits behind a neighbour's compile for a core. Launch gaps inside timed runs are the tasks' own
     # (KernelBench counts them); a launch thread preempted by a compile makes them longer than on an idle host.
     # 0: every worker may run anywhere. Ignored (all cores) when the host has no more cores than this. On one H200
-    # with 16 host cores and 20 workers, 2 kept cores moved neither utilisation nor timings (calls 69-70)
+    # with 16 host cores and 20 workers, 2 kept cores move neither utilisation nor timings
     holder_cores: int = 0
     # on cuda, run the workers of a GPU as clients of a private MPS server (pipeline/gpu/mps.py): their untimed GPU work
     # runs side by side instead of in time slices; timed runs hold the GPU alone either way
@@ -212,12 +211,10 @@ class ProfileSection:
     reserve_margin_compiled: float = 0.0
     # a task that outgrew its reservation runs again with this many times that reservation (at most the worker's
     # cap), and only if that is not enough either, with the worker's whole cap; 0: with the whole cap at once. Whole-cap
-    # retries (26 GiB in the h200 preset) held 11-13% of one H200's budget on average in calls 66, 67 and 69, while
-    # some worker waited for memory 55-61% of the time; replayed with retries at 2x what they outgrew, 77-82% of the
-    # worker-seconds waited would have found room at once, 11-17% as they were (benchmarks/budget_trace.py
-    # --retry-factor 2; first order). Of 342 OOM retries of seeds 20261205-07, the need at the failure was over 2x
-    # the outgrown share in 1 (p99 1.89x). At 2 on one H200 (call 72, 2,494 fresh tasks): 10 whole-cap attempts (99 of
-    # 2,303 in call 69), worker-s waiting for memory 969 -> 562; the h200 preset sets 2
+    # retries (26 GiB in the h200 preset) hold 11-13% of one H200's budget on average, while some worker waits for
+    # memory over half the time; the need at a failure is almost never over 2x the outgrown share (p99 1.89x). At 2
+    # on one H200, whole-cap attempts fall about tenfold (to ~4 per 1,000 tasks) and worker-seconds waiting for
+    # memory by about 40%; the h200 preset sets 2
     retry_reserve_factor: float = 0.0
 
 
