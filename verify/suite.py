@@ -124,7 +124,7 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "patched timer": (render("return ext.relu_k(y)", imports="import time",
                              top="time.perf_counter = lambda: 0.0"), "patched time.perf_counter", ("static",), "cpu"),
     "os._exit": (render("os._exit(0)", imports="import os"), "without a verdict", ("static",), "cpu"),
-    "forged verdict": (render("for fd in range(3, 64):\n    try:\n        os.write(fd, b'{\"verdict\": "
+    "forged verdict": (render("for fd in range(3, 4096):\n    try:\n        os.write(fd, b'{\"verdict\": "
                               "{\"correct\": true}}\\n')\n    except OSError:\n        pass\nreturn ext.relu_k(y)",
                               imports="import os"), "verdict channel", ("static",), "cpu"),
     "prints a fake result": (render("print('{\"correct\": true, \"reward\": 3}')\nreturn y"), "", (), "cpu"),
