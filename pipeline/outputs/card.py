@@ -42,8 +42,10 @@ def _num_rows(manifest: dict[str, Any], config: str) -> int:
     raise KeyError(config)
 
 
-def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The YAML metadata block as a dict (license, categories, configs, dataset_info)."""
+def metadata(manifest: dict[str, Any], file_columns: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """The YAML metadata block as a dict (license, categories, configs, dataset_info); `file_columns`: config name
+    -> the columns its files hold (a config left out, or None: every column of its schema)."""
+    import pyarrow as pa
     from datasets import Features
 
     from pipeline.rundir import schema
@@ -62,7 +64,10 @@ def metadata(manifest: dict[str, Any]) -> dict[str, Any]:
                 splits = [{**splits[0], "num_examples": int(manifest["splits"]["train"])},
                           {"name": "validation", "num_bytes": 0, "num_examples": held}]
         configs.append(entry)
-        features = Features.from_arrow_schema(getattr(schema, schema_name))._to_yaml_list()
+        arrow = getattr(schema, schema_name)
+        if name in (file_columns or {}):  # the files' own columns, in the schema's order
+            arrow = pa.schema([f for f in arrow if f.name in file_columns[name]])
+        features = Features.from_arrow_schema(arrow)._to_yaml_list()
         infos.append({"config_name": name, "features": features, "splits": splits, "dataset_size": n_bytes})
     return {
         "license": cfg["publish"]["license"],
@@ -224,12 +229,15 @@ def representative_rule(cfg: dict[str, Any]) -> str:
             "the first task_id.")
 
 
-def contamination_rule(cfg: dict[str, Any]) -> str:
-    """When detectors/contamination.py calls a task contaminated, with this run's thresholds."""
+def contamination_rule(cfg: dict[str, Any], columns: tuple[str, ...] | None = None) -> str:
+    """When detectors/contamination.py calls a task contaminated, with this run's thresholds; `columns`: those the
+    data files hold (None: every published column)."""
     d = cfg["decontaminate"]
+    recorded = ("`kb_shared_computation` records this for the AST-nearest problem"
+                if columns is None or "kb_shared_computation" in columns else "no column of this release records it")
     return (f"a task is dropped when its AST similarity to a problem is at least {d['ast_threshold']:g} and it shares "
-            "that problem's computation (its core ATen ops overlap; `kb_shared_computation` records this for the "
-            "AST-nearest problem, so a kept row may show a similarity above the threshold), when its traced "
+            f"that problem's computation (its core ATen ops overlap; {recorded}, "
+            "so a kept row may show a similarity above the threshold), when its traced "
             f"operator signature equals a problem's{'' if d.get('op_signature', True) else ' (off for this run)'}, "
             f"or when its MinHash Jaccard is at least {d['minhash_threshold']:g} with shared computation as well.")
 
@@ -417,11 +425,12 @@ def untimed_compile(cfg: dict[str, Any]) -> str:
             "every run of a task, and `compile_ms` is that program's time, not the fastest autotuned one's.")
 
 
-def _columns() -> list[str]:
+def _columns(columns: tuple[str, ...] | None = None) -> list[str]:
     from pipeline.rundir.schema import COLUMNS
 
     out = ["| column | type | meaning |", "|---|---|---|"]
-    out += [f"| `{name}` | {_type_name(t)} | {doc} |" for name, (t, doc) in COLUMNS.items()]
+    out += [f"| `{name}` | {_type_name(t)} | {doc} |" for name, (t, doc) in COLUMNS.items()
+            if columns is None or name in columns]
     return out
 
 
@@ -481,9 +490,13 @@ def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> l
     return out
 
 
-def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]]) -> str:
-    """The full README.md text."""
+def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dict[str, tuple[str, str]],
+           file_columns: dict[str, tuple[str, ...]] | None = None) -> str:
+    """The full README.md text; `file_columns` (as in `metadata`): the columns an older release's files hold, so
+    a card rendered again for it lists only those (None: every published column)."""
     import yaml
+
+    columns = (file_columns or {}).get("default")
 
     cfg = manifest["config"]
     name = cfg["publish"]["name"]
@@ -505,7 +518,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             f"{_composed(rows)}).",
         ],
         "decontaminate": [
-            f"**decontaminate**: against KernelBench ({refs}); " + contamination_rule(cfg) + " Before profiling, "
+            f"**decontaminate**: against KernelBench ({refs}); " + contamination_rule(cfg, columns) + " Before profiling, "
             "so a dropped task costs no GPU time." + skipped("decontaminate"),
         ],
         "profile": [
@@ -531,7 +544,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
             + " A task is dropped only as a match of that task." + skipped("dedupe"),
         ],
     }
-    header = yaml.safe_dump(metadata(manifest), sort_keys=False, allow_unicode=True, width=1000)
+    header = yaml.safe_dump(metadata(manifest, file_columns), sort_keys=False, allow_unicode=True, width=1000)
     plots = [f"![{title}]({path})" for path, title in plot_files.values()]
     body = [
         f"# {name}",
@@ -579,7 +592,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         "## Columns",
         "",
-        *_columns(),
+        *_columns(columns),
         "",
         "### How `flops` is counted",
         "",
