@@ -132,7 +132,8 @@ class _Recorder(TorchDispatchMode):
         return ops, cap
 
     def _live(self, result: Any) -> list[int]:
-        from torch.utils._pytree import tree_leaves
+        """Indices of the nodes the tensors in `result` depend on, in run order."""
+        from torch.utils._pytree import tree_leaves  # a model's result may nest (tuples of tuples, dicts)
 
         todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
         live: set[int] = set()
@@ -146,16 +147,7 @@ class _Recorder(TorchDispatchMode):
     def live_ops(self, result: Any) -> list[str]:
         """Ops the tensors in `result` depend on, in run order; captured ops count (a replay returns what the
         capture computed), the warm-up run before a capture is dead once the capture overwrites its output."""
-        from torch.utils._pytree import tree_leaves  # a model's result may nest (tuples of tuples, dicts)
-
-        todo = [n for t in tree_leaves(result) if isinstance(t, torch.Tensor) for n in self._reads(t)]
-        live: set[int] = set()
-        while todo:
-            n = todo.pop()
-            if n not in live:
-                live.add(n)
-                todo.extend(self.nodes[n][1])
-        return [self.nodes[i][0] for i in sorted(live)]
+        return [self.nodes[i][0] for i in self._live(result)]
 
 
 _NONE: frozenset[int] = frozenset()
