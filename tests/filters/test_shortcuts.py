@@ -114,6 +114,37 @@ def test_stop_first_stops_at_the_first_dead_input():
     assert m["dead_inputs"] == ["x"] and m["inputs_that_matter"] == []
 
 
+def test_a_draw_that_computes_does_not_shift_the_operators():
+    """The pre-screen's draw plants zeros with torch calls of its own: they are not operators of the task, so
+    skipping the task's fmax still changes the output (it did not when the draw's calls were numbered)."""
+    class SignSort(nn.Module):
+        def forward(self, x, y):
+            return torch.sort(torch.copysign(torch.sigmoid(x), torch.fmax(x, y)), dim=1).values
+
+    plain = _draw((16, 64), (16, 64))
+
+    def draw(k):
+        xs = plain(k)
+        for t in xs:
+            float(t.min()), float(t.max())  # torch calls with tensor arguments, made while drawing
+        return xs
+
+    with torch.no_grad():
+        ref0 = SignSort()(*draw(0)).reshape(-1)
+        s = skippable_ops(SignSort(), draw, ref0, TOL, stop_first=False)
+    assert s["ops_seen"] == ["0:torch.sigmoid", "1:torch.fmax", "2:torch.copysign"]
+    assert s["skippable_ops"] == []
+
+
+def test_a_forward_that_cannot_run_in_float64_is_not_called_fragile():
+    class Float32Constant(nn.Module):
+        def forward(self, x):
+            return x @ torch.ones(x.shape[-1], 4, dtype=torch.float32)
+
+    m = _measure(Float32Constant(), _draw((8, 16)), kinds=("fragile",))
+    assert m["fragile"] == "" and m["fragile_f64_ratio"] is None
+
+
 @pytest.mark.gpu
 def test_planted_shortcuts_found_on_the_gpu():
     if not torch.cuda.is_available():
