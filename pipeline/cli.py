@@ -563,11 +563,14 @@ def verify_batch_cmd(
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     workers: WorkersOpt = None,
     allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
+    gpus: Annotated[str | None, typer.Option(help="GPUs to spread the workers over, e.g. 0,1 (one timing lock each)")]
+    = None,
 ) -> None:
     """Verify many (task, candidate) pairs; write a parquet table and print a summary."""
-    from verify.batch import run_pairs_file
+    from verify.batch import parse_gpus, run_pairs_file
 
-    typer.echo(run_pairs_file(pairs, out, device=device, workers=workers or 2, allow_torch=allow_torch, say=_say))
+    typer.echo(run_pairs_file(pairs, out, device=device, workers=workers or 2, allow_torch=allow_torch, say=_say,
+                              gpus=parse_gpus(gpus)))
 
 
 @reference_app.command("build")

@@ -46,9 +46,12 @@ def _limits(cap: int) -> Any:
 
 def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
            compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
-           off: tuple[str, ...] = (), extensions_dir: str | None = None) -> dict:
+           off: tuple[str, ...] = (), extensions_dir: str | None = None, timing_lock: str | None = None,
+           gpu: int | None = None) -> dict:
     """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
-    or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves)."""
+    or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves).
+    `timing_lock`: a lock file shared by the workers of one device (verify_batch makes one per device); `gpu`: the
+    GPU the worker sees alone (CUDA_VISIBLE_DEVICES)."""
     t = task if isinstance(task, dict) else load_task(task)
     src = _text(candidate)
     res: dict[str, Any] = {"task_id": t["task_id"], "device": device, "policy": "allow-torch" if allow_torch else "strict",
@@ -60,8 +63,12 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     nonce = secrets.token_hex(16)
     job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
            "draws": draws, "rounds": rounds, "off": list(off), "shape_variants": t.get("shape_variants") or [],
-           "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce}
+           "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce,
+           "timing_lock": timing_lock}
     env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        res["gpu"] = gpu
     if extensions_dir:
         env["TORCH_EXTENSIONS_DIR"] = extensions_dir
     root = str(Path(__file__).resolve().parents[1])
@@ -111,22 +118,44 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                error=v.get("error"), draws_passed=v.get("draws"), worst_diff=v.get("worst_diff"),
                failing_draw=v.get("failing_draw"), mismatch=v.get("mismatch"), precision_err=v.get("precision_err"),
                times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
-               release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"))
+               release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"),
+               timing_lock_wait_s=v.get("timing_lock_wait_s"), timed_region=v.get("timed_region"),
+               timed_checks=v.get("timed_checks"))
     if res["hack"]:
         res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
     return res
 
 
-def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, **kw: Any) -> list[dict]:
+def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, gpus: list[int] | None = None,
+                 **kw: Any) -> list[dict]:
     """Verify (task, candidate) pairs over `workers` concurrent worker subprocesses; results in input order.
-    On a GPU, run one pool per GPU (CUDA_VISIBLE_DEVICES) so timings are taken with the GPU held alone."""
+    Workers build and check concurrently, but time alone: each device has a lock file (in a temporary directory of
+    this batch) that a worker holds shared for its draws and exclusively for its timed rounds. `gpus`: worker slot
+    k runs on GPU gpus[k % len(gpus)] (CUDA_VISIBLE_DEVICES), one lock per GPU."""
+    import queue
+    import tempfile
+
+    n = max(1, workers)
+    slots: queue.Queue[int] = queue.Queue()
+    for k in range(n):
+        slots.put(k)
     out: list[dict | None] = [None] * len(pairs)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futs = {pool.submit(verify, t, c, **kw): i for i, (t, c) in enumerate(pairs)}
-        for n, fut in enumerate(_as_completed(futs), 1):
-            out[futs[fut]] = fut.result()
-            if progress:
-                progress(n, len(pairs))
+    with tempfile.TemporaryDirectory(prefix="opsynth-verify-locks-") as locks:
+        def one(task: Any, cand: Any) -> dict:
+            k = slots.get()
+            try:
+                g = gpus[k % len(gpus)] if gpus else None
+                name = f"gpu{g}" if g is not None else str(kw.get("device", "cuda")).replace(":", "")
+                return verify(task, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, **kw)
+            finally:
+                slots.put(k)
+
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            futs = {pool.submit(one, t, c): i for i, (t, c) in enumerate(pairs)}
+            for done, fut in enumerate(_as_completed(futs), 1):
+                out[futs[fut]] = fut.result()
+                if progress:
+                    progress(done, len(pairs))
     return [o for o in out if o is not None]
 
 

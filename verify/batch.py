@@ -12,7 +12,7 @@ from opsynth.errors import OpsynthError
 from verify.api import verify_batch
 
 COLUMNS = ("task_id", "candidate", "correct", "reward", "hack", "error", "build_message", "worst_diff",
-           "failing_draw", "speedup_eager", "speedup_compile", "wall_s")
+           "failing_draw", "speedup_eager", "speedup_compile", "wall_s", "gpu", "timing_lock_wait_s")
 
 
 def read_pairs(path: Path) -> list[tuple[str, str]]:
@@ -41,12 +41,22 @@ def rows_table(rows: list[dict], candidates: list[str]):
                                   for v in vals]) for k, vals in cols.items()})
 
 
+def parse_gpus(text: str | None) -> list[int] | None:
+    """`--gpus 0,1` -> [0, 1]; None or empty -> None."""
+    if not text:
+        return None
+    try:
+        return [int(g) for g in text.split(",") if g.strip()]
+    except ValueError:
+        raise OpsynthError(f"--gpus {text!r}: not a comma-separated list of GPU indices, e.g. --gpus 0,1") from None
+
+
 def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow_torch: bool,
-                   say: Callable[[str], None]) -> str:
+                   say: Callable[[str], None], gpus: list[int] | None = None) -> str:
     import pyarrow.parquet as pq
 
     pairs = read_pairs(pairs_file)
-    rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch,
+    rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch, gpus=gpus,
                         progress=lambda n, total: say(f"verify-batch: {n}/{total}"))
     out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(rows_table(rows, [str(c) for _, c in pairs]), out)

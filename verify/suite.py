@@ -106,6 +106,15 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "cache by pointer": (render("k = x.data_ptr()\nif k not in self.memo:\n    self.memo[k] = ext.relu_k(y)\n"
                                 "return self.memo[k]", init="self.memo = {}"), "cached result", (), "cpu"),
     "cache by data": (render("return ext.relu_cached(y)"), "cached result", (), "cpu"),
+    # keyed by 8 sampled input values, returning a fresh copy: passes `repeat`; the timed runs' changed inputs catch it
+    "cache_by_data": (render("k = tuple(x.reshape(-1)[::256].tolist())\nif k not in self.memo:\n"
+                             "    self.memo[k] = ext.relu_k(y)\nreturn ext.relu_k(self.memo[k])", init="self.memo = {}"),
+                      "timed output", (), "cpu"),
+    # each draw has a fresh instance: correct for an instance's first 3 calls (its draw and the repeat, or its draw
+    # and the 2 warm-ups of timing), then a copy of its last output whatever the input
+    "stale_after_warmup": (render("self.calls += 1\nif self.calls <= 3:\n    self.last = ext.relu_k(y)\n"
+                                  "return ext.relu_k(self.last)", init="self.calls, self.last = 0, None"),
+                           "timed output", (), "cpu"),
     "work after return (thread)": (render("out = torch.empty_like(y)\n"
                                           "threading.Thread(target=lambda: (time.sleep(0.02), out.copy_(ext.relu_k(y)))).start()\n"
                                           "return out", imports="import threading\nimport time"),
@@ -132,4 +141,5 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
 # the check each route's switch-off run turns off (the name `off` takes in verify())
 CHECK_OF = {"PyTorch compute": "guard", "torch.compile": "compile_tripwire", "shares storage": "overlap",
             "cached result": "repeat", "threads": "late_writes", "late writes": "late_writes",
-            "lower precision": "precision", "in place": "inplace", "patched": "identities"}
+            "lower precision": "precision", "in place": "inplace", "patched": "identities",
+            "timed output": "timed_outputs"}

@@ -1,35 +1,27 @@
 """One verification in a worker subprocess: `python -m verify.worker FD` reads the job (JSON) on stdin and writes
 one verdict line (JSON, with the job's nonce) to the private pipe FD. stdout is sent to stderr and never read, so a
 printed result counts for nothing. Per draw the candidate runs first, then the reference on its own copy of the
-inputs: while the candidate runs, the expected output of that draw does not exist yet."""
+inputs: while the candidate runs, the expected output of that draw does not exist yet. With a timing lock in the
+job (verify_batch), the draws hold it shared and the timed rounds (verify/timing.py) exclusively."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import sys
 import threading
 import time
 from typing import Any
 
-_perf_counter = time.perf_counter  # bound before any candidate code exists: the timer verify uses
+from verify.timing import Hack, time_kinds
+from verify.timing import _perf_counter as _perf_counter  # bound before any candidate code exists
+from verify.timing import tensors as _tensors
 
 
 def _load(code: str, name: str) -> dict:
     ns: dict[str, Any] = {"__name__": name}
     exec(compile(code, f"<{name}>", "exec"), ns)  # noqa: S102 - task and candidate run only in this worker
     return ns
-
-
-def _tensors(obj: Any) -> list:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, list | tuple):
-        return [t for o in obj for t in _tensors(o)]
-    return []
 
 
 def _storage_span(t: Any) -> tuple[int, int]:
@@ -54,14 +46,9 @@ def _flags() -> dict:
 _GUARDS: list = []  # every guard of this job: a refused call counts even when the candidate's error hides it
 
 
-class Hack(Exception):
-    """A check caught the candidate: the message is the reason."""
-
-
-def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, checks, timing
+def run_job(job: dict) -> dict:
+    """Load the task and the candidate (the build), then `_checked` under the device's timing lock."""
     import torch
-
-    from verify.guard import ComputeGuard, compute_calls
 
     off = set(job.get("off", []))
     dev = torch.device(job["device"])
@@ -93,6 +80,31 @@ def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, c
         out["build_message"] = "the candidate defines no ModelNew"
         return out
     guard_on = not job.get("allow_torch") and "guard" not in off
+    lock = _timing_lock(job, sync)
+    try:
+        return _checked(job, out, lock, dev, sync, ref_ns, cand_ns, guard_on, identities, flags0, compiled_calls)
+    finally:
+        lock.release()
+        out.update(timing_lock_wait_s=lock.wait_exclusive_s, check_lock_wait_s=lock.wait_s - lock.wait_exclusive_s)
+
+
+def _timing_lock(job: dict, sync: Any) -> Any:
+    """The batch's lock of this device (a no-op lock without one, or with `timing_lock` off): the draws hold it
+    shared, the timed rounds exclusively, so no neighbour's verification runs while this worker times."""
+    from pipeline.gpu.gpu_share import GpuLock
+
+    path = job.get("timing_lock") if "timing_lock" not in job.get("off", []) else None
+    return GpuLock(path, notify=lambda _: None, sync=sync)
+
+
+def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, ref_ns: dict, cand_ns: dict,  # noqa: C901, PLR0913
+             guard_on: bool, identities: dict, flags0: dict, compiled_calls: list) -> dict:
+    """The draws (correctness and the hack checks), then the timing phase; fills and returns `out`."""
+    import torch
+
+    from verify.guard import ComputeGuard, compute_calls
+
+    off = set(job.get("off", []))
     atol = rtol = job.get("tol", 1e-2)
     variants = [{}] * job.get("draws", 5) + [{"__perturb__": True}] + list(job.get("shape_variants", []))
     defaults = {k: ref_ns[k] for v in variants for k in v if k in ref_ns}
@@ -100,6 +112,10 @@ def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, c
     keep = None  # the last draw's models and inputs, for timing
     try:
         for i, variant in enumerate(variants):
+            if lock.held:
+                lock.yield_()  # between draws a waiting timer goes first
+            else:
+                lock.acquire(label="draws")
             for k in defaults:
                 ref_ns[k] = variant.get(k, defaults[k])
             seed = job["seed"] * 1000 + i
@@ -196,7 +212,8 @@ def run_job(job: dict) -> dict:  # noqa: C901 - one linear story: load, draws, c
         if patched and "identities" not in off:
             raise Hack(f"patched {', '.join(patched)}")
         ref, cand, xs, xc = keep
-        out["times_ms"] = _time(job, dev, ref, cand, xs, xc, guard_on)
+        timed = time_kinds(job, dev, ref, cand, xs, xc, guard_on, lock, _GUARDS)
+        out.update(timed)
         patched = [k for k, v in identities.items() if _resolve(k) is not v]
         if patched and "identities" not in off:
             raise Hack(f"patched {', '.join(patched)}")
@@ -224,53 +241,6 @@ def _resolve(name: str) -> Any:
     for part in name.split(".")[1:]:
         obj = getattr(obj, part)
     return obj
-
-
-def _time(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, guard_on: bool) -> dict:
-    """Candidate, eager and (optionally) torch.compile in shuffled, interleaved rounds: each run after an L2 flush and
-    a device-wide synchronize, timed with the timer bound before the candidate was loaded. Median and IQR per kind."""
-    import statistics
-
-    import torch
-
-    from verify.guard import ComputeGuard, compute_calls
-
-    cuda = dev.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda *a: None)
-    flush = torch.empty(256 * 1024 * 1024 // 4, device=dev) if cuda else None
-    guard = ComputeGuard()
-    _GUARDS.append(guard)
-    fns = {"candidate": lambda: cand(*xc), "eager": lambda: ref(*xs)}
-    if job.get("compile"):
-        comp = torch.compile(ref)
-        fns["compile"] = lambda: comp(*xs)
-    rng = random.Random(job["seed"])
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    with torch.no_grad():
-        for k, f in fns.items():  # warm-up, also in shuffled order
-            for _ in range(job.get("warmup", 2)):
-                with guard if (k == "candidate" and guard_on) else _null():
-                    f()
-        for _ in range(job.get("rounds", 10)):
-            order = list(fns)
-            rng.shuffle(order)
-            for k in order:
-                for _ in range(job.get("runs_per_round", 3)):
-                    if flush is not None:
-                        flush.zero_()
-                    sync()
-                    t0 = _perf_counter()
-                    with guard if (k == "candidate" and guard_on) else _null():
-                        fns[k]()
-                    sync()
-                    samples[k].append((_perf_counter() - t0) * 1e3)
-    if compute_calls(guard):
-        raise Hack(f"PyTorch compute in timed forward: {', '.join(compute_calls(guard)[:5])}")
-    res = {}
-    for k, v in samples.items():
-        q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
-        res[k] = {"median": statistics.median(v), "iqr": q[2] - q[0], "runs": len(v)}
-    return res
 
 
 def main() -> None:
