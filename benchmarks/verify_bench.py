@@ -39,18 +39,28 @@ def _prebuild(ext_dir: str) -> None:
                 functions=["relu_k", "relu_aten", "relu_bf16", "relu_cached", "zero_"], verbose=False)
 
 
-def hack(device: str, task: str, ext_dir: str) -> dict:
-    rows = {}
-    for route, (src, why, off, dev) in ROUTES.items():
-        if dev == "cuda" and device != "cuda":
-            rows[route] = {"skipped": "CUDA-only route"}
-            continue
-        r = verify(task, src, device=device, off=off, rounds=2, extensions_dir=ext_dir)
-        ok = r["reward"] == -1 and (why in (r["hack"] or "") if why else not r["correct"])
-        rows[route] = {"caught": ok, "reward": r["reward"], "hack": r["hack"]}
-        print(f"  {route:34s} {'caught' if ok else 'SLIPPED'}  {r['hack'] or r.get('error') or ''}"[:150])
-    run = [v for v in rows.values() if "caught" in v]
-    return {"routes": rows, "caught": sum(v["caught"] for v in run), "run": len(run)}
+def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
+    """Every route, `workers` at a time; their timed rounds take turns on one lock file, as verify_batch's do."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows: dict = {}
+    run = {route: v for route, v in ROUTES.items() if not (v[3] == "cuda" and device != "cuda")}
+    for route in ROUTES.keys() - run.keys():
+        rows[route] = {"skipped": "CUDA-only route"}
+    lock = str(Path(tempfile.mkdtemp()) / "device.lock")
+
+    def one(item):
+        route, (src, why, off, _) = item
+        return route, why, verify(task, src, device=device, off=off, rounds=2, extensions_dir=ext_dir,
+                                  timing_lock=lock)
+
+    with ThreadPoolExecutor(max(1, workers)) as pool:
+        for route, why, r in pool.map(one, run.items()):
+            ok = r["reward"] == -1 and (why in (r["hack"] or "") if why else not r["correct"])
+            rows[route] = {"caught": ok, "reward": r["reward"], "hack": r["hack"]}
+            print(f"  {route:34s} {'caught' if ok else 'SLIPPED'}  {r['hack'] or r.get('error') or ''}"[:150])
+    judged = [v for v in rows.values() if "caught" in v]
+    return {"routes": rows, "caught": sum(v["caught"] for v in judged), "run": len(judged)}
 
 
 def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str]]:
@@ -66,23 +76,31 @@ def _trusted(args: argparse.Namespace) -> tuple[str, ...]:
 
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     pairs = _pairs(args, task)
+    t0 = time.monotonic()
     a = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+    batch_s = time.monotonic() - t0
     b = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
     pen = sum(1 for r in a + b if r["reward"] < 1)
     near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
+    bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
+            "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
+           for (t, c), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     return {"pairs": len(pairs), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
-            "levels": [r["reward"] for r in a]}
+            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s,
+            "batch_per_hour": 3600 * len(pairs) / batch_s, "workers": args.workers}
 
 
 def eager_vs_release(args: argparse.Namespace) -> dict:
     import pyarrow.dataset as ds
 
     t = ds.dataset(str(RELEASE / "data")).to_table(columns=["task_id", "eager_ms"]).slice(0, args.n_release)
+    rows = t.to_pylist()
+    # the workers draw and check side by side; their timed rounds take turns on the device (verify_batch's lock)
+    got = verify_batch([(f"{RELEASE}:{row['task_id']}", _eager_twin(row["task_id"])) for row in rows],
+                       workers=args.workers, device=args.device, allow_torch=True, compile=False)
     ratios = []
-    for row in t.to_pylist():
-        r = verify(f"{RELEASE}:{row['task_id']}", _eager_twin(row["task_id"]), device=args.device, allow_torch=True,
-                   compile=False)
+    for row, r in zip(rows, got, strict=True):
         e = (r.get("times_ms") or {}).get("eager", {}).get("median")
         if e:
             ratios.append(e / row["eager_ms"])
@@ -99,17 +117,23 @@ def _eager_twin(task_id: str) -> str:
     return code + "\n\nclass ModelNew(Model):\n    pass\n"
 
 
-def throughput(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
+def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) -> dict:
+    """Batch rate: the corpus section's first pass when it ran in this call (every pair, W workers), else a batch
+    over the same pairs; serial rate: one verification at a time over the first --n-serial pairs, same machine."""
     pairs = _pairs(args, task)
+    if "corpus" in done:
+        batch_n, batch_s = done["corpus"]["pairs"], done["corpus"]["batch_s"]
+    else:
+        t0 = time.monotonic()
+        verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+        batch_n, batch_s = len(pairs), time.monotonic() - t0
+    serial = pairs[: args.n_serial] if args.n_serial else pairs
     t0 = time.monotonic()
-    verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
-    batch_s = time.monotonic() - t0
-    t0 = time.monotonic()
-    for tk, c in pairs:
+    for tk, c in serial:
         verify(tk, c, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
     serial_s = time.monotonic() - t0
-    return {"pairs": len(pairs), "workers": args.workers, "batch_per_hour": 3600 * len(pairs) / batch_s,
-            "serial_per_hour": 3600 * len(pairs) / serial_s}
+    return {"pairs": batch_n, "serial_pairs": len(serial), "workers": args.workers,
+            "batch_per_hour": 3600 * batch_n / batch_s, "serial_per_hour": 3600 * len(serial) / serial_s}
 
 
 def main() -> None:
@@ -120,6 +144,9 @@ def main() -> None:
     ap.add_argument("--n-honest", type=int, default=4)
     ap.add_argument("--n-release", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
+    ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
+                    "benchmarks/verify_cuda/prebuild.py fills it ahead")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
     args = ap.parse_args()
     secs = args.sections.split(",")
@@ -128,20 +155,20 @@ def main() -> None:
     work = Path(tempfile.mkdtemp())
     task = str(work / "linear_relu.py")
     Path(task).write_text(TASK)
-    ext_dir = str(work / "ext")
+    ext_dir = str(Path(args.ext_dir).resolve()) if args.ext_dir else str(work / "ext")
     _prebuild(ext_dir)
     res: dict = {}
     for s in secs:
         print(f"[{s}]")
         t0 = time.monotonic()
         if s == "hack":
-            res[s] = hack(args.device, task, ext_dir)
+            res[s] = hack(args.device, task, ext_dir, args.workers)
         elif s == "corpus":
             res[s] = corpus(args, task, ext_dir)
         elif s == "eager_vs_release":
             res[s] = eager_vs_release(args)
         elif s == "throughput":
-            res[s] = throughput(args, task, ext_dir)
+            res[s] = throughput(args, task, ext_dir, res)
         res[s]["section_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -87,31 +87,47 @@ def generate(task_code: str, device: str, variants: list[dict]) -> str:
     return TEMPLATE.format(task=task_code, sources=sources, order=orders)
 
 
+def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str]:
+    """(row, candidate source or None, why skipped) in a pool process."""
+    row, device = args
+    try:
+        return row, generate(row["code"], device, json.loads(row["shape_variants"] or "[]")), ""
+    except Exception as e:  # noqa: BLE001 - a task inductor cannot wrap is skipped, with why
+        return row, None, f"{type(e).__name__}: {str(e)[:100]}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset")
     ap.add_argument("--n", type=int, default=60)
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", default="runs/verify_corpus")
+    ap.add_argument("--jobs", type=int, default=1, help="tasks compiled at once, one process each")
     a = ap.parse_args()
+    import multiprocessing as mp
+    import os
+
     import pyarrow.dataset as ds
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = ds.dataset(str(Path(a.dataset) / "data")).to_table(columns=["task_id", "code", "shape_variants"])
+    todo = [(row, a.device) for row in rows.slice(0, a.n * 2).to_pylist()]
+    # inductor's own compile pool per job would oversubscribe the cores the jobs already share
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, a.jobs))))
     made = []
-    for row in rows.slice(0, a.n * 2).to_pylist():
-        if len(made) >= a.n:
-            break
-        try:
-            src = generate(row["code"], a.device, json.loads(row["shape_variants"] or "[]"))
-        except Exception as e:  # noqa: BLE001 - a task inductor cannot wrap is skipped, with why
-            print(f"{row['task_id']}: skipped ({type(e).__name__}: {str(e)[:100]})")
-            continue
-        p = out / f"{row['task_id']}.py"
-        p.write_text(src)
-        made.append({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p)})
-        print(f"{row['task_id']}: ok ({len(made)}/{a.n})")
+    with mp.get_context("spawn").Pool(max(1, a.jobs), maxtasksperchild=1) as pool:
+        for row, src, why in pool.imap(_one, todo):
+            if len(made) >= a.n:
+                break
+            if src is None:
+                print(f"{row['task_id']}: skipped ({why})")
+                continue
+            p = out / f"{row['task_id']}.py"
+            p.write_text(src)
+            made.append({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p)})
+            print(f"{row['task_id']}: ok ({len(made)}/{a.n})", flush=True)
+        pool.terminate()
     (out / "pairs.jsonl").write_text("".join(json.dumps(m) + "\n" for m in made))
 
 
