@@ -5,15 +5,19 @@ over random rows of a release.
     python benchmarks/shortcuts.py --device cuda --n 500 --seed 0
 
 On the CPU every row runs at the pre-screen's screened shapes (operators/prescreen.py, sample.prescreen_shortcuts =
-record), so the counts are what the pre-screen catches; on cuda each row runs at its real sizes and also on the CPU
-pre-screen, and the share of each kind the pre-screen caught is reported. Prints a table and writes
-benchmarks/results/shortcuts_<device>.json (with its "headline")."""
+record), so the counts are what the pre-screen catches. On cuda each row runs at its real sizes in a pool of GPU
+processes while a pool of CPU processes pre-screens the same rows (the share of each kind the pre-screen caught is reported), and the
+rows the checks keep are tried on 5 fresh draws (seeds no check used): every floating input one ulp up and the
+float64 reference (rounding flips), and, in a pool of GPU processes, eager against torch.compile (compile flips), as
+many rows as the time box allows. Prints a table and writes benchmarks/results/shortcuts_<device>.json (with its
+"headline")."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
 import random
 import subprocess
 import sys
@@ -43,30 +47,128 @@ def _cpu(row: dict, cfg) -> dict:
             "cpu_ms": res.cpu_ms}
 
 
-def _cuda(row: dict, cfg) -> dict:
+FRESH = 10  # first seed offset of the fresh draws: the checks use draws 0-4
+
+
+def _cpu_init() -> None:
     import torch
 
-    from filters.shortcuts import measure
-    from filters.tensor_checks import flatten
+    torch.set_num_threads(1)
+
+
+def _cuda_model(row: dict, seed: int, dev: str = "cuda"):
+    import torch
+
     from operators.trace import load_module
 
     ns = load_module(row["code"], "bench")
-    seed = cfg.run.seed
 
     def draw(k):
         torch.manual_seed(seed + 1 + k)
-        with torch.device("cuda"):
-            return tuple(t.cuda() if isinstance(t, torch.Tensor) else t for t in ns["get_inputs"]())
+        with torch.device(dev):
+            return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in ns["get_inputs"]())
+
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        model = ns["Model"](*ns["get_init_inputs"]()).to(dev)
+    return model, draw
+
+
+def _cuda(row: dict, cfg, dev: str = "cuda") -> dict:
+    import torch
+
+    from filters.shortcuts import fragility, measure
+    from filters.tensor_checks import flatten
 
     t0 = time.perf_counter()
     with torch.no_grad():
-        torch.manual_seed(seed)
-        with torch.device("cuda"):
-            model = ns["Model"](*ns["get_init_inputs"]()).cuda()
+        model, draw = _cuda_model(row, cfg.run.seed, dev)
         ref0 = flatten(model(*draw(0))).clone()
         m = measure(model, draw, ref0, cfg.filter.compile_tolerance, draws=5, stop_first=True)
-    torch.cuda.synchronize()
-    return {"status": "ok", **{k: m.get(c) for k, c in KINDS.items()}, "gpu_s": time.perf_counter() - t0}
+        r = {"status": "ok", **{k: m.get(c) for k, c in KINDS.items()}}
+        if not any(r[k] for k in KINDS):  # kept: the same honest roundings on 5 draws no check has seen
+            f = fragility(model, lambda k: draw(FRESH + k), cfg.filter.compile_tolerance, draws=5)
+            r["fresh_flip"] = f["fragile"]
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    r["gpu_s"] = time.perf_counter() - t0
+    return r
+
+
+def _compile_flips(row: dict, seed: int, tol: float, dev: str = "cuda") -> dict:
+    """Eager against torch.compile on the 5 fresh draws: the largest verifier ratio (>= 1 is a flip)."""
+    import os
+
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    import torch
+
+    from filters.tensor_checks import flatten, tolerance_ratio
+
+    try:
+        with torch.no_grad():
+            model, draw = _cuda_model(row, seed, dev)
+            compiled = torch.compile(model)
+            worst = 0.0
+            for k in range(5):
+                x = draw(FRESH + k)
+                worst = max(worst, tolerance_ratio(flatten(compiled(*x)), flatten(model(*x)), tol))
+        torch._dynamo.reset()
+        return {"task_id": row["task_id"], "compile_ratio": worst}
+    except Exception as e:  # noqa: BLE001 - a task that does not compile here says nothing about flips
+        return {"task_id": row["task_id"], "compile_error": f"{type(e).__name__}: {e}"[:200]}
+
+
+def _gpu_row(row: dict, cfg, dev: str) -> dict:
+    try:
+        return _cuda(row, cfg, dev)
+    except Exception as e:  # noqa: BLE001 - a row that fails is counted, not fatal
+        return {"status": f"error ({type(e).__name__}: {e})"[:200]}
+
+
+def _pooled(a, cfg, rows: list[dict], dev: str, results: list, compiled: list) -> None:
+    """The real-size checks in --gpu-workers processes, the pre-screen of the same rows in --cpu-workers, and eager
+    against torch.compile for each kept row in --compile-workers, until the time box; work still running after
+    --grace-s more is abandoned (a row not measured is not counted)."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    ctx = mp.get_context("spawn")
+    gpu_pool = ProcessPoolExecutor(a.gpu_workers, mp_context=ctx)
+    cpu_pool = ProcessPoolExecutor(a.cpu_workers, mp_context=ctx, initializer=_cpu_init)
+    comp_pool = ProcessPoolExecutor(a.compile_workers, mp_context=ctx)
+    box = time.time() + 60 * (a.max_minutes or 1e6)
+    gpu_jobs = {gpu_pool.submit(_gpu_row, row, cfg, dev): row for row in rows}
+    cpu_jobs = {row["task_id"]: cpu_pool.submit(_cpu, row, cfg) for row in rows}
+    by_id, compile_jobs, pending = {}, {}, set(gpu_jobs)
+    while pending and time.time() < box:
+        done, pending = wait(pending, timeout=max(0.1, box - time.time()), return_when=FIRST_COMPLETED)
+        for f in done:
+            row = gpu_jobs[f]
+            g = f.result() if f.exception() is None else {"status": f"error ({f.exception()!r})"[:200]}
+            by_id[row["task_id"]] = {"task_id": row["task_id"], "gpu": g}
+            if g.get("status") == "ok" and not any(g.get(k) for k in KINDS):
+                compile_jobs[row["task_id"]] = comp_pool.submit(_compile_flips, row, cfg.run.seed,
+                                                                cfg.filter.compile_tolerance, dev)
+    for f in pending:
+        f.cancel()
+    wait([cpu_jobs[t] for t in by_id] + list(compile_jobs.values()), timeout=a.grace_s)
+    for row in rows:  # in sample order
+        r = by_id.get(row["task_id"])
+        if r is None:
+            continue
+        f = cpu_jobs[row["task_id"]]
+        ok = f.done() and not f.cancelled() and f.exception() is None
+        r["cpu"] = f.result() if ok else {"status": "not screened in time" if not f.done() else
+                                          f"screen failed: {f.exception()!r}"[:200]}
+        c = compile_jobs.get(row["task_id"])
+        if c is not None and c.done() and not c.cancelled() and c.exception() is None:
+            r["compile"] = c.result()
+            compiled.append(r)
+        results.append(r)
+    for p in (gpu_pool, cpu_pool, comp_pool):
+        for proc in list((getattr(p, "_processes", None) or {}).values()):
+            proc.kill()
+        p.shutdown(wait=False, cancel_futures=True)
 
 
 def sampler_section(n: int, seed: int) -> dict:
@@ -104,6 +206,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=500)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-minutes", type=float, default=None)
+    ap.add_argument("--gpu-workers", type=int, default=3, help="cuda: processes running the real-size checks")
+    ap.add_argument("--cpu-workers", type=int, default=8, help="cuda: processes pre-screening beside the GPU")
+    ap.add_argument("--compile-workers", type=int, default=4, help="cuda: GPU processes trying compile flips")
+    ap.add_argument("--grace-s", type=float, default=60.0, help="cuda: wait this long for the pools after the time box")
+    ap.add_argument("--real-device", default=None, help=argparse.SUPPRESS)  # cpu: try the cuda path without a GPU
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--sampler", type=int, default=0, help="only the sampler section: N h200 draws "
                     "(writes shortcuts_sampler.json)")
@@ -119,27 +226,32 @@ def main() -> None:
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
                               profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile")))
     rows, t0, results = _rows(a.n, a.seed), time.time(), []
-    for row in rows:
-        if a.max_minutes and time.time() - t0 > 60 * a.max_minutes:
-            break
-        r = {"task_id": row["task_id"]}
-        try:
-            r["cpu"] = _cpu(row, cfg)
-            if a.device == "cuda":
-                r["gpu"] = _cuda(row, cfg)
-        except Exception as e:  # noqa: BLE001 - a row that fails is counted, not fatal
-            r["error"] = f"{type(e).__name__}: {e}"[:200]
-        results.append(r)
+    dev = a.real_device or a.device
+    compiled = []
+    if a.device == "cuda":
+        _pooled(a, cfg, rows, dev, results, compiled)
+    else:
+        for row in rows:
+            if a.max_minutes and time.time() - t0 > 60 * a.max_minutes:
+                break
+            r = {"task_id": row["task_id"]}
+            try:
+                r["cpu"] = _cpu(row, cfg)
+            except Exception as e:  # noqa: BLE001 - a row that fails is counted, not fatal
+                r["error"] = f"{type(e).__name__}: {e}"[:200]
+            results.append(r)
     side = "gpu" if a.device == "cuda" else "cpu"
     judged = [r for r in results if r.get(side, {}).get("status") == "ok"]
     counts = {k: [r["task_id"] for r in judged if r[side].get(k)] for k in KINDS}
     anyk = [r for r in judged if any(r[side].get(k) for k in KINDS)]
-    caught = {k: (sum(1 for r in judged if r[side].get(k) and r["cpu"].get(k)) / len(counts[k]) if counts[k] else None)
-              for k in KINDS} if side == "gpu" else {}
+    screened = [r for r in judged if r.get("cpu", {}).get("status") == "ok"]
+    caught = {k: (sum(1 for r in screened if r[side].get(k) and r["cpu"].get(k)),
+                  sum(1 for r in screened if r[side].get(k))) for k in KINDS} if side == "gpu" else {}
+    kept = [r for r in judged if not any(r[side].get(k) for k in KINDS)]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     cmd = f"python benchmarks/shortcuts.py --device {a.device} --n {a.n} --seed {a.seed}" + (
         f" --max-minutes {a.max_minutes:g}" if a.max_minutes else "")
-    hw = "2-core CPU (no GPU)" if a.device == "cpu" else torch.cuda.get_device_name(0)
+    hw = "2-core CPU (no GPU)" if dev == "cpu" else torch.cuda.get_device_name(0)
     where = "screened shapes (CPU pre-screen)" if side == "cpu" else "real sizes"
     n = len(judged)
 
@@ -148,19 +260,37 @@ def main() -> None:
                 "torch": torch.__version__, "commit": commit}
 
     headline = [fig(f"v1 rows judged at {where}", f"{n} of {len(results)} run ({len(rows)} drawn)")]
-    for k, label in (("dead", "dead input"), ("skip", "skippable operator"), ("fragile", "numerically fragile")):
+    for k, label in (("dead", "dead input"), ("skip", "skippable operator"), ("fragile", "numerically fragile output")):
         share = f"{len(counts[k])} ({100 * len(counts[k]) / max(n, 1):.1f}%)"
         headline.append(fig(f"v1 rows with a {label}, {where}", share + (f", e.g. {counts[k][0]}" if counts[k] else ""),
                             "0 after the change" if k != "fragile" else "<= 0.2% flips after the change"))
         if caught:
+            hit, of = caught[k]
             headline.append(fig(f"share of {label} rows the CPU pre-screen catches",
-                                "n/a" if caught[k] is None else f"{100 * caught[k]:.0f}%"))
+                                f"{hit} of {of}" + (f" ({100 * hit / of:.0f}%)" if of else "")))
     headline.append(fig(f"v1 rows with any shortcut, {where}", f"{len(anyk)} ({100 * len(anyk) / max(n, 1):.1f}%)"))
+    if side == "gpu":
+        flips = [r["task_id"] for r in kept if r["gpu"].get("fresh_flip")]
+        headline.append(fig("kept rows whose output leaves tolerance under an honest rounding on 5 fresh draws",
+                            f"{len(flips)} of {len(kept)} ({100 * len(flips) / max(len(kept), 1):.1f}%)"
+                            + (f", e.g. {flips[0]}" if flips else ""), "<= 0.2%"))
+        ck = [r for r in compiled if r in kept and "compile_ratio" in r["compile"]]
+        cflips = [r["task_id"] for r in ck if r["compile"]["compile_ratio"] >= 1]
+        headline.append(fig("kept rows where eager and torch.compile disagree on 5 fresh draws",
+                            f"{len(cflips)} of {len(ck)} compiled ({100 * len(cflips) / max(len(ck), 1):.1f}%)"
+                            + (f", e.g. {cflips[0]}" if cflips else ""), "<= 0.2%"))
+        gs = sorted(r["gpu"]["gpu_s"] for r in judged)
+        if gs:
+            headline.append(fig(f"seconds of the checks per row, real sizes, {a.gpu_workers} processes on one GPU "
+                                "(median, p90)",
+                                f"{gs[len(gs) // 2]:.3f}, {gs[int(0.9 * (len(gs) - 1))]:.3f}"))
     print(f"{'figure':<60} value")
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
     out = Path(a.out) / f"shortcuts_{a.device}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    if side == "gpu":  # per-row results beside the record (not committed: benchmarks/results/*.jsonl)
+        out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in results))
     out.write_text(json.dumps({"headline": headline, "examples": {k: v[:10] for k, v in counts.items()},
                                "statuses": {s: sum(1 for r in results if r.get(side, {}).get("status", "error")
                                                    .split(" (")[0] == s) for s in
@@ -191,3 +321,5 @@ def _write_sampler(a, torch) -> None:
 
 if __name__ == "__main__":
     main()
+    sys.stdout.flush()
+    os._exit(0)  # pool processes abandoned after the grace period must not hold the interpreter's exit
