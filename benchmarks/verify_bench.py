@@ -26,17 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from verify.api import verify, verify_batch  # noqa: E402
-from verify.suite import EXT_SOURCE, HONEST, ROUTES, TASK  # noqa: E402
+from verify.suite import HONEST, ROUTES, TASK, prebuild  # noqa: E402
 
 RELEASE = ROOT / "data/releases/opsynth-ops-h200-v1"
 
 
 def _prebuild(ext_dir: str) -> None:
-    from torch.utils.cpp_extension import load_inline
-
     os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
-    load_inline(name="opsynth_verify_suite", cpp_sources=EXT_SOURCE,
-                functions=["relu_k", "relu_aten", "relu_bf16", "relu_cached", "zero_"], verbose=False)
+    prebuild()
 
 
 def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
@@ -63,47 +60,63 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
     return {"routes": rows, "caught": sum(v["caught"] for v in judged), "run": len(judged)}
 
 
-def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str]]:
+def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool]]:
+    """(task, candidate, trusted) from every --corpus file; a line of kind "inductor" is generated code (trusted: it
+    skips the static check only), hand-written kernels are not."""
     if args.corpus:
-        return [(d["task"], d["candidate"]) for d in map(json.loads, Path(args.corpus).read_text().splitlines()) if d]
-    return [(task, HONEST)] * args.n_honest
+        return [(d["task"], d["candidate"], d.get("kind") == "inductor") for f in args.corpus
+                for d in map(json.loads, Path(f).read_text().splitlines()) if d]
+    return [(task, HONEST, False)] * args.n_honest
 
 
-def _trusted(args: argparse.Namespace) -> tuple[str, ...]:
-    """The generated corpus (inductor's code, trusted) skips the static check; every runtime check applies."""
-    return ("static",) if args.corpus else ()
+def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir: str) -> list[dict]:
+    """verify_batch over the pairs, the trusted ones with the static check off; results in input order."""
+    out: dict[int, dict] = {}
+    for trusted in (False, True):
+        idx = [i for i, p in enumerate(pairs) if p[2] == trusted]
+        if idx:
+            got = verify_batch([pairs[i][:2] for i in idx], workers=args.workers, device=args.device,
+                               extensions_dir=ext_dir, off=("static",) if trusted else ())
+            out.update(zip(idx, got, strict=True))
+    return [out[i] for i in range(len(pairs))]
 
 
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     pairs = _pairs(args, task)
     t0 = time.monotonic()
-    a = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+    a = _batch(pairs, args, ext_dir)
     batch_s = time.monotonic() - t0
-    b = verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+    b = _batch(pairs, args, ext_dir)
     pen = sum(1 for r in a + b if r["reward"] < 1)
     near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
     bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
-           for (t, c), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
+           for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     return {"pairs": len(pairs), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s,
             "batch_per_hour": 3600 * len(pairs) / batch_s, "workers": args.workers}
 
 
 def eager_vs_release(args: argparse.Namespace) -> dict:
+    """In chunks of 2W tasks until --n-release or the --max-minutes box: the figures cover the tasks verified."""
     import pyarrow.dataset as ds
 
     t = ds.dataset(str(RELEASE / "data")).to_table(columns=["task_id", "eager_ms"]).slice(0, args.n_release)
-    rows = t.to_pylist()
-    # the workers draw and check side by side; their timed rounds take turns on the device (verify_batch's lock)
-    got = verify_batch([(f"{RELEASE}:{row['task_id']}", _eager_twin(row["task_id"])) for row in rows],
-                       workers=args.workers, device=args.device, allow_torch=True, compile=False)
-    ratios = []
-    for row, r in zip(rows, got, strict=True):
-        e = (r.get("times_ms") or {}).get("eager", {}).get("median")
-        if e:
-            ratios.append(e / row["eager_ms"])
+    rows, ratios = t.to_pylist(), []
+    box = time.monotonic() + 60 * (args.max_minutes or 1e6)
+    step = 2 * max(1, args.workers)
+    for i in range(0, len(rows), step):
+        if time.monotonic() > box:
+            break
+        chunk = rows[i: i + step]
+        # the workers draw and check side by side; their timed rounds take turns on the device (verify_batch's lock)
+        got = verify_batch([(f"{RELEASE}:{row['task_id']}", _eager_twin(row["task_id"])) for row in chunk],
+                           workers=args.workers, device=args.device, allow_torch=True, compile=False)
+        for row, r in zip(chunk, got, strict=True):
+            e = (r.get("times_ms") or {}).get("eager", {}).get("median")
+            if e:
+                ratios.append(e / row["eager_ms"])
     dev = sorted(abs(x - 1) for x in ratios)
     return {"tasks": len(ratios), "median_ratio": statistics.median(ratios) if ratios else None,
             "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None}
@@ -125,12 +138,12 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
         batch_n, batch_s = done["corpus"]["pairs"], done["corpus"]["batch_s"]
     else:
         t0 = time.monotonic()
-        verify_batch(pairs, workers=args.workers, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+        _batch(pairs, args, ext_dir)
         batch_n, batch_s = len(pairs), time.monotonic() - t0
     serial = pairs[: args.n_serial] if args.n_serial else pairs
     t0 = time.monotonic()
-    for tk, c in serial:
-        verify(tk, c, device=args.device, extensions_dir=ext_dir, off=_trusted(args))
+    for tk, c, trusted in serial:
+        verify(tk, c, device=args.device, extensions_dir=ext_dir, off=("static",) if trusted else ())
     serial_s = time.monotonic() - t0
     return {"pairs": batch_n, "serial_pairs": len(serial), "workers": args.workers,
             "batch_per_hour": 3600 * batch_n / batch_s, "serial_per_hour": 3600 * len(serial) / serial_s}
@@ -140,10 +153,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--sections", default="hack,corpus,eager_vs_release,throughput")
-    ap.add_argument("--corpus", help="JSONL of {task, candidate} honest pairs (GPU corpus)")
+    ap.add_argument("--corpus", action="append", help="JSONL of {task, candidate[, kind]} honest pairs (GPU corpus); "
+                    "repeatable")
     ap.add_argument("--n-honest", type=int, default=4)
     ap.add_argument("--n-release", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--max-minutes", type=float, default=None, help="eager_vs_release: stop starting chunks after this")
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
                     "benchmarks/verify_cuda/prebuild.py fills it ahead")

@@ -45,10 +45,19 @@ class ComputeGuard(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = func._schema.name.split("::")[-1]
-        if not self.allow_torch and name not in self.allowed and name.rstrip("_") not in self.allowed:
+        if not self.allow_torch and name not in self.allowed and name.rstrip("_") not in self.allowed \
+                and not _moves_only(name, args, kwargs or {}):
             self.calls.append(f"aten::{name}")
             raise RuntimeError(f"verify: PyTorch compute aten::{name} in the candidate's forward is not allowed")
         return func(*args, **(kwargs or {}))
+
+
+def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
+    """A copy between devices that keeps the dtype (`.cpu()`, `.tolist()` on a GPU tensor) moves values and computes
+    nothing; a dtype change is arithmetic on every element and stays refused."""
+    if name != "_to_copy" or not args or not isinstance(args[0], torch.Tensor):
+        return False
+    return kwargs.get("dtype") in (None, args[0].dtype)
 
 
 def compute_calls(guard: ComputeGuard) -> list[str]:

@@ -125,7 +125,7 @@ def main() -> None:
                 continue
             p = out / f"{row['task_id']}.py"
             p.write_text(src)
-            made.append({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p)})
+            made.append({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p), "kind": "inductor"})
             print(f"{row['task_id']}: ok ({len(made)}/{a.n})", flush=True)
         pool.terminate()
     (out / "pairs.jsonl").write_text("".join(json.dumps(m) + "\n" for m in made))

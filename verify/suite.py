@@ -59,13 +59,65 @@ torch::Tensor relu_cached(torch::Tensor x) {
 void zero_(torch::Tensor x) { std::memset(x.data_ptr<float>(), 0, x.numel() * 4); }
 '''
 
+# The same functions as CUDA kernels, for verification on a GPU (a host loop over a device pointer would crash).
+# Every kernel runs on the current stream, so work on a side stream stays there, as a real candidate's would.
+CUDA_EXT_SOURCE = r'''
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime.h>
+#include <vector>
+__global__ void relu_kernel(const float* a, float* b, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) b[i] = a[i] > 0.f ? a[i] : 0.f;
+}
+__global__ void bf16_kernel(float* b, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) b[i] = __uint_as_float(__float_as_uint(b[i]) & 0xFFFF0000u);
+}
+static int blocks(int64_t n) { return (int)((n + 255) / 256); }
+torch::Tensor relu_k(torch::Tensor x) {
+  auto xc = x.contiguous();
+  auto y = torch::empty_like(xc);
+  int64_t n = xc.numel();
+  if (n) relu_kernel<<<blocks(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(xc.data_ptr<float>(), y.data_ptr<float>(), n);
+  return y;
+}
+torch::Tensor relu_aten(torch::Tensor x) { return at::relu(x); }
+torch::Tensor relu_bf16(torch::Tensor x) {
+  auto y = relu_k(x);
+  int64_t n = y.numel();
+  if (n) bf16_kernel<<<blocks(n), 256, 0, at::cuda::getCurrentCUDAStream()>>>(y.data_ptr<float>(), n);
+  return y;
+}
+static torch::Tensor cached; static uint64_t cached_key = 0;
+torch::Tensor relu_cached(torch::Tensor x) {
+  auto xc = x.contiguous();
+  std::vector<uint32_t> w(xc.numel());
+  cudaMemcpy(w.data(), xc.data_ptr<float>(), w.size() * 4, cudaMemcpyDeviceToHost);
+  uint64_t h = 1469598103934665603ull;
+  for (uint32_t v : w) h = (h ^ v) * 1099511628211ull;
+  if (h != cached_key || !cached.defined()) { cached = relu_k(xc); cached_key = h; }
+  return cached;
+}
+void zero_(torch::Tensor x) { cudaMemsetAsync(x.data_ptr<float>(), 0, x.numel() * 4, at::cuda::getCurrentCUDAStream()); }
+'''
+CUDA_DECLS = ("torch::Tensor relu_k(torch::Tensor x); torch::Tensor relu_aten(torch::Tensor x); "
+              "torch::Tensor relu_bf16(torch::Tensor x); torch::Tensor relu_cached(torch::Tensor x); "
+              "void zero_(torch::Tensor x);")
+FUNCTIONS = ["relu_k", "relu_aten", "relu_bf16", "relu_cached", "zero_"]
+
 HEADER = '''import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 {imports}
 EXT_SOURCE = {ext!r}
-ext = load_inline(name="opsynth_verify_suite", cpp_sources=EXT_SOURCE,
-                  functions=["relu_k", "relu_aten", "relu_bf16", "relu_cached", "zero_"], verbose=False)
+CUDA_EXT_SOURCE = {cuda_ext!r}
+FUNCTIONS = {functions!r}
+EXT_CPU = load_inline(name="opsynth_verify_suite", cpp_sources=EXT_SOURCE, functions=FUNCTIONS, verbose=False)
+EXT_CUDA = None
+if torch.cuda.is_available():
+    EXT_CUDA = load_inline(name="opsynth_verify_suite_cuda", cpp_sources={decls!r}, cuda_sources=CUDA_EXT_SOURCE,
+                           functions=FUNCTIONS, verbose=False)
 {top}
 
 class ModelNew(nn.Module):
@@ -75,6 +127,7 @@ class ModelNew(nn.Module):
 {init}
     def forward(self, x):
         y = torch.addmm(self.lin.bias, x, self.lin.weight.t())  # a GEMM: allowed (cuBLAS/MKL)
+        ext = EXT_CUDA if y.is_cuda else EXT_CPU
 {forward}
 '''
 
@@ -82,7 +135,8 @@ class ModelNew(nn.Module):
 def render(forward: str, imports: str = "", top: str = "", init: str = "") -> str:
     """A candidate file: the shared extension, ModelNew with the task's weights, `forward`'s body after the GEMM."""
     ind = lambda s, k: "".join(" " * k + ln + "\n" for ln in s.strip("\n").splitlines())  # noqa: E731
-    return HEADER.format(imports=imports, ext=EXT_SOURCE, top=top, init=ind(init, 8) if init else "",
+    return HEADER.format(imports=imports, ext=EXT_SOURCE, cuda_ext=CUDA_EXT_SOURCE, functions=FUNCTIONS,
+                         decls=CUDA_DECLS, top=top, init=ind(init, 8) if init else "",
                          forward=ind(forward, 8))
 
 
@@ -143,3 +197,15 @@ CHECK_OF = {"PyTorch compute": "guard", "torch.compile": "compile_tripwire", "sh
             "cached result": "repeat", "threads": "late_writes", "late writes": "late_writes",
             "lower precision": "precision", "in place": "inplace", "patched": "identities",
             "timed output": "timed_outputs"}
+
+
+def prebuild() -> None:
+    """Build the suite's extensions once into TORCH_EXTENSIONS_DIR (the CUDA one where a GPU is), so that each
+    candidate only loads them."""
+    import torch
+    from torch.utils.cpp_extension import load_inline
+
+    load_inline(name="opsynth_verify_suite", cpp_sources=EXT_SOURCE, functions=FUNCTIONS, verbose=False)
+    if torch.cuda.is_available():
+        load_inline(name="opsynth_verify_suite_cuda", cpp_sources=CUDA_DECLS, cuda_sources=CUDA_EXT_SOURCE,
+                    functions=FUNCTIONS, verbose=False)

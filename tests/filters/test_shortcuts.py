@@ -149,7 +149,7 @@ def test_a_forward_that_cannot_run_in_float64_is_not_called_fragile():
 def test_planted_shortcuts_found_on_the_gpu():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    draw = _draw((4096, 8), (4096, 8), device="cuda")
+    draw = _draw((8, 4096), (8, 4096), device="cuda")
     m = _measure(RenormRsub().cuda(), draw)
     assert m["dead_inputs"] == ["x"]
     assert _measure(AllMatter().cuda(), _draw((64, 32), (64, 32), device="cuda"))["dead_inputs"] == []
