@@ -27,7 +27,7 @@ from pipeline.rundir.stage_defs import AUDIT_STAGES, RUN_STAGES, VERDICT_SHARDS
 from pipeline.rundir.store import RunDir
 
 # `--help` lists the commands in the order a run uses them; a command not named here comes after, as registered
-COMMAND_ORDER = ("run", "init", "sample", "decontaminate", "profile", "filter", "dedupe", "publish", "report",
+COMMAND_ORDER = ("run", "init", "sample", "decontaminate", "profile", "pack", "unpack", "filter", "dedupe", "publish", "report",
                  "recheck", "audit", "catalog", "reference")
 
 
@@ -311,6 +311,29 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
     if out["stopped"]:
         typer.echo(f"stopped after {out['minutes']:g} min: {out['with_measurements']} of {out['tasks']} tasks "
                    f"measured; rerun to continue")
+
+
+@app.command()
+def pack(dir: DirArg, out: Annotated[Path, typer.Argument(help="new folder for the packed run", metavar="OUT")]) -> None:
+    """Copy what `opsynth profile` reads of DIR into OUT (the code, not the graphs), for a GPU box that takes a small
+    upload; bring its profile calls back with `opsynth unpack OUT DIR`."""
+    from pipeline.rundir.pack import pack as pack_run
+
+    r = pack_run(dir, out)
+    shards = ", ".join(f"{t} {n}" for t, n in r["shards"].items() if n)
+    typer.echo(f"packed {dir} -> {out}: {r['bytes'] / 2**20:.1f} MiB ({shards} shards)")
+
+
+@app.command()
+def unpack(packed: Annotated[Path, typer.Argument(help="a folder `opsynth pack` wrote and profile ran on",
+                                                  metavar="PACKED")], dir: DirArg) -> None:
+    """Bring the measurement and shortcut shards and the profile calls of PACKED into the run DIR it was packed
+    from (shards DIR has done already stay as they are)."""
+    from pipeline.rundir.pack import unpack as unpack_run
+
+    r = unpack_run(packed, dir)
+    typer.echo(f"unpacked {packed} -> {dir}: " + ", ".join(f"{t} {n} shards" for t, n in r["shards"].items())
+               + f", {r['profile_calls']} profile call(s)")
 
 
 @app.command("filter")

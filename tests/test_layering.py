@@ -32,7 +32,7 @@ TIERS: list[tuple[str, list[str]]] = [
                             "pipeline.gpu.task_order",
                             "pipeline.gpu.tensor_checks"]),
     ("pipeline store", ["pipeline.rundir.store", "pipeline.rundir.selection", "pipeline.rundir.completeness",
-                        "pipeline.rundir.reference"]),
+                        "pipeline.rundir.reference", "pipeline.rundir.pack"]),
     ("pipeline worker", ["pipeline.gpu.harness", "pipeline.gpu.kernel_warmup", "pipeline.gpu.executors"]),
     ("pipeline outputs", ["pipeline.outputs.card", "pipeline.outputs.figures", "pipeline.outputs.docs_gen",
                           "pipeline.outputs.plots", "pipeline.outputs.hub", "pipeline.outputs.publish",

@@ -1,0 +1,112 @@
+"""A run's GPU stage on a machine that takes a small upload: `pack` copies what `opsynth profile` reads into a new
+folder, and `unpack` brings the profile calls made there back into the full run.
+
+The packed run holds config.toml, the manifest, the verdicts as they are, the tasks with only the columns profile
+reads (the code; the graphs and traced ops are most of a run's bytes), the done measurement shards with only the
+columns profile reads of them, and the done shortcut shards. Shards keep their numbers and completion markers, so
+profile on the packed run resumes exactly as it would on the full one. Unpack copies each output shard the full run
+does not have done yet (a shard, then its marker), never overwriting one, and appends the packed run's profile calls
+to the full run's manifest, so every measurement keeps the call (and its settings) that took it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from pipeline.errors import OpsynthError
+from pipeline.rundir.store import RunDir
+
+# the columns of tasks/ that profile reads (pipeline/stages/profile.py _run)
+PROFILE_TASK_COLUMNS = ("task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes")
+# of a done measurement shard, profile reads which tasks it holds and their status
+PROFILE_MEASUREMENT_COLUMNS = ("task_id", "status")
+OUTPUT_TABLES = ("measurements", "shortcuts")  # what a profile call writes (shortcuts: profile.shortcuts_only)
+
+
+def _copy_done(src: RunDir, dst: RunDir, table: str, columns: tuple[str, ...] | None = None,
+               whole: set[int] | None = None) -> int:
+    """Every done shard of `table` into dst (only `columns`, except shards in `whole`), markers after; the count."""
+    n = 0
+    for k in src.done_shards(table):
+        if columns is None or (whole and k in whole):
+            dst.table_dir(table).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src.shard_path(table, k), dst.shard_path(table, k))
+            dst.marker_path(table, k).parent.mkdir(exist_ok=True)
+            shutil.copyfile(src.marker_path(table, k), dst.marker_path(table, k))
+        else:
+            dst.write_shard(table, k, pq.read_table(src.shard_path(table, k), columns=list(columns)))
+        n += 1
+    return n
+
+
+def pack(src_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """Copy what profile reads of the run at src_dir into out_dir (which must not exist yet)."""
+    src = RunDir(src_dir)
+    src.load_config()  # a folder that is no run directory says so here, with the fix
+    if out_dir.exists():
+        raise OpsynthError(f"{out_dir} exists: pack writes a new folder; give another path or remove it")
+    if not src.done_shards("tasks"):
+        raise OpsynthError(f"{src_dir} has no tasks yet: run `opsynth sample {src_dir}` first")
+    dst = RunDir(out_dir)
+    out_dir.mkdir(parents=True)
+    try:
+        shutil.copyfile(src.config_path, dst.config_path)
+        if src.manifest_path.exists():
+            shutil.copyfile(src.manifest_path, dst.manifest_path)
+        counts = {"tasks": _copy_done(src, dst, "tasks", PROFILE_TASK_COLUMNS),
+                  "verdicts": _copy_done(src, dst, "verdicts"),
+                  "shortcuts": _copy_done(src, dst, "shortcuts")}
+        # a measurement shard written before the run grew holds fewer tasks than its tasks shard: profile reads it
+        # whole to add the new ones, so it goes whole
+        grown = {k for k in src.done_shards("measurements") if src.is_done("tasks", k)
+                 and src.shard_rows("measurements", k) != src.shard_rows("tasks", k)}
+        counts["measurements"] = _copy_done(src, dst, "measurements", PROFILE_MEASUREMENT_COLUMNS, grown)
+    except BaseException:
+        shutil.rmtree(out_dir, ignore_errors=True)  # half a pack would resume wrongly: none at all is left
+        raise
+    return {"packed": str(out_dir), "shards": counts,
+            "bytes": sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())}
+
+
+def _profile_calls(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    stage = (manifest.get("stages") or {}).get("profile") or {}
+    return list(stage.get("calls") or ([{k: v for k, v in stage.items() if k != "seconds_all_calls"}] if stage else []))
+
+
+def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
+    """Bring the profile output shards and profile calls of packed_dir into the full run at run_dir."""
+    src, dst = RunDir(packed_dir), RunDir(run_dir)
+    src.load_config()
+    dst.load_config()
+    if src.config_path.read_text() != dst.config_path.read_text():
+        raise OpsynthError(f"{packed_dir} was not packed from {run_dir} (their config.toml differ): unpack it into "
+                           "the run it came from")
+    theirs = {t["task_id"] for t in src.read_rows("tasks", ["task_id"])}
+    ours = {t["task_id"] for t in dst.read_rows("tasks", ["task_id"])}
+    if not theirs <= ours:
+        raise OpsynthError(f"{packed_dir} holds tasks {run_dir} does not: unpack it into the run it came from")
+    copied: dict[str, int] = {}
+    for table in OUTPUT_TABLES:
+        copied[table] = 0
+        for k in src.done_shards(table):
+            if dst.is_done(table, k):
+                continue  # the full run's shard stands (a packed measurement shard is a column subset of it)
+            dst.table_dir(table).mkdir(parents=True, exist_ok=True)
+            tmp = dst.shard_path(table, k).with_name(f".{dst.shard_path(table, k).name}.unpack")
+            shutil.copyfile(src.shard_path(table, k), tmp)
+            tmp.replace(dst.shard_path(table, k))
+            dst.marker_path(table, k).parent.mkdir(exist_ok=True)
+            shutil.copyfile(src.marker_path(table, k), dst.marker_path(table, k))
+            copied[table] += 1
+    known = {json.dumps(c, sort_keys=True, default=str) for c in _profile_calls(dst.manifest())}
+    new = [c for c in _profile_calls(src.manifest()) if json.dumps(c, sort_keys=True, default=str) not in known]
+    if new:
+        calls = _profile_calls(dst.manifest()) + new
+        entry = {**calls[-1], "calls": calls,
+                 "seconds_all_calls": round(sum(c.get("seconds") or 0 for c in calls), 3)}
+        dst.update_manifest(stages={"profile": entry})
+    return {"shards": copied, "profile_calls": len(new)}
