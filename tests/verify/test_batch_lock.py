@@ -1,6 +1,7 @@
 """verify_batch's timing lock: with 2 workers on one device the timed regions never overlap (each worker holds the
 device's lock exclusively while it times); with the lock switched off, or with the workers on two GPUs (one lock
-each), they do. The candidate sleeps 10 ms per call so that each timed region is long enough to overlap."""
+each), they do. The candidate sleeps 40 ms per call so that each timed region (over a second) outlasts the jitter
+of the two workers' start."""
 
 import itertools
 
@@ -10,7 +11,7 @@ from verify.api import verify_batch
 from verify.batch import parse_gpus
 from verify.suite import render
 
-SLOW = render("time.sleep(0.01)\nreturn ext.relu_k(y)", imports="import time")
+SLOW = render("time.sleep(0.04)\nreturn ext.relu_k(y)", imports="import time")
 
 
 def _overlapping(rows: list[dict]) -> list[tuple[int, int]]:
