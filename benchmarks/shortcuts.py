@@ -3,6 +3,7 @@ over random rows of a release.
 
     python benchmarks/shortcuts.py --device cpu --n 500 --seed 0 --max-minutes 10
     python benchmarks/shortcuts.py --device cuda --n 500 --seed 0
+    python benchmarks/shortcuts.py --against benchmarks/results/shortcuts_cuda.rows.jsonl
 
 On the CPU every row runs at the pre-screen's screened shapes (operators/prescreen.py, sample.prescreen_shortcuts =
 record), so the counts are what the pre-screen catches. On cuda each row runs at its real sizes in a pool of GPU
@@ -10,7 +11,9 @@ processes while a pool of CPU processes pre-screens the same rows (the share of 
 rows the checks keep are tried on 5 fresh draws (seeds no check used): every floating input one ulp up and the
 float64 reference (rounding flips), and, in a pool of GPU processes, eager against torch.compile (compile flips), as
 many rows as the time box allows. Prints a table and writes benchmarks/results/shortcuts_<device>.json (with its
-"headline")."""
+"headline"). --against ROWS (a cuda run's per-row results) screens the GPU-judged rows again on the CPU with the
+fragility check alone, the input move one ulp and scaled to the real size (sample.prescreen_ulp_scale), and counts
+the GPU-fragile rows each catches and the GPU-clean rows each flags (shortcuts_cpu_vs_gpu.json)."""
 
 from __future__ import annotations
 
@@ -171,6 +174,46 @@ def _pooled(a, cfg, rows: list[dict], dev: str, results: list, compiled: list) -
         p.shutdown(wait=False, cancel_futures=True)
 
 
+def _screen_fragile(item: tuple[dict, bool]) -> dict:
+    """The pre-screen's fragility check alone on one row, the ulp move scaled to the real size or not."""
+    from operators.prescreen import prescreen
+    from pipeline.rundir.config import load_preset
+
+    row, scale = item
+    cfg = load_preset("h200")
+    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record",
+                                                              prescreen_ulp_scale=scale),
+                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("fragile",)))
+    res = prescreen(row, cfg)
+    return {"status": res.status, "fragile": (res.measurements or {}).get("fragile") or ""}
+
+
+def against_section(path: Path, workers: int) -> dict:
+    """How well the pre-screen's fragility verdict predicts the GPU's on the rows of a cuda run (its .rows.jsonl):
+    GPU-fragile rows it catches and GPU-clean rows it flags, with the one-ulp move and with the move scaled."""
+    import multiprocessing as mp
+
+    import pyarrow.parquet as pq
+
+    gpu = {r["task_id"]: r["gpu"] for r in map(json.loads, path.read_text().splitlines())
+           if r.get("gpu", {}).get("status") == "ok"}
+    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
+            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
+    ids = sorted(gpu)
+    out = {}
+    with mp.get_context("spawn").Pool(workers, initializer=_cpu_init) as pool:
+        for scale in (False, True):
+            got = pool.map(_screen_fragile, [({"task_id": t, "code": code[t]}, scale) for t in ids], chunksize=4)
+            ok = [(t, g) for t, g in zip(ids, got, strict=True) if g["status"] == "ok"]
+            fr = [t for t, g in ok if gpu[t].get("fragile")]
+            clean = [t for t, g in ok if not gpu[t].get("fragile")]
+            flagged = {t for t, g in ok if g["fragile"]}
+            out["scaled" if scale else "one ulp"] = {
+                "screened": len(ok), "gpu_fragile": len(fr), "caught": sum(t in flagged for t in fr),
+                "gpu_clean": len(clean), "false_alarms": sorted(t for t in clean if t in flagged)}
+    return out
+
+
 def sampler_section(n: int, seed: int) -> dict:
     """What the value-scale rule (operators/value_scale.py) prevents: of n h200-preset draws sampled without it,
     how many it flags, by rule; with it on the sampler draws another in their place."""
@@ -214,11 +257,15 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--sampler", type=int, default=0, help="only the sampler section: N h200 draws "
                     "(writes shortcuts_sampler.json)")
+    ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the .rows.jsonl of a cuda run "
+                    "(writes shortcuts_cpu_vs_gpu.json)")
     a = ap.parse_args()
     import torch
 
     if a.sampler:
         return _write_sampler(a, torch)
+    if a.against:
+        return _write_against(a, torch)
 
     from pipeline.rundir.config import load_preset
 
@@ -316,6 +363,26 @@ def _write_sampler(a, torch) -> None:
     out = Path(a.out) / "shortcuts_sampler.json"
     out.write_text(json.dumps({"headline": headline, "examples": {k: v[:5] for k, v in r["by_rule"].items()},
                                "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def _write_against(a, torch) -> None:
+    t0 = time.time()
+    r = against_section(Path(a.against), a.cpu_workers)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    cmd = f"python benchmarks/shortcuts.py --against {Path(a.against).name} --cpu-workers {a.cpu_workers}"
+    base = {"command": cmd, "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
+    headline = []
+    for how, v in r.items():
+        fa = len(v["false_alarms"])
+        headline.append({"figure": f"GPU-fragile v1 rows the CPU pre-screen catches, {how} move", "value":
+                         f"{v['caught']} of {v['gpu_fragile']} ({100 * v['caught'] / max(v['gpu_fragile'], 1):.0f}%); "
+                         f"flags {fa} of {v['gpu_clean']} GPU-clean rows ({100 * fa / max(v['gpu_clean'], 1):.1f}%)",
+                         "target": None, **base})
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    out = Path(a.out) / "shortcuts_cpu_vs_gpu.json"
+    out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
     print(f"wrote {out}")
 
 

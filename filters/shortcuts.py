@@ -225,9 +225,12 @@ def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: boo
             "ops_that_matter": [o for o, r in ratios.items() if r >= 1], "ops_seen": ops}
 
 
-def _ulp_up(x: Sequence[Any]) -> tuple:
-    return tuple(torch.nextafter(t, torch.full_like(t, math.inf)) if isinstance(t, torch.Tensor)
-                 and t.is_floating_point() else t for t in x)
+def _ulp_up(x: Sequence[Any], steps: int = 1) -> tuple:
+    """Every floating tensor moved up by `steps` ulps (its own ulp at each element; exact for steps = 1)."""
+    def up(t: torch.Tensor) -> torch.Tensor:
+        nxt = torch.nextafter(t, torch.full_like(t, math.inf))
+        return nxt if steps == 1 else t + steps * (nxt - t)
+    return tuple(up(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
 
 
 def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, torch.dtype]:
@@ -247,17 +250,19 @@ def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, 
 
 def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence[Any] | None = None,
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
-              ) -> dict[str, Any]:
+              ulp_steps: int = 1) -> dict[str, Any]:
     """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
-    the output with every floating input one ulp up, and against the float64 reference."""
+    the output with every floating input one ulp up, and against the float64 reference. ulp_steps > 1 moves the
+    inputs that many ulps instead: a screen at 1/n of the real element count sees as many values within n ulps of
+    a step as the real size has within one (the pre-screen's extrapolation, see operators/prescreen.py)."""
     worst: dict[str, float | None] = {c: 0.0 for c in checks}
     found = ""
     for k in range(draws):
         x = draw(k)
         ref = subs[k] if subs is not None and k < len(subs) else flatten(model(*x))[::stride]
         if FRAGILE_ULP in worst:
-            worst[FRAGILE_ULP] = max(worst[FRAGILE_ULP], tolerance_ratio(flatten(model(*_ulp_up(x)))[::stride],
-                                                                         ref, tol))
+            worst[FRAGILE_ULP] = max(worst[FRAGILE_ULP], tolerance_ratio(
+                flatten(model(*_ulp_up(x, ulp_steps)))[::stride], ref, tol))
         if FRAGILE_F64 in worst and worst[FRAGILE_F64] is not None:
             saved = _cast_model(model, None)
             try:
@@ -283,7 +288,7 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
 
 def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] = KINDS, draws: int = 5,
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
-            known_ratio: float | None = None) -> dict[str, Any]:
+            known_ratio: float | None = None, ulp_steps: int = 1) -> dict[str, Any]:
     """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
     names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
     outputs (subs[0] of ref0), reused by the fragility check."""
@@ -298,5 +303,5 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
         s.pop("ops_seen")
         m.update(s, min_op_ratio=min(ratios.values(), default=None))
     if "fragile" in kinds:
-        m.update(fragility(model, draw, tol, draws, subs, stride, stop_first))
+        m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps))
     return m

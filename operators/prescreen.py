@@ -50,6 +50,9 @@ MIN_SPATIAL = 4  # the sampler's own floor for a spatial constant in shape varia
 # this keeps a fakeable reduction fakeable, so constants may shrink as long as every reduction keeps
 # min(its real fan-in, FAN_KEEP).
 FAN_KEEP = 2**20
+# the largest fragility move of a scaled screen, in ulps (sample.prescreen_ulp_scale): 2**12 ulps is a relative move
+# of 5e-4, past which a smooth output's own sensitivity, not a step, would decide
+ULP_STEPS_MAX = 2**12
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
 # difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
 # screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
@@ -123,7 +126,7 @@ class Result:
                 "input_sensitivity_ratio": m.get("input_sensitivity_ratio"), "degenerate": m.get("degenerate"),
                 "output_numel": m.get("output_numel"),
                 **{c: m.get(c) for c in ("shortcut_checks", "dead_inputs", "skippable_ops", "min_input_redraw_ratio",
-                                         "min_op_ratio", "fragile")}}
+                                         "min_op_ratio", "fragile", "prescreen_ulp_steps")}}
 
 
 class _FanMode(TorchDispatchMode):
@@ -395,15 +398,26 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                     res.reason = (f"numerically fragile: float32 and float64 disagree (ratio "
                                   f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
             if getattr(cfg.sample, "prescreen_shortcuts", "off") != "off" and not res.reason:
-                _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res)
+                steps = ulp_steps(real.in_numels, draw(0)) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
+                _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
 
 
-def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result) -> None:
+def ulp_steps(real_numels: list[int], screened: list[Any]) -> int:
+    """The fragility check's input move at screened shapes (sample.prescreen_ulp_scale): the real input element count
+    over the screened one, 1 to ULP_STEPS_MAX. Values near a step are spread about evenly over a few ulps, so a
+    screen with 1/n of the elements meets as many within n ulps as the real size meets within one."""
+    n = sum(t.numel() for t in tensors(list(screened)))
+    return max(1, min(ULP_STEPS_MAX, round(sum(real_numels) / n))) if n else 1
+
+
+def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result,
+                      steps: int = 1) -> None:
     """filters/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
-    profile runs none); with sample.prescreen_shortcuts = "drop" a finding is the screen's reason."""
+    profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
+    screen's reason."""
     from filters.shortcut_checks import no_shortcuts
     from filters.shortcuts import KINDS, measure
 
@@ -411,7 +425,9 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
     known = float(res.measurements["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
     res.measurements.update(measure(model, draw, ref0, float(cfg.filter.compile_tolerance),
                                     kinds=tuple(p.shortcut_checks) or KINDS, draws=p.shortcut_draws, subs=subs,
-                                    stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known))
+                                    stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known,
+                                    ulp_steps=steps))
+    res.measurements["prescreen_ulp_steps"] = steps
     if cfg.sample.prescreen_shortcuts == "drop":
         res.reason = no_shortcuts(res.measurements, cfg.filter) or ""
 

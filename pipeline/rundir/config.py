@@ -75,6 +75,9 @@ class SampleSection:
     # filters/shortcuts.py at the screened shapes: off | record (prescreen columns) | drop (a draw with a dead input,
     # a skippable operator or a fragile output is resampled, like the other pre-screen verdicts)
     prescreen_shortcuts: str = "off"
+    # the fragility check's input move at the screened shapes, in ulps: the real element count over the screened one
+    # (at most 4096), so the screen meets as many values near a step as the real size does at one ulp
+    prescreen_ulp_scale: bool = False
     # operators/value_scale.py: draw another task where an operator's parameters and shapes say it cannot matter
     # at the verifier's tolerance (renorm over wide slices, prod over many values, wide softmax into a distance)
     value_scale_rule: bool = False

@@ -202,6 +202,7 @@ PRESCREEN = pa.schema([
     ("min_input_redraw_ratio", pa.float64()),
     ("min_op_ratio", pa.float64()),
     ("fragile", pa.string()),
+    ("prescreen_ulp_steps", pa.int64()),  # the fragility check's input move in ulps (sample.prescreen_ulp_scale)
 ])
 
 # `opsynth profile --shortcuts-only` over a run already measured: the shortcut columns of MEASUREMENTS, one row per

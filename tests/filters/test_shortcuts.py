@@ -153,3 +153,21 @@ def test_planted_shortcuts_found_on_the_gpu():
     m = _measure(RenormRsub().cuda(), draw)
     assert m["dead_inputs"] == ["x"]
     assert _measure(AllMatter().cuda(), _draw((64, 32), (64, 32), device="cuda"))["dead_inputs"] == []
+
+
+def test_a_move_of_many_ulps_reaches_a_step_one_ulp_does_not():
+    """x * 3 sits 50 ulps below the step at 1.5: one ulp up leaves every element where it was, 100 ulps flip them."""
+    from filters.shortcuts import fragility
+
+    class Step(nn.Module):
+        def forward(self, x):
+            return (x * 3.0 > 1.5).float()
+
+    below = torch.tensor(1.5 - 50 * 2.0**-23, dtype=torch.float64) / 3
+
+    def draw(k):
+        return (torch.full((64,), float(below), dtype=torch.float32),)
+
+    with torch.no_grad():
+        assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,))["fragile"] == ""
+        assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,), ulp_steps=100)["fragile"] == FRAGILE_ULP

@@ -39,3 +39,41 @@ def test_every_input_matters_keeps():
     res = prescreen({"task_id": "t", "code": CODE.format(k="1.0")}, _cfg("drop"))
     assert res.status == "ok" and res.reason == "" and res.measurements["dead_inputs"] == []
     assert res.measurements["fragile"] == "" and res.measurements["skippable_ops"] == []
+
+
+BIG = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return (torch.tanh(x) > 0.5).float()
+
+batch_size = 65536
+features = 1024
+
+def get_inputs():
+    return [torch.randn(batch_size, features)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_ulp_steps_is_the_element_ratio_capped():
+    import torch
+
+    from operators.prescreen import ULP_STEPS_MAX, ulp_steps
+
+    assert ulp_steps([1000, 1000], [torch.zeros(10), torch.zeros(10)]) == 100
+    assert ulp_steps([10**9], [torch.zeros(10), 3]) == ULP_STEPS_MAX
+    assert ulp_steps([10], [torch.zeros(10)]) == 1
+
+
+def test_a_scaled_screen_moves_its_inputs_by_the_element_ratio_only_when_asked():
+    task = {"task_id": "t", "code": BIG}
+    cfg = _cfg("record")
+    one = prescreen(task, cfg)
+    assert one.scaled and one.measurements["prescreen_ulp_steps"] == 1
+    scaled = prescreen(task, dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True)))
+    assert scaled.scaled and scaled.measurements["prescreen_ulp_steps"] > 1
+    assert scaled.record(task, False)["prescreen_ulp_steps"] == scaled.measurements["prescreen_ulp_steps"]
