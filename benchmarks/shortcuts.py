@@ -370,7 +370,7 @@ def _write_against(a, torch) -> None:
     t0 = time.time()
     r = against_section(Path(a.against), a.cpu_workers)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    cmd = f"python benchmarks/shortcuts.py --against {Path(a.against).name} --cpu-workers {a.cpu_workers}"
+    cmd = f"python benchmarks/shortcuts.py --against {a.against} --cpu-workers {a.cpu_workers}"
     base = {"command": cmd, "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
     headline = []
     for how, v in r.items():
