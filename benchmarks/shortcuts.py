@@ -174,16 +174,11 @@ def _pooled(a, cfg, rows: list[dict], dev: str, results: list, compiled: list) -
         p.shutdown(wait=False, cancel_futures=True)
 
 
-def _screen_fragile(item: tuple[dict, bool]) -> dict:
-    """The pre-screen's fragility check alone on one row, the ulp move scaled to the real size or not."""
+def _screen_fragile(item: tuple[dict, object]) -> dict:
+    """The pre-screen on one row with the config given (the fragility check alone)."""
     from operators.prescreen import prescreen
-    from pipeline.rundir.config import load_preset
 
-    row, scale = item
-    cfg = load_preset("h200")
-    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record",
-                                                              prescreen_ulp_scale=scale),
-                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("fragile",)))
+    row, cfg = item
     res = prescreen(row, cfg)
     return {"status": res.status, "fragile": (res.measurements or {}).get("fragile") or ""}
 
@@ -195,6 +190,11 @@ def against_section(path: Path, workers: int) -> dict:
 
     import pyarrow.parquet as pq
 
+    from pipeline.rundir.config import load_preset
+
+    base = load_preset("h200")
+    base = dataclasses.replace(base, sample=dataclasses.replace(base.sample, prescreen_shortcuts="record"),
+                               profile=dataclasses.replace(base.profile, shortcut_checks=("fragile",)))
     gpu = {r["task_id"]: r["gpu"] for r in map(json.loads, path.read_text().splitlines())
            if r.get("gpu", {}).get("status") == "ok"}
     code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
@@ -203,7 +203,8 @@ def against_section(path: Path, workers: int) -> dict:
     out = {}
     with mp.get_context("spawn").Pool(workers, initializer=_cpu_init) as pool:
         for scale in (False, True):
-            got = pool.map(_screen_fragile, [({"task_id": t, "code": code[t]}, scale) for t in ids], chunksize=4)
+            cfg = dataclasses.replace(base, sample=dataclasses.replace(base.sample, prescreen_ulp_scale=scale))
+            got = pool.map(_screen_fragile, [({"task_id": t, "code": code[t]}, cfg) for t in ids], chunksize=4)
             ok = [(t, g) for t, g in zip(ids, got, strict=True) if g["status"] == "ok"]
             fr = [t for t, g in ok if gpu[t].get("fragile")]
             clean = [t for t, g in ok if not gpu[t].get("fragile")]

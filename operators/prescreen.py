@@ -398,18 +398,18 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                     res.reason = (f"numerically fragile: float32 and float64 disagree (ratio "
                                   f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
             if getattr(cfg.sample, "prescreen_shortcuts", "off") != "off" and not res.reason:
-                steps = ulp_steps(real.in_numels, draw(0)) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
+                steps = ulp_steps(real.in_numels, plan.in_numels) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
                 _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
 
 
-def ulp_steps(real_numels: list[int], screened: list[Any]) -> int:
+def ulp_steps(real_numels: list[int], screened_numels: list[int]) -> int:
     """The fragility check's input move at screened shapes (sample.prescreen_ulp_scale): the real input element count
     over the screened one, 1 to ULP_STEPS_MAX. Values near a step are spread about evenly over a few ulps, so a
     screen with 1/n of the elements meets as many within n ulps as the real size meets within one."""
-    n = sum(t.numel() for t in tensors(list(screened)))
+    n = sum(screened_numels)
     return max(1, min(ULP_STEPS_MAX, round(sum(real_numels) / n))) if n else 1
 
 

@@ -27,20 +27,27 @@ PROFILE_MEASUREMENT_COLUMNS = ("task_id", "status")
 OUTPUT_TABLES = ("measurements", "shortcuts")  # what a profile call writes (shortcuts: profile.shortcuts_only)
 
 
+def _copy_shard(src: RunDir, dst: RunDir, table: str, k: int) -> None:
+    """Shard k of `table` as it is, then its completion marker (a copy cut off midway leaves no done shard)."""
+    path = dst.shard_path(table, k)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.copy")
+    shutil.copyfile(src.shard_path(table, k), tmp)
+    tmp.replace(path)
+    dst.marker_path(table, k).parent.mkdir(exist_ok=True)
+    shutil.copyfile(src.marker_path(table, k), dst.marker_path(table, k))
+
+
 def _copy_done(src: RunDir, dst: RunDir, table: str, columns: tuple[str, ...] | None = None,
-               whole: set[int] | None = None) -> int:
-    """Every done shard of `table` into dst (only `columns`, except shards in `whole`), markers after; the count."""
-    n = 0
-    for k in src.done_shards(table):
-        if columns is None or (whole and k in whole):
-            dst.table_dir(table).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(src.shard_path(table, k), dst.shard_path(table, k))
-            dst.marker_path(table, k).parent.mkdir(exist_ok=True)
-            shutil.copyfile(src.marker_path(table, k), dst.marker_path(table, k))
+               whole: set[int] = frozenset()) -> int:
+    """Every done shard of `table` into dst (only `columns`, except shards in `whole`); the count."""
+    shards = src.done_shards(table)
+    for k in shards:
+        if columns is None or k in whole:
+            _copy_shard(src, dst, table, k)
         else:
             dst.write_shard(table, k, pq.read_table(src.shard_path(table, k), columns=list(columns)))
-        n += 1
-    return n
+    return len(shards)
 
 
 def pack(src_dir: Path, out_dir: Path) -> dict[str, Any]:
@@ -72,11 +79,6 @@ def pack(src_dir: Path, out_dir: Path) -> dict[str, Any]:
             "bytes": sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())}
 
 
-def _profile_calls(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    stage = (manifest.get("stages") or {}).get("profile") or {}
-    return list(stage.get("calls") or ([{k: v for k, v in stage.items() if k != "seconds_all_calls"}] if stage else []))
-
-
 def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
     """Bring the profile output shards and profile calls of packed_dir into the full run at run_dir."""
     src, dst = RunDir(packed_dir), RunDir(run_dir)
@@ -95,18 +97,12 @@ def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
         for k in src.done_shards(table):
             if dst.is_done(table, k):
                 continue  # the full run's shard stands (a packed measurement shard is a column subset of it)
-            dst.table_dir(table).mkdir(parents=True, exist_ok=True)
-            tmp = dst.shard_path(table, k).with_name(f".{dst.shard_path(table, k).name}.unpack")
-            shutil.copyfile(src.shard_path(table, k), tmp)
-            tmp.replace(dst.shard_path(table, k))
-            dst.marker_path(table, k).parent.mkdir(exist_ok=True)
-            shutil.copyfile(src.marker_path(table, k), dst.marker_path(table, k))
+            _copy_shard(src, dst, table, k)
             copied[table] += 1
-    known = {json.dumps(c, sort_keys=True, default=str) for c in _profile_calls(dst.manifest())}
-    new = [c for c in _profile_calls(src.manifest()) if json.dumps(c, sort_keys=True, default=str) not in known]
+    ours_calls = dst.stage_calls("profile")
+    known = {json.dumps(c, sort_keys=True, default=str) for c in ours_calls}
+    new = [c for c in src.stage_calls("profile") if json.dumps(c, sort_keys=True, default=str) not in known]
     if new:
-        calls = _profile_calls(dst.manifest()) + new
-        entry = {**calls[-1], "calls": calls,
-                 "seconds_all_calls": round(sum(c.get("seconds") or 0 for c in calls), 3)}
-        dst.update_manifest(stages={"profile": entry})
+        # oldest first, as the calls were made: a published row's `profile_call` id is the call's place in this list
+        dst.set_stage_calls("profile", sorted(ours_calls + new, key=lambda c: c.get("finished") or ""))
     return {"shards": copied, "profile_calls": len(new)}

@@ -254,11 +254,18 @@ class RunDir:
         """This call of `stage` in the manifest: its figures, and in `calls` every call so far (a time-boxed
         profile runs in several calls; what the run cost is their sum, `seconds_all_calls`)."""
         entry = {"seconds": round(seconds, 3), **counts, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        self.set_stage_calls(stage, [*self.stage_calls(stage), entry])
+
+    def stage_calls(self, stage: str) -> list[dict[str, Any]]:
+        """Every recorded call of `stage`, oldest first (a manifest from before `calls` existed holds one)."""
         before = (self.manifest().get("stages") or {}).get(stage)
-        calls = list(before.get("calls") or [{k: v for k, v in before.items() if k not in ("calls", "seconds_all_calls")}]
-                     ) if before else []
-        calls.append(dict(entry))
-        self.update_manifest(stages={stage: {**entry, "calls": calls,
+        if not before:
+            return []
+        return list(before.get("calls") or [{k: v for k, v in before.items() if k not in ("calls", "seconds_all_calls")}])
+
+    def set_stage_calls(self, stage: str, calls: list[dict[str, Any]]) -> None:
+        """The manifest's entry for `stage`: its last call's figures, every call, and their summed seconds."""
+        self.update_manifest(stages={stage: {**calls[-1], "calls": [dict(c) for c in calls],
                                              "seconds_all_calls": round(sum(c.get("seconds") or 0 for c in calls), 3)}})
 
 
