@@ -3,7 +3,7 @@ over random rows of a release.
 
     python benchmarks/shortcuts.py --device cpu --n 500 --seed 0 --max-minutes 10
     python benchmarks/shortcuts.py --device cuda --n 500 --seed 0
-    python benchmarks/shortcuts.py --against benchmarks/results/shortcuts_cuda.rows.jsonl
+    python benchmarks/shortcuts.py --against benchmarks/results/shortcuts_cuda.json
 
 On the CPU every row runs at the pre-screen's screened shapes (operators/prescreen.py, sample.prescreen_shortcuts =
 record), so the counts are what the pre-screen catches. On cuda each row runs at its real sizes in a pool of GPU
@@ -11,7 +11,7 @@ processes while a pool of CPU processes pre-screens the same rows (the share of 
 rows the checks keep are tried on 5 fresh draws (seeds no check used): every floating input one ulp up and the
 float64 reference (rounding flips), and, in a pool of GPU processes, eager against torch.compile (compile flips), as
 many rows as the time box allows. Prints a table and writes benchmarks/results/shortcuts_<device>.json (with its
-"headline"). --against ROWS (a cuda run's per-row results) screens the GPU-judged rows again on the CPU with the
+"headline"). --against RESULT (a cuda run's shortcuts_cuda.json) screens the GPU-judged rows again on the CPU with the
 fragility check alone, the input move one ulp and scaled to the real size (sample.prescreen_ulp_scale), and counts
 the GPU-fragile rows each catches and the GPU-clean rows each flags (shortcuts_cpu_vs_gpu.json)."""
 
@@ -184,8 +184,9 @@ def _screen_fragile(item: tuple[dict, object]) -> dict:
 
 
 def against_section(path: Path, workers: int) -> dict:
-    """How well the pre-screen's fragility verdict predicts the GPU's on the rows of a cuda run (its .rows.jsonl):
-    GPU-fragile rows it catches and GPU-clean rows it flags, with the one-ulp move and with the move scaled."""
+    """How well the pre-screen's fragility verdict predicts the GPU's on the rows a cuda run judged (the
+    `fragile_verdicts` of its shortcuts_cuda.json): GPU-fragile rows it catches and GPU-clean rows it flags, with the
+    one-ulp move and with the move scaled."""
     import multiprocessing as mp
 
     import pyarrow.parquet as pq
@@ -195,8 +196,7 @@ def against_section(path: Path, workers: int) -> dict:
     base = load_preset("h200")
     base = dataclasses.replace(base, sample=dataclasses.replace(base.sample, prescreen_shortcuts="record"),
                                profile=dataclasses.replace(base.profile, shortcut_checks=("fragile",)))
-    gpu = {r["task_id"]: r["gpu"] for r in map(json.loads, path.read_text().splitlines())
-           if r.get("gpu", {}).get("status") == "ok"}
+    gpu = {t: {"fragile": f} for t, f in json.loads(path.read_text())["fragile_verdicts"].items()}
     code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
             for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
     ids = sorted(gpu)
@@ -258,8 +258,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--sampler", type=int, default=0, help="only the sampler section: N h200 draws "
                     "(writes shortcuts_sampler.json)")
-    ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the .rows.jsonl of a cuda run "
-                    "(writes shortcuts_cpu_vs_gpu.json)")
+    ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the shortcuts_cuda.json of a cuda "
+                    "run (writes shortcuts_cpu_vs_gpu.json)")
     a = ap.parse_args()
     import torch
 
@@ -339,7 +339,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     if side == "gpu":  # per-row results beside the record (not committed: benchmarks/results/*.jsonl)
         out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in results))
-    out.write_text(json.dumps({"headline": headline, "examples": {k: v[:10] for k, v in counts.items()},
+    # the GPU's fragility verdict per judged row ("" when clean): what --against compares the CPU pre-screen with
+    verdicts = {"fragile_verdicts": {r["task_id"]: r[side].get("fragile") or "" for r in judged}} if side == "gpu" else {}
+    out.write_text(json.dumps({"headline": headline, "examples": {k: v[:10] for k, v in counts.items()}, **verdicts,
                                "statuses": {s: sum(1 for r in results if r.get(side, {}).get("status", "error")
                                                    .split(" (")[0] == s) for s in
                                             {r.get(side, {}).get("status", "error").split(" (")[0] for r in results}},
