@@ -115,20 +115,24 @@ def main() -> None:
     todo = [(row, a.device) for row in rows.slice(0, a.n * 2).to_pylist()]
     # inductor's own compile pool per job would oversubscribe the cores the jobs already share
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(max(1, (os.cpu_count() or 2) // max(1, a.jobs))))
-    made = []
-    with mp.get_context("spawn").Pool(max(1, a.jobs), maxtasksperchild=1) as pool:
-        for row, src, why in pool.imap(_one, todo):
-            if len(made) >= a.n:
+    made = 0
+    # one line per candidate as it comes, so a run cut short keeps what it generated
+    with (out / "pairs.jsonl").open("w") as pairs, \
+            mp.get_context("spawn").Pool(max(1, a.jobs), maxtasksperchild=1) as pool:
+        for row, src, why in pool.imap_unordered(_one, todo):
+            if made >= a.n:
                 break
             if src is None:
                 print(f"{row['task_id']}: skipped ({why})")
                 continue
             p = out / f"{row['task_id']}.py"
             p.write_text(src)
-            made.append({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p), "kind": "inductor"})
-            print(f"{row['task_id']}: ok ({len(made)}/{a.n})", flush=True)
+            pairs.write(json.dumps({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p),
+                                    "kind": "inductor"}) + "\n")
+            pairs.flush()
+            made += 1
+            print(f"{row['task_id']}: ok ({made}/{a.n})", flush=True)
         pool.terminate()
-    (out / "pairs.jsonl").write_text("".join(json.dumps(m) + "\n" for m in made))
 
 
 if __name__ == "__main__":
