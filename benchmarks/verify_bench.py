@@ -82,18 +82,28 @@ def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir
 
 
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
-    pairs = _pairs(args, task)
-    t0 = time.monotonic()
-    a = _batch(pairs, args, ext_dir)
-    batch_s = time.monotonic() - t0
-    b = _batch(pairs, args, ext_dir)
+    """Both passes chunk by chunk (2W pairs: the first pass, then the same pairs again), so a --corpus-minutes box
+    that ends the section early leaves every pair it reached verified twice; the figures cover those pairs."""
+    todo = _pairs(args, task)
+    box = time.monotonic() + 60 * (args.corpus_minutes or 1e6)
+    step = 2 * max(1, args.workers)
+    pairs, a, b, batch_s = [], [], [], 0.0
+    for i in range(0, len(todo), step):
+        if time.monotonic() > box:
+            break
+        chunk = todo[i: i + step]
+        t0 = time.monotonic()
+        a += _batch(chunk, args, ext_dir)
+        batch_s += time.monotonic() - t0
+        b += _batch(chunk, args, ext_dir)
+        pairs += chunk
     pen = sum(1 for r in a + b if r["reward"] < 1)
     near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
     bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
-    return {"pairs": len(pairs), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
+    return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s,
             "batch_per_hour": 3600 * len(pairs) / batch_s, "workers": args.workers}
 
@@ -132,7 +142,8 @@ def _eager_twin(task_id: str) -> str:
 
 def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) -> dict:
     """Batch rate: the corpus section's first pass when it ran in this call (every pair, W workers), else a batch
-    over the same pairs; serial rate: one verification at a time over the first --n-serial pairs, same machine."""
+    over the same pairs; serial rate: one verification at a time over --n-serial pairs spread evenly over those,
+    same machine."""
     pairs = _pairs(args, task)
     if "corpus" in done:
         batch_n, batch_s = done["corpus"]["pairs"], done["corpus"]["batch_s"]
@@ -140,7 +151,10 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
         t0 = time.monotonic()
         _batch(pairs, args, ext_dir)
         batch_n, batch_s = len(pairs), time.monotonic() - t0
-    serial = pairs[: args.n_serial] if args.n_serial else pairs
+    if "corpus" in done:
+        pairs = pairs[: batch_n]  # the pairs the batch reached within its box
+    # an even sample across the listing: the corpus files' kinds (hand-written, inductor) in proportion
+    serial = pairs[:: max(1, len(pairs) // args.n_serial)][: args.n_serial] if args.n_serial else pairs
     t0 = time.monotonic()
     for tk, c, trusted in serial:
         verify(tk, c, device=args.device, extensions_dir=ext_dir, off=("static",) if trusted else ())
@@ -159,6 +173,7 @@ def main() -> None:
     ap.add_argument("--n-release", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=None, help="eager_vs_release: stop starting chunks after this")
+    ap.add_argument("--corpus-minutes", type=float, default=None, help="corpus: stop starting chunks after this")
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
                     "benchmarks/verify_cuda/prebuild.py fills it ahead")

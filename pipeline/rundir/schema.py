@@ -123,6 +123,9 @@ MEASUREMENTS = pa.schema([
     ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
     ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
     ("gpu_busy_shortcut_s", pa.float64()),  # of gpu_busy_s: the shortcut checks
+    ("gpu_busy_dead_s", pa.float64()),      # of gpu_busy_shortcut_s: the dead-input check
+    ("gpu_busy_skip_s", pa.float64()),      # of gpu_busy_shortcut_s: the skippable-operator check
+    ("gpu_busy_fragile_s", pa.float64()),   # of gpu_busy_shortcut_s: the fragility check
 ])
 
 VERDICTS = pa.schema([
@@ -209,7 +212,8 @@ PRESCREEN = pa.schema([
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
                     "skippable_by", "ops_that_matter", "min_op_ratio", "fragile", "fragile_ulp_ratio",
-                    "fragile_f64_ratio", "gpu_busy_shortcut_s")
+                    "fragile_f64_ratio", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
+                    "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS)])
 

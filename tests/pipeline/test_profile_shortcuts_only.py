@@ -45,6 +45,11 @@ def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_inpu
     rows = {r["task_id"]: r for r in rd.read_rows("shortcuts")}
     assert rows["dead"]["dead_inputs"] == ["y"] and rows["both"]["dead_inputs"] == []
     assert rows["both"]["inputs_that_matter"] == ["x", "y"] and rows["both"]["gpu_busy_shortcut_s"] > 0
+    # each kind timed on its own, all three within the checks' total, and the kinds that ran named together
+    both = rows["both"]
+    kinds = [both["gpu_busy_dead_s"], both["gpu_busy_skip_s"], both["gpu_busy_fragile_s"]]
+    assert all(k > 0 for k in kinds) and sum(kinds) <= both["gpu_busy_shortcut_s"]
+    assert both["shortcut_checks"] == "dead,skip,fragile"
 
     filter_stage.run(rd, cfg2)
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
