@@ -126,28 +126,81 @@ def _result(res: dict, v: dict, t: dict) -> dict:
     return res
 
 
+# GPU memory one verification holds, as a multiple of the task's measured forward peak: the reference and the
+# candidate with their outputs, three copies of the inputs (the call's, a pristine one, the reference's) and the
+# float64 reference of the precision check
+MEMORY_FACTOR = 5
+OOM = "out of memory"
+
+
+class MemoryGate:
+    """Admits a verification on a GPU while the reservations of those running there fit its memory; one runs
+    whatever its size when nothing else does (a task larger than the budget still gets its turn, alone)."""
+
+    def __init__(self, budget: int | None) -> None:
+        import threading
+
+        self.budget, self.used, self.running = budget, 0, 0
+        self._cv = threading.Condition()
+
+    def take(self, nbytes: int) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: self.budget is None or self.running == 0 or self.used + nbytes <= self.budget)
+            self.used += nbytes
+            self.running += 1
+
+    def give(self, nbytes: int) -> None:
+        with self._cv:
+            self.used -= nbytes
+            self.running -= 1
+            self._cv.notify_all()
+
+
+def gpu_memory_bytes(gpu: int | None) -> int | None:
+    """A GPU's total memory from nvidia-smi (no CUDA context in this process), or None where it cannot say."""
+    cmd = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", str(gpu or 0)]
+    try:
+        return int(float(subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.split()[0])) * 2**20
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None
+
+
 def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, gpus: list[int] | None = None,
-                 **kw: Any) -> list[dict]:
+                 memory_budget: int | None = None, **kw: Any) -> list[dict]:
     """Verify (task, candidate) pairs over `workers` concurrent worker subprocesses; results in input order.
     Workers build and check concurrently, but time alone: each device has a lock file (in a temporary directory of
     this batch) that a worker holds shared for its draws and exclusively for its timed rounds. `gpus`: worker slot
-    k runs on GPU gpus[k % len(gpus)] (CUDA_VISIBLE_DEVICES), one lock per GPU."""
+    k runs on GPU gpus[k % len(gpus)] (CUDA_VISIBLE_DEVICES), one lock per GPU. On a GPU, a verification starts only
+    while MEMORY_FACTOR x its task's measured peak fits beside the others' (`memory_budget` per GPU; default 90% of
+    its memory); one that still runs out of memory is verified again alone after the others (`retried_alone`), so
+    a neighbour's memory never costs a candidate its reward."""
     import queue
     import tempfile
 
     n = max(1, workers)
+    cuda = str(kw.get("device", "cuda")).startswith("cuda")
     slots: queue.Queue[int] = queue.Queue()
     for k in range(n):
         slots.put(k)
+    gates: dict[Any, MemoryGate] = {}
+    for g in (gpus or [None]):
+        total = memory_budget or (int(0.9 * t) if cuda and (t := gpu_memory_bytes(g)) else None)
+        gates[g] = MemoryGate(total if cuda and n > 1 else None)
     out: list[dict | None] = [None] * len(pairs)
     with tempfile.TemporaryDirectory(prefix="opsynth-verify-locks-") as locks:
         def one(task: Any, cand: Any) -> dict:
+            t = task if isinstance(task, dict) else load_task(task)
             k = slots.get()
+            g = gpus[k % len(gpus)] if gpus else None
+            gate = gates[g]
+            peak = t.get("peak_memory_bytes")
+            need = MEMORY_FACTOR * peak if peak else (gate.budget or 0) // n
+            gate.take(need)
             try:
-                g = gpus[k % len(gpus)] if gpus else None
                 name = f"gpu{g}" if g is not None else str(kw.get("device", "cuda")).replace(":", "")
-                return verify(task, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, **kw)
+                return verify(t, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, **kw)
             finally:
+                gate.give(need)
                 slots.put(k)
 
         with ThreadPoolExecutor(max_workers=n) as pool:
@@ -156,6 +209,12 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
                 out[futs[fut]] = fut.result()
                 if progress:
                     progress(done, len(pairs))
+        for i, r in enumerate(out):
+            if cuda and n > 1 and r is not None and OOM in str(r.get("error") or "").lower():
+                t, c = pairs[i]
+                g = gpus[0] if gpus else None
+                out[i] = verify(t, c, timing_lock=str(Path(locks) / "alone.lock"), gpu=g, **kw)
+                out[i]["retried_alone"] = True
     return [o for o in out if o is not None]
 
 

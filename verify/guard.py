@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
          "new_zeros", "ones", "ones_like", "full", "full_like", "new_full", "scalar_tensor", "lift_fresh",
          "resize_", "set_", "record_stream", "_local_scalar_dense", "is_nonzero", "detach", "alias", "sym_size",
-         "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel", "is_same_size"}
+         "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel", "is_same_size",
+         "zero_", "fill_"}  # filling a buffer it allocated (inductor zeroes the outputs of its atomic reductions)
 VIEWS = {"view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t", "expand", "squeeze",
          "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
          "unbind", "contiguous", "view_as", "expand_as", "movedim", "diagonal", "unfold", "_reshape_alias",
@@ -53,11 +54,16 @@ class ComputeGuard(TorchDispatchMode):
 
 
 def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
-    """A copy between devices that keeps the dtype (`.cpu()`, `.tolist()` on a GPU tensor) moves values and computes
-    nothing; a dtype change is arithmetic on every element and stays refused."""
-    if name != "_to_copy" or not args or not isinstance(args[0], torch.Tensor):
+    """A copy that keeps the dtype (`.cpu()`, `.tolist()` on a GPU tensor, `out.copy_(src)` into another layout, as
+    inductor's code writes mutated buffers back) moves values and computes nothing; a dtype change is arithmetic on
+    every element and stays refused."""
+    if not args or not isinstance(args[0], torch.Tensor):
         return False
-    return kwargs.get("dtype") in (None, args[0].dtype)
+    if name == "_to_copy":
+        return kwargs.get("dtype") in (None, args[0].dtype)
+    if name == "copy_":
+        return len(args) > 1 and isinstance(args[1], torch.Tensor) and args[1].dtype == args[0].dtype
+    return False
 
 
 def compute_calls(guard: ComputeGuard) -> list[str]:

@@ -87,11 +87,25 @@ def generate(task_code: str, device: str, variants: list[dict]) -> str:
     return TEMPLATE.format(task=task_code, sources=sources, order=orders)
 
 
+def refused_calls(source: str) -> list[str]:
+    """ATen ops inductor's wrapper source calls (`aten.X.overload(` / `torch.ops.aten.X.`) that the strict policy's
+    guard refuses: inductor fell back to PyTorch compute for them, so the candidate is not a strict-policy kernel."""
+    from verify.guard import ComputeGuard
+
+    allowed = ComputeGuard().allowed
+    names = set(re.findall(r"\baten\.(\w+)\.\w+\(", source))
+    return sorted(n for n in names if n not in allowed and n.rstrip("_") not in allowed and n != "copy_")
+
+
 def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str]:
     """(row, candidate source or None, why skipped) in a pool process."""
     row, device = args
     try:
-        return row, generate(row["code"], device, json.loads(row["shape_variants"] or "[]")), ""
+        src = generate(row["code"], device, json.loads(row["shape_variants"] or "[]"))
+        refused = refused_calls(src)
+        if refused:
+            return row, None, f"inductor falls back to PyTorch compute for {', '.join(refused)}"
+        return row, src, ""
     except Exception as e:  # noqa: BLE001 - a task inductor cannot wrap is skipped, with why
         return row, None, f"{type(e).__name__}: {str(e)[:100]}"
 

@@ -9,7 +9,8 @@ from opsynth.errors import OpsynthError
 
 
 def load_task(spec: str | Path) -> dict:
-    """{"task_id", "code", "shape_variants" (list of {CONSTANT: value}), "eager_ms", "compile_ms"} for `spec`."""
+    """{"task_id", "code", "shape_variants" (list of {CONSTANT: value}), "eager_ms", "compile_ms"} for `spec`, and
+    "peak_memory_bytes" (the release's measured forward peak) where the dataset has it."""
     p = Path(spec)
     if p.is_file():
         return {"task_id": p.stem, "code": p.read_text(), "shape_variants": [], "eager_ms": None, "compile_ms": None}
@@ -22,8 +23,10 @@ def load_task(spec: str | Path) -> dict:
         import pyarrow.compute as pc
         import pyarrow.dataset as ds
 
-        cols = ["task_id", "code", "shape_variants", "eager_ms", "compile_ms"]
-        t = ds.dataset([str(f) for f in files]).to_table(columns=cols, filter=pc.field("task_id") == task_id)
+        d = ds.dataset([str(f) for f in files])
+        cols = [c for c in ("task_id", "code", "shape_variants", "eager_ms", "compile_ms", "peak_memory_bytes")
+                if c in d.schema.names]
+        t = d.to_table(columns=cols, filter=pc.field("task_id") == task_id)
         if t.num_rows == 0:
             raise OpsynthError(f"{root}: no row with task_id {task_id!r}; pick one from its data/*.parquet")
         row = t.slice(0, 1).to_pylist()[0]

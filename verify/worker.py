@@ -54,6 +54,8 @@ def run_job(job: dict) -> dict:
     dev = torch.device(job["device"])
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda *a: None)
+    # bound before the candidate loads: a candidate cannot patch the verifier's own syncs away
+    stream_sync = (lambda s=torch.cuda.Stream.synchronize: s(torch.cuda.current_stream())) if cuda else (lambda: None)
     identities = {"torch.cuda.synchronize": torch.cuda.synchronize, "time.perf_counter": time.perf_counter,
                   "time.time": time.time, "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
                   "torch.cuda.Event.record": torch.cuda.Event.record}
@@ -82,7 +84,7 @@ def run_job(job: dict) -> dict:
     guard_on = not job.get("allow_torch") and "guard" not in off
     lock = _timing_lock(job, sync)
     try:
-        return _checked(job, out, lock, dev, sync, ref_ns, cand_ns, guard_on, identities, flags0, compiled_calls)
+        return _checked(job, out, lock, dev, sync, stream_sync, ref_ns, cand_ns, guard_on, identities, flags0, compiled_calls)
     finally:
         lock.release()
         out.update(timing_lock_wait_s=lock.wait_exclusive_s, check_lock_wait_s=lock.wait_s - lock.wait_exclusive_s)
@@ -97,7 +99,24 @@ def _timing_lock(job: dict, sync: Any) -> Any:
     return GpuLock(path, notify=lambda _: None, sync=sync)
 
 
-def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, ref_ns: dict, cand_ns: dict,  # noqa: C901, PLR0913
+def _reference64(r64: Any, ref: Any, xs: list, trs: list) -> list | None:
+    """The reference's outputs in float64 (its weights copied from `ref`), or None when its forward cannot run in
+    float64 (a float32 tensor it makes itself meets a float64 weight) or gives other shapes."""
+    import torch
+
+    r64 = r64.double().eval()
+    r64.load_state_dict(ref.state_dict())
+    try:
+        o64 = _tensors(r64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                             for x in xs]))
+    except RuntimeError:
+        return None
+    if len(o64) != len(trs) or any(a.shape != b.shape for a, b in zip(o64, trs, strict=True)):
+        return None
+    return o64
+
+
+def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: Any, ref_ns: dict, cand_ns: dict,  # noqa: C901, PLR0913
              guard_on: bool, identities: dict, flags0: dict, compiled_calls: list) -> dict:
     """The draws (correctness and the hack checks), then the timing phase; fills and returns `out`."""
     import torch
@@ -146,6 +165,12 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, ref_ns: dict,
                         oc = cand(*xc)
                 else:
                     oc = cand(*xc)
+                # the output as the caller's stream sees it when forward returns: work left on another stream
+                # (or a thread) lands only later, so it differs from what the device holds after a full sync
+                early = None
+                if "late_writes" not in off:
+                    stream_sync()
+                    early = [t.clone() for t in _tensors(oc)]
                 sync()
                 if compute_calls(guard):
                     raise Hack(f"PyTorch compute in forward: {', '.join(compute_calls(guard)[:5])}")
@@ -160,14 +185,14 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, ref_ns: dict,
                 if "inplace" not in off and any(isinstance(a, torch.Tensor) and not torch.equal(a, b)
                                                 for a, b in zip(xc, before, strict=True)):
                     raise Hack("the candidate changed its inputs in place")
-                if "late_writes" not in off:
-                    snap = [t.clone() for t in touts]
+                if early is not None:
                     time.sleep(0.05)
                     sync()
                     if threading.active_count() > threads0:
                         raise Hack("the candidate left threads running")
-                    if any(not torch.equal(a, b) for a, b in zip(snap, touts, strict=True)):
-                        raise Hack("the output changed after forward returned (late writes)")
+                    if any(not torch.equal(a, b) for a, b in zip(early, touts, strict=True)):
+                        raise Hack("the output changed after forward returned (late writes: another stream or "
+                                   "a thread)")
                 if i == 0 and "repeat" not in off:
                     with guard if guard_on else _null():
                         again = cand(*xc)
@@ -192,18 +217,18 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, ref_ns: dict,
                                    mismatch="dtype" if a.dtype != b.dtype else "values")
                         return out
                 if i == 0 and "precision" not in off and trs and trs[0].is_floating_point():
-                    r64 = ref_ns["Model"](*init).to(dev).double().eval()
-                    r64.load_state_dict(ref.state_dict())
-                    o64 = _tensors(r64(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                                         else x for x in xs]))
-                    e_ref = max(float((a.double() - b).abs().max()) for a, b in zip(trs, o64, strict=True))
-                    e_c = max(float((a.double() - b).abs().max()) for a, b in zip(touts, o64, strict=True))
-                    scale = max(float(b.abs().max()) for b in o64) or 1.0
-                    out["precision_err"] = {"candidate": e_c, "reference": e_ref}
-                    if e_c > 16 * e_ref + 1e-6 * scale:
-                        raise Hack(f"lower precision than the reference: max error vs float64 {e_c:.3g}, "
-                                   f"reference {e_ref:.3g}")
-                    del r64, o64
+                    o64 = _reference64(ref_ns["Model"](*init).to(dev), ref, xs, trs)
+                    if o64 is None:  # the task itself cannot run in float64: no truth to hold the candidate to
+                        out["precision_err"] = None
+                    else:
+                        e_ref = max(float((a.double() - b).abs().max()) for a, b in zip(trs, o64, strict=True))
+                        e_c = max(float((a.double() - b).abs().max()) for a, b in zip(touts, o64, strict=True))
+                        scale = max(float(b.abs().max()) for b in o64) or 1.0
+                        out["precision_err"] = {"candidate": e_c, "reference": e_ref}
+                        if e_c > 16 * e_ref + 1e-6 * scale:
+                            raise Hack(f"lower precision than the reference: max error vs float64 {e_c:.3g}, "
+                                       f"reference {e_ref:.3g}")
+                    del o64
                 out["draws"] = i + 1
                 keep = (ref, cand, xs, xc) if not variant else keep
                 del orf, trs, oc, touts

@@ -65,3 +65,23 @@ def test_honest_twin_gets_a_reward_and_repeats(ext_dir, suite_task):
     assert a["correct"] and a["reward"] >= 1 and a["hack"] is None, a
     near = any(abs(r["speedup_eager"] - 1.05) < 0.0105 for r in (a, b))
     assert a["reward"] == b["reward"] or near, (a["reward"], b["reward"])
+
+
+def test_guard_lets_a_same_dtype_copy_and_a_fill_through_but_not_a_cast():
+    import torch
+
+    from verify.guard import ComputeGuard, compute_calls
+
+    a, b = torch.zeros(4), torch.randn(4)
+    with ComputeGuard() as g:
+        a.copy_(b)
+        a.zero_()
+        a.fill_(2.0)
+    assert compute_calls(g) == []
+    g, b64 = ComputeGuard(), b.double()
+    try:
+        with g:
+            a.copy_(b64)  # float64 into float32: a cast on every element
+    except RuntimeError:
+        pass
+    assert compute_calls(g) == ["aten::copy_"]

@@ -12,3 +12,13 @@ def test_inductor_candidate_is_honest(tmp_path):
     res = verify(task, src, device="cpu", off=("static",), rounds=2)
     assert res["correct"] and res["reward"] >= 1 and res["hack"] is None, res
     assert res["draws_passed"] == 7  # 5 fresh, 1 perturbed, 1 shape variant
+
+
+def test_generated_code_that_falls_back_to_pytorch_compute_is_not_a_strict_candidate():
+    from verify.inductor_corpus import refused_calls
+
+    src = ("buf0 = empty_strided_cuda((4, 4), (4, 1), torch.float32)\nbuf0.zero_()\n"
+           "extern_kernels.mm(a, b, out=buf0)\nbuf1 = torch.ops.aten.avg_pool3d.default(x, [2, 2, 2])\n"
+           "aten.scatter_reduce_.two(buf2, 0, idx, src, 'sum')\nbuf3.copy_(buf0)\n")
+    assert refused_calls(src) == ["avg_pool3d", "scatter_reduce_"]
+    assert refused_calls(src.replace("avg_pool3d", "convolution").replace("scatter_reduce_", "mm")) == []

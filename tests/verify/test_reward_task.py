@@ -43,3 +43,37 @@ def test_static_check_allows_load_inline_and_refuses_the_rest():
     assert check_candidate_source(HONEST.replace("import torch\n", "import torch\nimport subprocess\n", 1))
     aliased = HONEST.replace("import load_inline", "import load_inline as li")
     assert check_candidate_source(aliased)
+
+
+FLOAT_INSIDE = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 8, 1) * 0.1)
+
+    def forward(self, x, y):
+        m = torch.logical_xor(x > 0, y > 0).float()  # float32 whatever the weights are
+        return torch.conv1d(m, self.w)
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 16), torch.randn(2, 8, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_task_that_cannot_run_in_float64_is_verified_without_the_precision_check(tmp_path):
+    from verify.api import verify
+
+    task = tmp_path / "float_inside.py"
+    task.write_text(FLOAT_INSIDE)
+    r = verify(str(task), FLOAT_INSIDE + "\n\nclass ModelNew(Model):\n    pass\n", device="cpu", allow_torch=True,
+               rounds=2)
+    assert r["correct"] and r["reward"] >= 1 and r["hack"] is None, r
+    assert r["precision_err"] is None

@@ -1,0 +1,79 @@
+"""verify_batch on a GPU keeps its verifications within the GPU's memory: the gate admits a verification only while
+the reservations fit (one runs alone whatever its size), and a verification that still ran out of memory is done
+again alone, so a neighbour's memory never costs a candidate its reward. The scheduling is tested with verify()
+replaced by a recorder: no GPU is needed to see who ran beside whom."""
+
+import threading
+import time
+
+import verify.api as api
+from verify.api import MemoryGate, verify_batch
+
+
+def test_gate_holds_back_what_does_not_fit_and_lets_one_run_alone():
+    gate, log = MemoryGate(budget=10), []
+
+    def run(name: str, need: int, hold: float) -> None:
+        gate.take(need)
+        log.append(("start", name, gate.used))
+        time.sleep(hold)
+        log.append(("end", name))
+        gate.give(need)
+
+    big = threading.Thread(target=run, args=("big", 8, 0.3))
+    big.start()
+    time.sleep(0.05)
+    small = threading.Thread(target=run, args=("small", 5, 0.0))  # 8 + 5 > 10: waits for big
+    huge = threading.Thread(target=run, args=("huge", 50, 0.0))  # over the budget: runs, but only alone
+    small.start()
+    huge.start()
+    for t in (big, small, huge):
+        t.join()
+    assert log.index(("end", "big")) < min(i for i, e in enumerate(log) if e[0] == "start" and e[1] != "big")
+    assert ("start", "huge", 50) in log  # alone: nothing else held memory when it started
+
+
+def _fake_verify(active: list, peak_seen: list, oom_when_crowded: bool):
+    lock = threading.Lock()
+
+    def fake(task, cand, **kw):
+        with lock:
+            active.append(task["task_id"])
+            peak_seen.append(len(active))
+            crowded = len(active) > 1
+        time.sleep(0.05)
+        with lock:
+            active.remove(task["task_id"])
+        if oom_when_crowded and crowded:
+            return {"task_id": task["task_id"], "reward": -1, "error": "OutOfMemoryError: CUDA out of memory."}
+        return {"task_id": task["task_id"], "reward": 1, "error": None}
+    return fake
+
+
+def _tasks(n: int, peak: int) -> list:
+    return [({"task_id": f"t{i}", "code": "", "peak_memory_bytes": peak}, "cand") for i in range(n)]
+
+
+def test_reservations_bound_how_many_run_at_once(monkeypatch):
+    active, seen = [], []
+    monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
+    # 5 x 10 = 50 bytes each in a 120-byte budget: at most two side by side though four workers are free
+    rows = verify_batch(_tasks(8, 10), workers=4, device="cuda", memory_budget=120)
+    assert [r["reward"] for r in rows] == [1] * 8
+    assert max(seen) == 2, seen
+
+
+def test_out_of_memory_is_verified_again_alone(monkeypatch):
+    active, seen = [], []
+    monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=True))
+    rows = verify_batch(_tasks(6, 1), workers=3, device="cuda", memory_budget=10**6)
+    assert max(seen) > 1  # they did run side by side, and the crowded ones ran out of memory
+    assert [r["reward"] for r in rows] == [1] * 6
+    assert any(r.get("retried_alone") for r in rows)
+
+
+def test_cpu_batches_are_not_gated(monkeypatch):
+    active, seen = [], []
+    monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
+    verify_batch(_tasks(6, 10**15), workers=3, device="cpu")
+    assert max(seen) > 1
