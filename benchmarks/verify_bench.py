@@ -7,8 +7,9 @@
 - throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
 
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput
-    python benchmarks/verify_bench.py --device cuda --corpus runs/verify_corpus/pairs.jsonl --out DIR
-Writes benchmarks/results/verify_bench_<cpu|h200>.json (with "headline")."""
+    python benchmarks/verify_bench.py --device cuda --corpus benchmarks/verify_cuda/pairs.jsonl \
+        --corpus benchmarks/verify_inductor/pairs.jsonl --ext-dir DIR --out OUT
+Writes benchmarks/results/verify_bench_<cpu|gpu>.json (with "headline"; the GPU named in it)."""
 
 from __future__ import annotations
 
@@ -225,7 +226,7 @@ def main() -> None:
         t = res["throughput"]
         head.append({"figure": "verifications per hour", "value": f"batch {t['batch_per_hour']:.0f} "
                      f"({t['workers']} workers) vs serial {t['serial_per_hour']:.0f}", "target": None, **base})
-    name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_h200.json"
+    name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json"  # the GPU is named inside
     out = Path(args.out) / name
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"headline": head, **res}, indent=1, default=str) + "\n")

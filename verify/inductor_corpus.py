@@ -82,7 +82,7 @@ def generate(task_code: str, device: str, variants: list[dict]) -> str:
         with torch.no_grad():
             _, codes = run_and_get_code(torch.compile(model, backend=backend, fullgraph=True), *xs)
         key = repr([tuple(x.shape) if isinstance(x, torch.Tensor) else x for x in xs])
-        sources[key] = codes[-1]
+        sources[key] = re.sub(r"# kernel path: .*\n", "", codes[-1])  # this machine's cache paths, not code
         orders[key] = [_placeholder_to_source(n, arg_names) for n in seen[-1]]
     return TEMPLATE.format(task=task_code, sources=sources, order=orders)
 

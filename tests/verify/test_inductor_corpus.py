@@ -22,3 +22,25 @@ def test_generated_code_that_falls_back_to_pytorch_compute_is_not_a_strict_candi
            "aten.scatter_reduce_.two(buf2, 0, idx, src, 'sum')\nbuf3.copy_(buf0)\n")
     assert refused_calls(src) == ["avg_pool3d", "scatter_reduce_"]
     assert refused_calls(src.replace("avg_pool3d", "convolution").replace("scatter_reduce_", "mm")) == []
+
+
+def test_the_committed_inductor_corpus_is_strict_policy_code_for_release_tasks():
+    import ast
+    import json
+    from pathlib import Path
+
+    import pyarrow.dataset as ds
+
+    from verify.inductor_corpus import refused_calls
+
+    root = Path(__file__).resolve().parents[2]
+    pairs = [json.loads(ln) for ln in (root / "benchmarks/verify_inductor/pairs.jsonl").read_text().splitlines()]
+    release = ds.dataset(str(root / "data/releases/opsynth-ops-h200-v1/data")).to_table(columns=["task_id"])
+    ids = set(release.column("task_id").to_pylist())
+    assert len(pairs) >= 32
+    for p in pairs:
+        src = (root / p["candidate"]).read_text()
+        ast.parse(src)
+        assert p["kind"] == "inductor" and p["task"].rsplit(":", 1)[1] in ids
+        assert refused_calls(src) == [], p
+        assert "kernel path:" not in src  # the generating machine's cache paths are left out
