@@ -340,7 +340,10 @@ def main() -> None:
     if side == "gpu":  # per-row results beside the record (not committed: benchmarks/results/*.jsonl)
         out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(r, default=str) + "\n" for r in results))
     # the GPU's fragility verdict per judged row ("" when clean): what --against compares the CPU pre-screen with
-    verdicts = {"fragile_verdicts": {r["task_id"]: r[side].get("fragile") or "" for r in judged}} if side == "gpu" else {}
+    # and the dead inputs and skippable operators it found, what shortcut_gating.py holds the screen's ratios against
+    verdicts = {"fragile_verdicts": {r["task_id"]: r[side].get("fragile") or "" for r in judged},
+                "dead_verdicts": {r["task_id"]: r[side].get("dead") or [] for r in judged},
+                "skip_verdicts": {r["task_id"]: r[side].get("skip") or [] for r in judged}} if side == "gpu" else {}
     out.write_text(json.dumps({"headline": headline, "examples": {k: v[:10] for k, v in counts.items()}, **verdicts,
                                "statuses": {s: sum(1 for r in results if r.get(side, {}).get("status", "error")
                                                    .split(" (")[0] == s) for s in

@@ -286,6 +286,14 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
     return {"fragile": found, "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64)}
 
 
+def _ratio_map(ratios: dict[str, float]) -> str:
+    """{input or operator: ratio} as JSON (a ratio past 1e300, another shape's inf included, as 1e300): how far
+    each part is from mattering, so a later check can judge how close a part came."""
+    import json
+
+    return json.dumps({k: (v if math.isfinite(v) else 1e300) for k, v in ratios.items()})
+
+
 def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] = KINDS, draws: int = 5,
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
             known_ratio: float | None = None, ulp_steps: int = 1) -> dict[str, Any]:
@@ -296,12 +304,12 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
     if "dead" in kinds:
         d = dead_inputs(model, draw, ref0, tol, stop_first, known_ratio)
         ratios = d.pop("input_redraw_ratios")
-        m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None))
+        m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None), input_ratios=_ratio_map(ratios))
     if "skip" in kinds:
         s = skippable_ops(model, draw, ref0, tol, stop_first)
         ratios = s.pop("op_ratios")
         s.pop("ops_seen")
-        m.update(s, min_op_ratio=min(ratios.values(), default=None))
+        m.update(s, min_op_ratio=min(ratios.values(), default=None), op_ratios=_ratio_map(ratios))
     if "fragile" in kinds:
         m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps))
     return m

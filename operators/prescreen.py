@@ -126,7 +126,8 @@ class Result:
                 "input_sensitivity_ratio": m.get("input_sensitivity_ratio"), "degenerate": m.get("degenerate"),
                 "output_numel": m.get("output_numel"),
                 **{c: m.get(c) for c in ("shortcut_checks", "dead_inputs", "skippable_ops", "min_input_redraw_ratio",
-                                         "min_op_ratio", "fragile", "prescreen_ulp_steps")}}
+                                         "min_op_ratio", "input_ratios", "op_ratios", "fragile",
+                                         "prescreen_ulp_steps")}}
 
 
 class _FanMode(TorchDispatchMode):

@@ -118,6 +118,8 @@ MEASUREMENTS = pa.schema([
     ("skippable_by", STR_LIST),             # per skippable operator: mean (a constant) | skipped (its input)
     ("ops_that_matter", STR_LIST),          # operator calls whose replacement moves the output beyond tolerance
     ("min_op_ratio", pa.float64()),         # smallest move of an operator's replacement as the verifier's ratio
+    ("input_ratios", pa.string()),          # JSON {input: ratio of its redraw alone} for every input measured
+    ("op_ratios", pa.string()),             # JSON {index:operator: ratio of its best replacement} for every one
     ("fragile", pa.string()),               # "" or the honest rounding change that moves the output: one-ulp input
                                             # move | float64 reference
     ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
@@ -204,6 +206,8 @@ PRESCREEN = pa.schema([
     ("skippable_ops", STR_LIST),
     ("min_input_redraw_ratio", pa.float64()),
     ("min_op_ratio", pa.float64()),
+    ("input_ratios", pa.string()),
+    ("op_ratios", pa.string()),
     ("fragile", pa.string()),
     ("prescreen_ulp_steps", pa.int64()),  # the fragility check's input move in ulps (sample.prescreen_ulp_scale)
 ])
@@ -211,7 +215,7 @@ PRESCREEN = pa.schema([
 # `opsynth profile --shortcuts-only` over a run already measured: the shortcut columns of MEASUREMENTS, one row per
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
-                    "skippable_by", "ops_that_matter", "min_op_ratio", "fragile", "fragile_ulp_ratio",
+                    "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "fragile", "fragile_ulp_ratio",
                     "fragile_f64_ratio", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),

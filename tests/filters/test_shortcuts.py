@@ -171,3 +171,15 @@ def test_a_move_of_many_ulps_reaches_a_step_one_ulp_does_not():
     with torch.no_grad():
         assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,))["fragile"] == ""
         assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,), ulp_steps=100)["fragile"] == FRAGILE_ULP
+
+
+def test_ratio_maps_hold_every_part_measured_with_its_verdict():
+    import json
+
+    m = _measure(SmallJoin(), _draw((64, 32), (64, 32)), kinds=("dead", "skip"))
+    inputs, ops = json.loads(m["input_ratios"]), json.loads(m["op_ratios"])
+    assert sorted(inputs) == ["x", "y"] and inputs["y"] < 1 <= inputs["x"]
+    assert [k for k, r in inputs.items() if r < 1] == m["dead_inputs"]
+    assert set(ops) == set(m["skippable_ops"]) | set(m["ops_that_matter"])
+    assert [k for k, r in ops.items() if r < 1] == m["skippable_ops"]
+    assert min(ops.values()) == m["min_op_ratio"]
