@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RELEASE = ROOT / "data" / "releases" / "opsynth-ops-h200-v1"
 MARGINS = (1.0, 2.0, 5.0, 10.0, 100.0)
+MARGIN = 10.0  # the margin the headline reports
 
 
 def _init() -> None:
@@ -55,6 +56,7 @@ def gating(found: dict[str, list[str]], screened: dict[str, dict], key: str, cle
     for m in MARGINS:
         hit = [(t, p) for t, p in pos if screened[t][key].get(p, float("inf")) < m]
         out[f"{m:g}"] = {"found": len(pos), "under": len(hit), "missed": sorted(t for t, p in pos if (t, p) not in hit),
+                         "unscreened": sorted(t for t, p in pos if p not in screened[t][key]),
                          "kept_parts": len(parts), "kept_parts_under": sum(r < m for r in parts)}
     return out
 
@@ -101,12 +103,13 @@ def main() -> None:
         for m, g in res[kind].items():
             print(f"{kind:6s} {m:>6s} {g['under']:>10d} of {g['found']:<9d} {g['kept_parts_under']:>12d} of "
                   f"{g['kept_parts']:<9d}")
-        pick = next((m for m, g in res[kind].items() if g["found"] and g["under"] == g["found"]), None)
-        g = res[kind][pick or f"{MARGINS[-1]:g}"]
-        head.append({"figure": f"GPU-found {label} of v1 rows under the screen's ratio margin {pick or MARGINS[-1]:}"
-                               " (screened rows)",
-                     "value": f"{g['under']} of {g['found']}; {g['kept_parts_under']} of {g['kept_parts']} parts of "
-                              "GPU-kept rows under it", "target": "all findings", **base_fig})
+        g = res[kind][f"{MARGIN:g}"]
+        missed = [t for t in g["missed"] if t not in g["unscreened"]]
+        head.append({"figure": f"GPU-found {label} of v1 rows under the screen's ratio margin {MARGIN:g}",
+                     "value": f"{g['under']} of {g['found']} ({len(g['unscreened'])} the screen gave no ratio, "
+                              f"measured in full; missed {len(missed)}" + (f", e.g. {missed[0]}" if missed else "")
+                              + f"); {g['kept_parts_under']} of {g['kept_parts']} parts of GPU-kept rows under it",
+                     "target": "every finding under it or measured in full", **base_fig})
     res["minutes"] = round((time.time() - t0) / 60, 1)
     out = Path(a.out) / "shortcut_gating.json"
     out.write_text(json.dumps({"headline": head, **res}, indent=1) + "\n")

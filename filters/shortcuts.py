@@ -62,10 +62,11 @@ def _ratio(out: Any, ref: Any, tol: float) -> float:
 
 
 def dead_inputs(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True,
-                known_ratio: float | None = None) -> dict[str, Any]:
+                known_ratio: float | None = None, given: dict[str, float] | None = None) -> dict[str, Any]:
     """Redraw each tensor input alone (from draw 1, the rest from draw 0) and measure the output's move.
     known_ratio: the caller's ratio of draw 1 against draw 0 when the task has one tensor input (then redrawing
-    it alone is redrawing all: no forward is spent)."""
+    it alone is redrawing all: no forward is spent). given: ratios known from elsewhere (the pre-screen's, for
+    inputs far from tolerance), taken as they are: those inputs spend no forward."""
     x0 = list(draw(0))
     names = input_names(model, len(x0))
     slots = [i for i, t in enumerate(x0) if isinstance(t, torch.Tensor)]
@@ -74,6 +75,9 @@ def dead_inputs(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool 
         if len(slots) == 1 and known_ratio is not None:
             ratios[names[i]] = known_ratio
             break
+        if given and names[i] in given:
+            ratios[names[i]] = given[names[i]]
+            continue
         fresh = draw(1)[i]  # the other tensors of that draw go at once: one extra input in memory, not a set
         if fresh.shape == x0[i].shape and torch.equal(fresh, x0[i]):
             continue  # a constant input: every draw holds the same values, so there is nothing to redraw
@@ -176,9 +180,12 @@ def _skip_source(args: tuple, out: Any) -> Any:
     return None
 
 
-def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True) -> dict[str, Any]:
+def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True,
+                  given: dict[str, float] | None = None) -> dict[str, Any]:
     """Replace each operator call's output by its mean on draw 1 and, where a tensor argument has its shape,
-    skip it; measure on draw 0 against ref0. One recording forward plus at most two per call."""
+    skip it; measure on draw 0 against ref0. One recording forward plus at most two per call. given: ratios
+    known from elsewhere (the pre-screen's) for calls far from tolerance, taken as they are (no forwards); they
+    apply only when every call they name (index:name) is one this forward records, else every call is measured."""
     # draws are made outside the recording: a draw's own torch calls (the pre-screen's planted zeros) would
     # otherwise be numbered as operators and shift every index against the measuring forwards
     x1 = draw(1)
@@ -207,7 +214,12 @@ def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: boo
         noop[0] = torch.equal(c, out)
         return out if noop[0] else c
 
+    if given and set(given) - set(ops):
+        given = None  # the pre-screen numbered other calls (a shape-dependent branch): measure every call
     for i, op in enumerate(ops):
+        if given and op in given:
+            ratios[op], by[op] = given[op], "screen"
+            continue
         tried = []
         if skip_ok[i]:
             tried.append(("skipped", run(i, skipped)))
@@ -220,7 +232,7 @@ def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: boo
         ratios[op], by[op] = r, how
         if stop_first and r < 1:
             break
-    return {"op_ratios": ratios, "skippable_ops": [o for o, r in ratios.items() if r < 1],
+    return {"op_ratios": ratios, "by": by, "skippable_ops": [o for o, r in ratios.items() if r < 1],
             "skippable_by": [by[o] for o, r in ratios.items() if r < 1],
             "ops_that_matter": [o for o, r in ratios.items() if r >= 1], "ops_seen": ops}
 
@@ -294,22 +306,39 @@ def _ratio_map(ratios: dict[str, float]) -> str:
     return json.dumps({k: (v if math.isfinite(v) else 1e300) for k, v in ratios.items()})
 
 
+def screened_far(ratio_map: str | None, margin: float) -> dict[str, float]:
+    """The parts of a pre-screen ratio map (input_ratios / op_ratios JSON) at or over `margin`: those a check
+    takes from the screen instead of measuring again."""
+    import json
+
+    if not ratio_map or margin <= 0:
+        return {}
+    return {k: v for k, v in json.loads(ratio_map).items() if v >= margin}
+
+
 def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] = KINDS, draws: int = 5,
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
-            known_ratio: float | None = None, ulp_steps: int = 1) -> dict[str, Any]:
+            known_ratio: float | None = None, ulp_steps: int = 1, given_inputs: dict[str, float] | None = None,
+            given_ops: dict[str, float] | None = None) -> dict[str, Any]:
     """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
     names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
-    outputs (subs[0] of ref0), reused by the fragility check."""
+    outputs (subs[0] of ref0), reused by the fragility check. given_inputs / given_ops: ratios taken from the
+    pre-screen (`screened_far`), not measured; `shortcut_screened` lists the ones used."""
     m: dict[str, Any] = {"shortcut_checks": ",".join(k for k in KINDS if k in kinds)}
+    screened: list[str] = []
     if "dead" in kinds:
-        d = dead_inputs(model, draw, ref0, tol, stop_first, known_ratio)
+        d = dead_inputs(model, draw, ref0, tol, stop_first, known_ratio, given_inputs)
+        screened += [k for k in d["input_redraw_ratios"] if given_inputs and k in given_inputs]
         ratios = d.pop("input_redraw_ratios")
         m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None), input_ratios=_ratio_map(ratios))
     if "skip" in kinds:
-        s = skippable_ops(model, draw, ref0, tol, stop_first)
+        s = skippable_ops(model, draw, ref0, tol, stop_first, given_ops)
+        screened += [k for k, how in s.pop("by").items() if how == "screen"]
         ratios = s.pop("op_ratios")
         s.pop("ops_seen")
         m.update(s, min_op_ratio=min(ratios.values(), default=None), op_ratios=_ratio_map(ratios))
     if "fragile" in kinds:
         m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps))
+    if given_inputs is not None or given_ops is not None:
+        m["shortcut_screened"] = screened
     return m

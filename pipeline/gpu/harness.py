@@ -801,7 +801,7 @@ class Harness:
                 subs.append(_flat(model(*self._draw(ns, k)))[::stride].clone())
             m.update(draw_checks(ref0, subs, self.s.filter.compile_tolerance))
             if s.shortcut_checks and not self._eager_rejection(m):  # a task out already needs no more forwards
-                self._shortcuts(model, ns, ref0, subs, stride, m)
+                self._shortcuts(model, ns, ref0, subs, stride, m, task)
         m["gpu_busy_eager_s"] = self.lock.held_s
         if s.shortcuts_only:  # the run holds every other measurement of the task already
             return
@@ -837,23 +837,34 @@ class Harness:
         m["timing_alloc_retries"] = self._alloc_retries() - retries0
         self._roofline(task, m)
 
-    def _shortcuts(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict) -> None:
+    def _shortcuts(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict,
+                   task: dict | None = None) -> None:
         """filters/shortcuts.py on the real sizes, inside the eager hold: reuses draw 0's output and the draws'
         samples, draws inputs again (seeded: the same values) rather than holding them, one forward's output at
         a time beside ref0, as the draws above."""
-        from filters.shortcuts import KINDS, measure
+        from filters.shortcuts import KINDS, measure, screened_far
         from filters.tensor_checks import tolerance_ratio
 
         s, t = self.s.profile, time.perf_counter()
         # one tensor input: redrawing it alone is draw 1 against draw 0, measured above (exactly, unsampled)
         known = tolerance_ratio(subs[1], subs[0], self.s.filter.compile_tolerance) if stride == 1 else None
+        # profile.shortcut_screen_margin: parts the pre-screen found far from tolerance are not measured again
+        task = task or {}
+        gate = s.shortcut_screen_margin > 0 and task.get("screen_op_ratios") not in (None, "{}")
+        given = {"given_inputs": screened_far(task.get("screen_input_ratios"), s.shortcut_screen_margin),
+                 "given_ops": screened_far(task.get("screen_op_ratios"), s.shortcut_screen_margin)} if gate else {}
+        screened: list[str] = []
         # one kind at a time, each timed: where the checks' GPU time goes decides which to make cheaper
         for kind in (k for k in KINDS if k in s.shortcut_checks):
             t_kind = time.perf_counter()
-            m.update(measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
-                             kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
-                             stop_first=s.shortcut_stop_first, known_ratio=known))
+            got = measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
+                          kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
+                          stop_first=s.shortcut_stop_first, known_ratio=known, **given)
+            screened += got.pop("shortcut_screened", [])
+            m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind
+        if gate:
+            m["shortcut_screened"] = screened
         m["shortcut_checks"] = ",".join(k for k in KINDS if k in s.shortcut_checks)
         m["gpu_busy_shortcut_s"] = time.perf_counter() - t
 

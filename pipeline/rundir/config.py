@@ -104,6 +104,11 @@ class ProfileSection:
     shortcut_checks: tuple[str, ...] = ()
     shortcut_draws: int = 5
     shortcut_stop_first: bool = True
+    # > 0: the dead and skip kinds measure on the GPU only the inputs and operators whose pre-screen ratio (at the
+    # screened shapes, sample.prescreen_shortcuts) is under this margin; the rest are taken as mattering from the
+    # screen (shortcut_screened lists them). A task the screen gave no ratios, or whose operators the GPU numbers
+    # otherwise, is measured in full. 0: every part on the GPU
+    shortcut_screen_margin: float = 0.0
     # run only the shortcut checks on a run already measured (`opsynth profile --shortcuts-only`): rows go to
     # shortcuts/, beside the stored measurements, which the filter joins by task_id
     shortcuts_only: bool = False
@@ -364,6 +369,9 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(set(p.shortcut_checks) <= {"dead", "skip", "fragile"}, where,
            f"profile.shortcut_checks holds dead, skip, fragile only (got {list(p.shortcut_checks)})")
     _check(p.shortcut_draws >= 1, where, f"profile.shortcut_draws must be >= 1 (got {p.shortcut_draws})")
+    _check(p.shortcut_screen_margin == 0 or p.shortcut_screen_margin >= 1, where,
+           f"profile.shortcut_screen_margin must be 0 (off) or >= 1, a ratio past the tolerance "
+           f"(got {p.shortcut_screen_margin})")
     _check(p.early_reject_factor >= 1, where, f"profile.early_reject_factor must be >= 1 (got {p.early_reject_factor})")
     _check(p.max_timing_s > 0, where, f"profile.max_timing_s must be > 0 (got {p.max_timing_s})")
     _check(p.backfill_s >= 0, where, f"profile.backfill_s must be >= 0, 0 for first come, first served (got {p.backfill_s})")

@@ -22,6 +22,8 @@ from pipeline.rundir.store import RunDir
 
 # the columns of tasks/ that profile reads (pipeline/stages/profile.py _run)
 PROFILE_TASK_COLUMNS = ("task_id", "code", "ops", "flops", "bytes_moved", "predicted_peak_bytes")
+# the columns of prescreen/ that profile reads (profile.shortcut_screen_margin)
+PROFILE_PRESCREEN_COLUMNS = ("task_id", "status", "resampled", "input_ratios", "op_ratios")
 # of a done measurement shard, profile reads which tasks it holds and their status
 PROFILE_MEASUREMENT_COLUMNS = ("task_id", "status")
 OUTPUT_TABLES = ("measurements", "shortcuts")  # what a profile call writes (shortcuts: profile.shortcuts_only)
@@ -46,7 +48,8 @@ def _copy_done(src: RunDir, dst: RunDir, table: str, columns: tuple[str, ...] | 
         if columns is None or k in whole:
             _copy_shard(src, dst, table, k)
         else:
-            dst.write_shard(table, k, pq.read_table(src.shard_path(table, k), columns=list(columns)))
+            have = pq.read_schema(src.shard_path(table, k)).names  # a shard written before a column existed
+            dst.write_shard(table, k, pq.read_table(src.shard_path(table, k), columns=[c for c in columns if c in have]))
     return len(shards)
 
 
@@ -66,6 +69,7 @@ def pack(src_dir: Path, out_dir: Path) -> dict[str, Any]:
             shutil.copyfile(src.manifest_path, dst.manifest_path)
         counts = {"tasks": _copy_done(src, dst, "tasks", PROFILE_TASK_COLUMNS),
                   "verdicts": _copy_done(src, dst, "verdicts"),
+                  "prescreen": _copy_done(src, dst, "prescreen", PROFILE_PRESCREEN_COLUMNS),
                   "shortcuts": _copy_done(src, dst, "shortcuts")}
         # a measurement shard written before the run grew holds fewer tasks than its tasks shard: profile reads it
         # whole to add the new ones, so it goes whole

@@ -120,6 +120,8 @@ MEASUREMENTS = pa.schema([
     ("min_op_ratio", pa.float64()),         # smallest move of an operator's replacement as the verifier's ratio
     ("input_ratios", pa.string()),          # JSON {input: ratio of its redraw alone} for every input measured
     ("op_ratios", pa.string()),             # JSON {index:operator: ratio of its best replacement} for every one
+    ("shortcut_screened", STR_LIST),        # inputs and operators taken from the pre-screen, not measured again
+                                            # (profile.shortcut_screen_margin; null when off)
     ("fragile", pa.string()),               # "" or the honest rounding change that moves the output: one-ulp input
                                             # move | float64 reference
     ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
@@ -215,7 +217,7 @@ PRESCREEN = pa.schema([
 # `opsynth profile --shortcuts-only` over a run already measured: the shortcut columns of MEASUREMENTS, one row per
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
-                    "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "fragile", "fragile_ulp_ratio",
+                    "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "shortcut_screened", "fragile", "fragile_ulp_ratio",
                     "fragile_f64_ratio", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),

@@ -142,6 +142,23 @@ def _static_rejection(task: dict[str, Any], reason: str, device: str) -> dict[st
     return {"task_id": task["task_id"], "status": "rejected_static", "error": reason, "device": device}
 
 
+def _attach_screen_ratios(rd: RunDir, tasks: list[dict[str, Any]]) -> None:
+    """The pre-screen's ratio maps (prescreen/, the draw that became the task) onto each task it screened in full,
+    for profile.shortcut_screen_margin; a task without them is measured in full."""
+    import pyarrow.parquet as pq
+
+    shards = rd.done_shards("prescreen")
+    cols = ["task_id", "status", "resampled", "input_ratios", "op_ratios"]
+    if not shards or not set(cols) <= set(pq.read_schema(rd.shard_path("prescreen", shards[0])).names):
+        return  # no screen, or one from before the ratio maps
+    screens = {r["task_id"]: r for r in rd.read_rows("prescreen", cols)
+               if r["status"] == "ok" and not r["resampled"] and r["input_ratios"] is not None
+               and r["op_ratios"] is not None}
+    for t in tasks:
+        if (r := screens.get(t["task_id"])) is not None:
+            t["screen_input_ratios"], t["screen_op_ratios"] = r["input_ratios"], r["op_ratios"]
+
+
 def run(rd: RunDir, cfg: Config, executor: str = "local", gpus: list[int] | None = None,
         ray_address: str | None = None, skip_dropped: bool = False, budget: Budget | None = None,
         settings: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -208,6 +225,8 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
             else:
                 to_run[shard_of[t["task_id"]]].append(t)
 
+    if cfg.profile.shortcut_screen_margin > 0 and cfg.profile.shortcut_checks:
+        _attach_screen_ratios(rd, [t for rows in to_run.values() for t in rows])
     accepted, reasons = 0, Counter()
     bar = Progress("profile", total=len(tasks), initial=len(tasks) - len(shard_of))
 

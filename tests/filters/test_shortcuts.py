@@ -1,5 +1,7 @@
 """filters.shortcuts: planted shortcuts are found, tasks where everything matters are not flagged."""
 
+import json
+
 import pytest
 import torch
 from torch import nn
@@ -183,3 +185,43 @@ def test_ratio_maps_hold_every_part_measured_with_its_verdict():
     assert set(ops) == set(m["skippable_ops"]) | set(m["ops_that_matter"])
     assert [k for k, r in ops.items() if r < 1] == m["skippable_ops"]
     assert min(ops.values()) == m["min_op_ratio"]
+
+
+class Counting(nn.Module):
+    """tanh(x) * y + z, counting its forwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x, y, z):
+        self.calls += 1
+        return torch.tanh(x) * y + z
+
+
+def test_parts_the_screen_found_far_spend_no_forward_and_are_listed():
+    from filters.shortcuts import screened_far
+
+    draw = _draw((32, 16), (32, 16), (32, 16))
+    full = Counting()
+    m0 = _measure(full, draw, kinds=("dead", "skip"))
+    far = json.dumps({"x": 50.0, "y": 0.5, "z": 3.0})  # z under the margin 10: measured again
+    ops = json.dumps({k: 80.0 for k in json.loads(m0["op_ratios"])})
+    gated = Counting()
+    m = _measure(gated, draw, kinds=("dead", "skip"), given_inputs=screened_far(far, 10),
+                 given_ops=screened_far(ops, 10))
+    assert sorted(m["shortcut_screened"]) == sorted(["x", *json.loads(ops)])
+    assert json.loads(m["input_ratios"])["x"] == 50.0 and json.loads(m["input_ratios"])["z"] > 1
+    assert json.loads(m["input_ratios"])["y"] == json.loads(m0["input_ratios"])["y"]  # y measured: not far
+    assert gated.calls < full.calls  # forwards were saved: x and every operator
+    # a screen that numbered other calls (another branch) is not trusted: every call is measured
+    other = Counting()
+    m2 = _measure(other, draw, kinds=("skip",), given_ops={"7:torch.erf": 80.0, "0:torch.tanh": 80.0})
+    assert m2["shortcut_screened"] == [] and m2["op_ratios"] == m0["op_ratios"]
+
+
+def test_screened_far_keeps_only_parts_at_or_over_the_margin():
+    from filters.shortcuts import screened_far
+
+    assert screened_far(json.dumps({"a": 0.5, "b": 10.0, "c": 11.0}), 10) == {"b": 10.0, "c": 11.0}
+    assert screened_far(json.dumps({"a": 50.0}), 0) == {} and screened_far(None, 10) == {}

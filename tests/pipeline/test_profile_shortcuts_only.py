@@ -55,3 +55,28 @@ def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_inpu
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}
     assert not verdicts["dead"]["keep"] and verdicts["dead"]["reason"].startswith("dead input: y (")
     assert verdicts["both"]["keep"], verdicts["both"]["reason"]
+
+
+def test_screen_margin_takes_far_parts_from_the_prescreen_and_measures_the_rest(tmp_path):
+    import json
+
+    from pipeline.rundir.schema import PRESCREEN
+
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1), profile=dataclasses.replace(
+        cfg.profile, compile=False, shortcut_checks=("dead", "skip"), shortcut_screen_margin=10.0))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    tasks = [{"task_id": "dead", "name": "Dead", "code": DEAD_Y}, {"task_id": "both", "name": "Both", "code": BOTH}]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+    # the screen put x far from tolerance in both; y too in "both", and every operator of "both"; "dead" has
+    # no screen row, so it is measured in full
+    screens = [{"task_id": "both", "status": "ok", "resampled": False,
+                "input_ratios": json.dumps({"x": 40.0, "y": 30.0}),
+                "op_ratios": json.dumps({"0:torch.tanh": 50.0, "1:Tensor.mul": 50.0, "2:Tensor.add": 20.0})}]
+    rd.write_shard("prescreen", 0, conform(screens, PRESCREEN), PRESCREEN)
+    profile.run(rd, cfg, "local")
+    rows = {r["task_id"]: r for r in rd.read_rows("measurements")}
+    assert sorted(rows["both"]["shortcut_screened"]) == ["0:torch.tanh", "1:Tensor.mul", "2:Tensor.add", "x", "y"]
+    assert json.loads(rows["both"]["input_ratios"]) == {"x": 40.0, "y": 30.0}
+    assert rows["dead"]["shortcut_screened"] is None and rows["dead"]["dead_inputs"] == ["y"]
