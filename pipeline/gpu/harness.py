@@ -517,6 +517,8 @@ class Harness:
             self.measured_need = (m["peak_memory_bytes"], out_bytes)  # what the compiled phase's share is sized on
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
                 self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
+        if self.s.profile.shortcuts_only:  # the stored measurements hold its time and determinism: one run
+            return out, math.nan
         t0, host0 = time.perf_counter(), time.thread_time()
         again = model(*x)
         m["quick_host_ms"] = (time.thread_time() - host0) * 1e3  # launching (and any host work) before the sync
@@ -770,21 +772,24 @@ class Harness:
             m["gpu_busy_setup_s"] = time.perf_counter() - self.lock._since
             self._early_reject(quick, m, model, x0)
             self.lock.yield_()
-            rec = _Recorder()
-            with rec:
-                out1 = model(*x0)
-            m["aten_ops"] = rec.ops
-            if not self.cuda:
-                resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(),
-                                                                      *tensors(x0)])
-                m["peak_memory_bytes"] = int(resident + rec.peak)
+            out1 = None
+            if not s.shortcuts_only:  # a shortcuts-only call has the ATen ops and determinism stored already
+                rec = _Recorder()
+                with rec:
+                    out1 = model(*x0)
+                m["aten_ops"] = rec.ops
+                if not self.cuda:
+                    resident = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers(),
+                                                                          *tensors(x0)])
+                    m["peak_memory_bytes"] = int(resident + rec.peak)
             ref0 = _flat(out0)
-            # compared before ref0 is copied: three outputs at once outgrew the reservation (peak beside one
-            # output) of tasks with large outputs
-            # NaN at the same place counts as equal
-            diff, quick_diff = max_diff(ref0, _flat(out1)), m.get("determinism_max_diff", 0.0)
-            m["determinism_max_diff"] = diff if math.isnan(diff) or diff > quick_diff else quick_diff
-            m["deterministic"] = m["determinism_max_diff"] == 0.0
+            if out1 is not None:
+                # compared before ref0 is copied: three outputs at once outgrew the reservation (peak beside one
+                # output) of tasks with large outputs
+                # NaN at the same place counts as equal
+                diff, quick_diff = max_diff(ref0, _flat(out1)), m.get("determinism_max_diff", 0.0)
+                m["determinism_max_diff"] = diff if math.isnan(diff) or diff > quick_diff else quick_diff
+                m["deterministic"] = m["determinism_max_diff"] == 0.0
             m["eager_checksum"] = checksum(ref0)
             del out1
             owned = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers(), *tensors(x0)]}
@@ -906,7 +911,10 @@ class Harness:
     def _eager_rejection(self, m: dict) -> str:
         """The filter's verdict from the eager checks alone, at the config's filter thresholds, or '' when they
         keep the task."""
-        return decide(m, EAGER_CHECKS, self.s.filter)[1]
+        # a shortcuts-only call does not measure determinism again: the stored measurement judges it
+        checks = tuple(c for c in EAGER_CHECKS if c.__name__ != "deterministic") if self.s.profile.shortcuts_only \
+            else EAGER_CHECKS
+        return decide(m, checks, self.s.filter)[1]
 
     def _early_reject(self, quick: float, m: dict, model: Any, x: tuple) -> None:
         """Skip the rest of a task whose quick eager run says it lies outside the window. The quick run holds the lock
