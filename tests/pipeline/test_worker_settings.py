@@ -35,6 +35,8 @@ def _other(name: str, value):
         return 1.3
     if name == "retry_reserve_factor":  # 0 (the whole cap) or > 1
         return 2.0
+    if name == "shortcut_screen_margin":  # 0 (off) or >= 1
+        return 10.0
     if name == "shortcut_checks":  # kinds of filters/shortcuts.py; empty: off
         return ("dead", "fragile")
     if isinstance(value, bool):
