@@ -82,22 +82,45 @@ def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir
     return [out[i] for i in range(len(pairs))]
 
 
+def _done_rows(path: str | None) -> dict[tuple[int, str, str], tuple[dict, dict]]:
+    """(index in the listing, task, candidate) -> (first pass, second pass) from a --corpus-rows file."""
+    if not path or not Path(path).is_file():
+        return {}
+    rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    return {(r["index"], r["task"], r["candidate"]): (r["a"], r["b"]) for r in rows}
+
+
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     """Both passes chunk by chunk (2W pairs: the first pass, then the same pairs again), so a --corpus-minutes box
-    that ends the section early leaves every pair it reached verified twice; the figures cover those pairs."""
+    that ends the section early leaves every pair it reached verified twice; the figures cover those pairs.
+    --corpus-rows FILE keeps each pair's two results as its chunk ends; a later call given the same file verifies
+    only the pairs it lacks, and the figures cover every pair in it (throughput: this call's chunks only)."""
     todo = _pairs(args, task)
+    done = _done_rows(args.corpus_rows)
     box = time.monotonic() + 60 * (args.corpus_minutes or 1e6)
     step = 2 * max(1, args.workers)
-    pairs, a, b, batch_s = [], [], [], 0.0
-    for i in range(0, len(todo), step):
+    new, batch_s = [], 0.0
+    keys = [(i, t, c) for i, (t, c, _) in enumerate(todo)]
+    left = [k for k in keys if k not in done]
+    for j in range(0, len(left), step):
         if time.monotonic() > box:
             break
-        chunk = todo[i: i + step]
+        chunk = left[j: j + step]
         t0 = time.monotonic()
-        a += _batch(chunk, args, ext_dir)
+        first = _batch([todo[k[0]] for k in chunk], args, ext_dir)
         batch_s += time.monotonic() - t0
-        b += _batch(chunk, args, ext_dir)
-        pairs += chunk
+        second = _batch([todo[k[0]] for k in chunk], args, ext_dir)
+        new += chunk
+        for k, x, y in zip(chunk, first, second, strict=True):
+            done[k] = (x, y)
+            if args.corpus_rows:
+                with open(args.corpus_rows, "a") as f:
+                    f.write(json.dumps({"index": k[0], "task": k[1], "candidate": k[2], "a": x, "b": y},
+                                       default=str) + "\n")
+    reached = [k for k in keys if k in done]
+    pairs = [todo[k[0]] for k in reached]
+    a = [done[k][0] for k in reached]
+    b = [done[k][1] for k in reached]
     pen = sum(1 for r in a + b if r["reward"] < 1)
     near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
@@ -105,8 +128,8 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
-            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s,
-            "batch_per_hour": 3600 * len(pairs) / batch_s, "workers": args.workers}
+            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s, "batch_pairs": len(new),
+            "batch_per_hour": 3600 * len(new) / batch_s if batch_s else None, "workers": args.workers}
 
 
 def eager_vs_release(args: argparse.Namespace) -> dict:
@@ -146,14 +169,14 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
     over the same pairs; serial rate: one verification at a time over --n-serial pairs spread evenly over those,
     same machine."""
     pairs = _pairs(args, task)
-    if "corpus" in done:
-        batch_n, batch_s = done["corpus"]["pairs"], done["corpus"]["batch_s"]
+    if "corpus" in done and done["corpus"]["batch_pairs"]:
+        batch_n, batch_s = done["corpus"]["batch_pairs"], done["corpus"]["batch_s"]
     else:
         t0 = time.monotonic()
         _batch(pairs, args, ext_dir)
         batch_n, batch_s = len(pairs), time.monotonic() - t0
     if "corpus" in done:
-        pairs = pairs[: batch_n]  # the pairs the batch reached within its box
+        pairs = pairs[: done["corpus"]["pairs"]]  # the pairs the corpus section reached
     # an even sample across the listing: the corpus files' kinds (hand-written, inductor) in proportion
     serial = pairs[:: max(1, len(pairs) // args.n_serial)][: args.n_serial] if args.n_serial else pairs
     t0 = time.monotonic()
@@ -174,6 +197,8 @@ def main() -> None:
     ap.add_argument("--n-release", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-minutes", type=float, default=None, help="eager_vs_release: stop starting chunks after this")
+    ap.add_argument("--corpus-rows", default=None, help="corpus: JSONL of each pair's two results, appended as "
+                    "chunks end and read back to skip the pairs done (resume across calls)")
     ap.add_argument("--corpus-minutes", type=float, default=None, help="corpus: stop starting chunks after this")
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
