@@ -95,6 +95,10 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "compile_agrees_1e2": m.get("compile_agrees_1e2"),
         "deterministic": m.get("deterministic"),
         "input_sensitivity_ratio": _finite(m.get("input_sensitivity_ratio")),
+        "inputs_that_matter": m.get("inputs_that_matter"),
+        "ops_that_matter": m.get("ops_that_matter"),
+        "fragile_ulp_ratio": _finite(m.get("fragile_ulp_ratio")),
+        "fragile_f64_ratio": _finite(m.get("fragile_f64_ratio")),
         "flops": flops,
         "bytes_moved": moved,
         "arithmetic_intensity": flops / moved if flops is not None and moved else None,
@@ -170,8 +174,8 @@ def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False
                            "as it is, with the card saying what was not done")
     if rd.read_table("verdicts") is None:
         raise OpsynthError(f"{rd.path} has no verdicts yet (nothing filtered); run `opsynth filter {rd.path}` first")
-    meas_t, cont_t = rd.read_table("measurements"), rd.read_table("contamination")
-    measurements = meas_t.to_pylist() if meas_t is not None else None
+    cont_t = rd.read_table("contamination")
+    measurements = rd.measurement_rows() if rd.done_shards("measurements") else None
     contamination = cont_t.to_pylist() if cont_t is not None else None
     verdicts = verdicts_by_task(rd)
     stages = stages_run(rd)

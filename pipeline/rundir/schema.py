@@ -257,6 +257,14 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "deterministic": (pa.bool_(), "two runs on the same input agree"),
     "input_sensitivity_ratio": (pa.float64(), "how far outputs for different inputs stand apart at the verifier's "
                                 "tolerance (max |out_k - out_0| / (tol + tol*|out_k|)); < 1: one fixed output passes"),
+    "inputs_that_matter": (STR_LIST, "tensor inputs whose redraw alone moves the output beyond the verifier's "
+                           "tolerance at the real sizes (null: the shortcut checks did not run on the row)"),
+    "ops_that_matter": (STR_LIST, "operator calls (index:name) whose output replaced by a constant or skipped moves "
+                        "the output beyond the tolerance (null: not measured)"),
+    "fragile_ulp_ratio": (pa.float64(), "largest verifier ratio of the output under a one-ulp move of every "
+                          "floating input, over the check's draws (< 1 passes: the headroom an honest rounding has)"),
+    "fragile_f64_ratio": (pa.float64(), "largest verifier ratio of the float32 output against a float64 reference, "
+                          "over the check's draws (< 1 passes)"),
     "flops": (pa.int64(), "floating-point operations of one forward, every operator family counted (cost model; "
               "how: the card's FLOPs section)"),
     "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),

@@ -145,6 +145,13 @@ class RunDir:
         t = self.read_table(table, columns)
         return [] if t is None else t.to_pylist()
 
+    def measurement_rows(self) -> list[dict[str, Any]]:
+        """measurements/ with the shortcut measurements a shortcuts-only profile call took (shortcuts/, status ok)
+        over each task's stored ones: what the filter judges and publish writes."""
+        extra = {r["task_id"]: r for r in self.read_rows("shortcuts") if r.get("status") == "ok"}
+        return [{**m, **{k: v for k, v in extra.get(m["task_id"], {}).items() if k not in ("status", "error")}}
+                for m in self.read_rows("measurements")]
+
     def require_table(self, table: str, stage_hint: str, columns: list[str] | None = None) -> pa.Table:
         t = self.read_table(table, columns)
         if t is None:

@@ -21,11 +21,8 @@ def run(rd: RunDir, cfg: Config) -> dict[str, Any]:
     rd.require_table("measurements", "profile", ["task_id"])  # presence only: the rows are read below
     ops = {r["task_id"]: r["ops"] for r in rd.read_rows("tasks", ["task_id", "ops"])}
     foreign = "audit_source" in rd.manifest()  # an audited dataset's labels are judged by kind (filters/labels.py)
-    # shortcut measurements taken over a measured run (profile --shortcuts-only) join the stored ones
-    extra = {r["task_id"]: r for r in rd.read_rows("shortcuts") if r.get("status") == "ok"}
     rows = []
-    for m in rd.read_rows("measurements"):
-        m = {**m, **{k: v for k, v in extra.get(m["task_id"], {}).items() if k not in ("status", "error")}}
+    for m in rd.measurement_rows():  # shortcut measurements of a shortcuts-only call over the stored ones
         keep, reason = decide_measurement({**m, "ops": ops.get(m["task_id"]), "foreign_labels": foreign}, cfg)
         rows.append({"task_id": m["task_id"], "keep": keep, "reason": reason})
     rd.write_verdicts("filter", rows)

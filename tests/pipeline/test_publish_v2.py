@@ -68,3 +68,29 @@ def test_no_share_keeps_train_only():
     assert validation_ids(rows, 0.0) == set()
     held = validation_ids(rows, 0.02)
     assert 0 < len(held) < 20
+
+
+def test_rows_say_which_inputs_and_operators_matter_from_either_table(tmp_path: Path):
+    """Shortcut columns reach the published rows from measurements/ and, over them, from shortcuts/ (a
+    shortcuts-only call); a row neither measured says null."""
+    from datasets import load_dataset
+
+    from pipeline.rundir.schema import SHORTCUTS
+
+    rd, _ = _run(tmp_path, share=0.0)
+    meas = rd.read_rows("measurements")
+    meas[0].update(shortcut_checks="dead,skip,fragile", inputs_that_matter=["x"], ops_that_matter=["0:nn.Linear"],
+                   fragile_ulp_ratio=0.02, fragile_f64_ratio=0.001)
+    rd.write_shard("measurements", 0, meas, MEASUREMENTS)
+    later = {"task_id": f"{1:016x}", "status": "ok", "shortcut_checks": "dead,skip,fragile",
+             "inputs_that_matter": ["x", "y"], "ops_that_matter": ["0:nn.Linear", "1:torch.tanh"],
+             "fragile_ulp_ratio": 0.5, "fragile_f64_ratio": 0.25}
+    rd.write_shard("shortcuts", 0, [later], SHORTCUTS)
+    out = publish(rd, tmp_path / "out", allow_incomplete=True)
+    train = load_dataset(str(out), cache_dir=str(tmp_path / "hf"))["train"]
+    rows = {r["task_id"]: r for r in train}
+    assert rows[f"{0:016x}"]["inputs_that_matter"] == ["x"] and rows[f"{0:016x}"]["fragile_ulp_ratio"] == 0.02
+    assert rows[f"{1:016x}"]["ops_that_matter"] == ["0:nn.Linear", "1:torch.tanh"]
+    assert rows[f"{1:016x}"]["fragile_f64_ratio"] == 0.25
+    assert rows[f"{2:016x}"]["inputs_that_matter"] is None and rows[f"{2:016x}"]["fragile_ulp_ratio"] is None
+    assert "inputs_that_matter" in (out / "README.md").read_text()  # the card documents the columns
