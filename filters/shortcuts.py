@@ -71,12 +71,14 @@ def dead_inputs(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool 
     names = input_names(model, len(x0))
     slots = [i for i, t in enumerate(x0) if isinstance(t, torch.Tensor)]
     ratios: dict[str, float] = {}
+    screened: list[str] = []
     for i in slots:
         if len(slots) == 1 and known_ratio is not None:
             ratios[names[i]] = known_ratio
             break
         if given and names[i] in given:
             ratios[names[i]] = given[names[i]]
+            screened.append(names[i])
             continue
         fresh = draw(1)[i]  # the other tensors of that draw go at once: one extra input in memory, not a set
         if fresh.shape == x0[i].shape and torch.equal(fresh, x0[i]):
@@ -87,7 +89,7 @@ def dead_inputs(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool 
         del x, fresh
         if stop_first and ratios[names[i]] < 1:
             break
-    return {"input_redraw_ratios": ratios, "dead_inputs": [n for n, r in ratios.items() if r < 1],
+    return {"input_redraw_ratios": ratios, "screened": screened, "dead_inputs": [n for n, r in ratios.items() if r < 1],
             "inputs_that_matter": [n for n, r in ratios.items() if r >= 1]}
 
 
@@ -232,7 +234,7 @@ def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: boo
         ratios[op], by[op] = r, how
         if stop_first and r < 1:
             break
-    return {"op_ratios": ratios, "by": by, "skippable_ops": [o for o, r in ratios.items() if r < 1],
+    return {"op_ratios": ratios, "screened": [o for o, how in by.items() if how == "screen"], "skippable_ops": [o for o, r in ratios.items() if r < 1],
             "skippable_by": [by[o] for o, r in ratios.items() if r < 1],
             "ops_that_matter": [o for o, r in ratios.items() if r >= 1], "ops_seen": ops}
 
@@ -328,12 +330,12 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
     screened: list[str] = []
     if "dead" in kinds:
         d = dead_inputs(model, draw, ref0, tol, stop_first, known_ratio, given_inputs)
-        screened += [k for k in d["input_redraw_ratios"] if given_inputs and k in given_inputs]
+        screened += d.pop("screened")
         ratios = d.pop("input_redraw_ratios")
         m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None), input_ratios=_ratio_map(ratios))
     if "skip" in kinds:
         s = skippable_ops(model, draw, ref0, tol, stop_first, given_ops)
-        screened += [k for k, how in s.pop("by").items() if how == "screen"]
+        screened += s.pop("screened")
         ratios = s.pop("op_ratios")
         s.pop("ops_seen")
         m.update(s, min_op_ratio=min(ratios.values(), default=None), op_ratios=_ratio_map(ratios))

@@ -44,13 +44,20 @@ class ComputeGuard(TorchDispatchMode):
         self.allowed = ALLOC | VIEWS | GEMM_CONV | _inductor_fallbacks()
         self.calls: list[str] = []
 
+    def allows(self, name: str) -> bool:
+        """Whether an ATen op of this name (in-place or not) is allowed whatever its arguments; the MOVES are
+        allowed by their arguments (`_moves_only`)."""
+        return self.allow_torch or name in self.allowed or name.rstrip("_") in self.allowed
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         name = func._schema.name.split("::")[-1]
-        if not self.allow_torch and name not in self.allowed and name.rstrip("_") not in self.allowed \
-                and not _moves_only(name, args, kwargs or {}):
+        if not self.allows(name) and not _moves_only(name, args, kwargs or {}):
             self.calls.append(f"aten::{name}")
             raise RuntimeError(f"verify: PyTorch compute aten::{name} in the candidate's forward is not allowed")
         return func(*args, **(kwargs or {}))
+
+
+MOVES = frozenset({"_to_copy", "copy_"})  # copies: allowed when they keep the dtype
 
 
 def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
@@ -71,4 +78,4 @@ def compute_calls(guard: ComputeGuard) -> list[str]:
     return list(dict.fromkeys(guard.calls))
 
 
-__all__ = ["ComputeGuard", "compute_calls", "torch"]
+__all__ = ["MOVES", "ComputeGuard", "compute_calls", "torch"]

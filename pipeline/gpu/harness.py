@@ -48,6 +48,7 @@ import torch
 
 from filters.base import decide
 from filters.checks import EAGER_CHECKS, UNTIMED_CHECKS
+from filters.determinism import deterministic
 from filters.tensor_checks import (
     agreement,
     checksum,
@@ -855,7 +856,7 @@ class Harness:
         known = tolerance_ratio(subs[1], subs[0], self.s.filter.compile_tolerance) if stride == 1 else None
         # profile.shortcut_screen_margin: parts the pre-screen found far from tolerance are not measured again
         task = task or {}
-        gate = s.shortcut_screen_margin > 0 and task.get("screen_op_ratios") not in (None, "{}")
+        gate = s.shortcut_screen_margin > 0 and "screen_op_ratios" in task  # profile attaches screens that have them
         given = {"given_inputs": screened_far(task.get("screen_input_ratios"), s.shortcut_screen_margin),
                  "given_ops": screened_far(task.get("screen_op_ratios"), s.shortcut_screen_margin)} if gate else {}
         screened: list[str] = []
@@ -912,7 +913,7 @@ class Harness:
         """The filter's verdict from the eager checks alone, at the config's filter thresholds, or '' when they
         keep the task."""
         # a shortcuts-only call does not measure determinism again: the stored measurement judges it
-        checks = tuple(c for c in EAGER_CHECKS if c.__name__ != "deterministic") if self.s.profile.shortcuts_only \
+        checks = tuple(c for c in EAGER_CHECKS if c is not deterministic) if self.s.profile.shortcuts_only \
             else EAGER_CHECKS
         return decide(m, checks, self.s.filter)[1]
 

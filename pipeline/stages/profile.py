@@ -147,13 +147,15 @@ def _attach_screen_ratios(rd: RunDir, tasks: list[dict[str, Any]]) -> None:
     for profile.shortcut_screen_margin; a task without them is measured in full."""
     import pyarrow.parquet as pq
 
+    from pipeline.rundir.pack import PROFILE_PRESCREEN_COLUMNS as cols
+
     shards = rd.done_shards("prescreen")
-    cols = ["task_id", "status", "resampled", "input_ratios", "op_ratios"]
     if not shards or not set(cols) <= set(pq.read_schema(rd.shard_path("prescreen", shards[0])).names):
         return  # no screen, or one from before the ratio maps
-    screens = {r["task_id"]: r for r in rd.read_rows("prescreen", cols)
+    # a screen that measured no operator (it stopped on another finding) says nothing of this task's parts
+    screens = {r["task_id"]: r for r in rd.read_rows("prescreen", list(cols))
                if r["status"] == "ok" and not r["resampled"] and r["input_ratios"] is not None
-               and r["op_ratios"] is not None}
+               and r["op_ratios"] not in (None, "{}")}
     for t in tasks:
         if (r := screens.get(t["task_id"])) is not None:
             t["screen_input_ratios"], t["screen_op_ratios"] = r["input_ratios"], r["op_ratios"]

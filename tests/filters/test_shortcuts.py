@@ -225,3 +225,9 @@ def test_screened_far_keeps_only_parts_at_or_over_the_margin():
 
     assert screened_far(json.dumps({"a": 0.5, "b": 10.0, "c": 11.0}), 10) == {"b": 10.0, "c": 11.0}
     assert screened_far(json.dumps({"a": 50.0}), 0) == {} and screened_far(None, 10) == {}
+
+
+def test_an_input_measured_anyway_is_not_listed_as_from_the_screen():
+    # one tensor input: its ratio is the caller's known draw-to-draw ratio, measured, whatever the screen said
+    m = _measure(RoundTrip(), _draw((16, 16)), kinds=("dead",), known_ratio=3.0, given_inputs={"x": 50.0})
+    assert json.loads(m["input_ratios"]) == {"x": 3.0} and m["shortcut_screened"] == []
