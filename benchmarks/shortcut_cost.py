@@ -3,7 +3,8 @@
 input, skippable operator, fragility), and the tasks the filter drops for each kind. The shares are ratios within
 one run, so they compare across GPUs; the absolute seconds belong to the GPU named with --hardware.
 
-    python benchmarks/shortcut_cost.py --run DIR --hardware "NVIDIA H200" --torch 2.11.0+cu130 --commit C
+    python benchmarks/shortcut_cost.py --run DIR --hardware "NVIDIA H200" --torch 2.11.0+cu130 --commit C \
+        --made-by "opsynth init DIR --preset h200 --n 1500 --seed 23; opsynth sample DIR; ..."
 Writes benchmarks/results/shortcut_cost_gpu.json (with "headline")."""
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def main() -> None:
     ap.add_argument("--hardware", required=True, help="the GPU that profiled it, e.g. 'NVIDIA H200'")
     ap.add_argument("--torch", required=True, help="torch version of the profile call")
     ap.add_argument("--commit", required=True, help="commit the profile call ran")
+    ap.add_argument("--made-by", default="", help="how the run was made (its init, sample and profile commands), "
+                    "kept in the result so the figure can be made again")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
     a = ap.parse_args()
     rd = RunDir(Path(a.run))
@@ -77,7 +80,7 @@ def main() -> None:
     print(f"{'all':10s} {s['checks_s']:8.1f} {100 * s['checks_share']:6.1f}% {sum(c.values()):8d}  "
           f"(of {s['gpu_busy_s']:.1f} s held, {s['tasks_checked']} tasks)")
     out = Path(a.out) / "shortcut_cost_gpu.json"
-    out.write_text(json.dumps({"headline": head, **s}, indent=1) + "\n")
+    out.write_text(json.dumps({"headline": head, "run_made_by": a.made_by, **s}, indent=1) + "\n")
     print(f"wrote {out}")
 
 
