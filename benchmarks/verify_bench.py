@@ -187,6 +187,33 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
             "batch_per_hour": 3600 * batch_n / batch_s, "serial_per_hour": 3600 * len(serial) / serial_s}
 
 
+def headline(res: dict) -> list[dict]:
+    """One row per figure, each with the command, hardware, torch and commit of the section that measured it."""
+    head = []
+    by = lambda s: res[s].get("measured_by", {})  # noqa: E731
+    if "hack" in res:
+        h = res["hack"]
+        head.append({"figure": "hack routes caught", "value": f"{h['caught']}/{h['run']}", "target": "100%",
+                     **by("hack")})
+    if "corpus" in res:
+        c = res["corpus"]
+        head.append({"figure": "honest candidates penalized", "value": f"{c['penalized']} of {c['verified']}",
+                     "target": "0", **by("corpus")})
+        head.append({"figure": "reward-level repeatability, 2 runs", "value": f"{c['same_level']}/{c['pairs']}",
+                     "target": ">= 99%", **by("corpus")})
+    if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
+        e = res["eager_vs_release"]
+        head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
+                     f"p90 |ratio-1| {e['p90_abs_dev']:.3f} ({e['tasks']} tasks)", "target": "2% / 10%",
+                     **by("eager_vs_release")})
+    if "throughput" in res:
+        t = res["throughput"]
+        head.append({"figure": "verifications per hour", "value": f"batch {t['batch_per_hour']:.0f} "
+                     f"({t['workers']} workers) vs serial {t['serial_per_hour']:.0f}", "target": None,
+                     **by("throughput")})
+    return head
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -204,6 +231,9 @@ def main() -> None:
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
                     "benchmarks/verify_cuda/prebuild.py fills it ahead")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    ap.add_argument("--commit", help="the commit measured (default: git rev-parse of this checkout)")
+    ap.add_argument("--update", action="store_true", help="keep the sections of an existing result file that this "
+                    "call does not run (each section names the command, hardware and commit that measured it)")
     args = ap.parse_args()
     secs = args.sections.split(",")
     import torch
@@ -228,33 +258,18 @@ def main() -> None:
             res[s] = throughput(args, task, ext_dir, res)
         res[s]["section_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                           cwd=ROOT).stdout.strip()
     hw = "2-core CPU (no GPU)" if args.device == "cpu" else torch.cuda.get_device_name()
     cmd = "python benchmarks/verify_bench.py " + " ".join(sys.argv[1:])
-    base = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
-    head = []
-    if "hack" in res:
-        h = res["hack"]
-        head.append({"figure": "hack routes caught", "value": f"{h['caught']}/{h['run']}", "target": "100%", **base})
-    if "corpus" in res:
-        c = res["corpus"]
-        head.append({"figure": "honest candidates penalized", "value": f"{c['penalized']} of {c['verified']}",
-                     "target": "0", **base})
-        head.append({"figure": "reward-level repeatability, 2 runs", "value": f"{c['same_level']}/{c['pairs']}",
-                     "target": ">= 99%", **base})
-    if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
-        e = res["eager_vs_release"]
-        head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
-                     f"p90 |ratio-1| {e['p90_abs_dev']:.3f} ({e['tasks']} tasks)", "target": "2% / 10%", **base})
-    if "throughput" in res:
-        t = res["throughput"]
-        head.append({"figure": "verifications per hour", "value": f"batch {t['batch_per_hour']:.0f} "
-                     f"({t['workers']} workers) vs serial {t['serial_per_hour']:.0f}", "target": None, **base})
+    for s in res:
+        res[s]["measured_by"] = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
     name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json"  # the GPU is named inside
     out = Path(args.out) / name
+    if args.update and out.is_file():
+        res = {**{k: v for k, v in json.loads(out.read_text()).items() if k != "headline"}, **res}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"headline": head, **res}, indent=1, default=str) + "\n")
+    out.write_text(json.dumps({"headline": headline(res), **res}, indent=1, default=str) + "\n")
     print(f"wrote {out}")
 
 
