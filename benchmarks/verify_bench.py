@@ -70,66 +70,88 @@ def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool]]:
     return [(task, HONEST, False)] * args.n_honest
 
 
-def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir: str) -> list[dict]:
-    """verify_batch over the pairs, the trusted ones with the static check off; results in input order."""
+def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir: str,
+           on_result=None) -> list[dict]:
+    """verify_batch over the pairs, the trusted ones with the static check off; results in input order.
+    `on_result(i, result)` hears each as it lands (i: the index in `pairs`)."""
     out: dict[int, dict] = {}
     for trusted in (False, True):
         idx = [i for i, p in enumerate(pairs) if p[2] == trusted]
         if idx:
+            hear = (lambda j, r, idx=idx: on_result(idx[j], r)) if on_result else None
             got = verify_batch([pairs[i][:2] for i in idx], workers=args.workers, device=args.device,
-                               extensions_dir=ext_dir, off=("static",) if trusted else ())
+                               extensions_dir=ext_dir, off=("static",) if trusted else (), on_result=hear)
             out.update(zip(idx, got, strict=True))
     return [out[i] for i in range(len(pairs))]
 
 
-def _done_rows(path: str | None) -> dict[tuple[int, str, str], tuple[dict, dict]]:
-    """(index in the listing, task, candidate) -> (first pass, second pass) from a --corpus-rows file."""
+def _keys(todo: list[tuple[str, str, bool]]) -> list[tuple[str, str, int]]:
+    """(task, candidate, n): the pair's n-th listing, so rows kept by a call given other corpus files still match."""
+    seen: dict = {}
+    out = []
+    for t, c, _ in todo:
+        seen[(t, c)] = seen.get((t, c), -1) + 1
+        out.append((t, c, seen[(t, c)]))
+    return out
+
+
+def _done_rows(path: str | None) -> dict[tuple[str, str, int], tuple[dict, dict]]:
+    """(task, candidate, n) -> (first pass, second pass) from a --corpus-rows file."""
     if not path or not Path(path).is_file():
         return {}
     rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
-    return {(r["index"], r["task"], r["candidate"]): (r["a"], r["b"]) for r in rows}
+    return {(r["task"], r["candidate"], r["n"]): (r["a"], r["b"]) for r in rows}
 
 
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
-    """Both passes chunk by chunk (2W pairs: the first pass, then the same pairs again), so a --corpus-minutes box
-    that ends the section early leaves every pair it reached verified twice; the figures cover those pairs.
-    --corpus-rows FILE keeps each pair's two results as its chunk ends; a later call given the same file verifies
-    only the pairs it lacks, and the figures cover every pair in it (throughput: this call's chunks only)."""
+    """Each pair verified twice, side by side in one batch (the timed rounds still take turns on the device lock),
+    chunk by chunk (W pairs); a --corpus-minutes box that ends the section early leaves every pair it finished
+    verified twice, and the figures cover those. --corpus-rows FILE keeps each pair's two results as soon as both
+    are in; a later call given the same file verifies only the pairs it lacks, and the figures cover every pair in
+    it (throughput: this call's chunks only). A negative box computes the figures from the file alone."""
     todo = _pairs(args, task)
     done = _done_rows(args.corpus_rows)
-    box = time.monotonic() + 60 * (args.corpus_minutes or 1e6)
-    step = 2 * max(1, args.workers)
+    box = time.monotonic() + 60 * (args.corpus_minutes if args.corpus_minutes is not None else 1e6)
+    step = max(1, args.workers)
     new, batch_s = [], 0.0
-    keys = [(i, t, c) for i, (t, c, _) in enumerate(todo)]
+    keys = _keys(todo)
+    at = {k: i for i, k in enumerate(keys)}
     left = [k for k in keys if k not in done]
     for j in range(0, len(left), step):
         if time.monotonic() > box:
             break
         chunk = left[j: j + step]
+        half: dict = {}
+
+        def hear(i: int, r: dict, chunk=chunk, half=half) -> None:
+            k = chunk[i // 2]
+            half.setdefault(k, {})[i % 2] = r
+            if len(half[k]) == 2:
+                done[k] = (half[k][0], half[k][1])
+                new.append(k)
+                if args.corpus_rows:
+                    with open(args.corpus_rows, "a") as f:
+                        f.write(json.dumps({"task": k[0], "candidate": k[1], "n": k[2], "a": half[k][0],
+                                            "b": half[k][1]}, default=str) + "\n")
+
         t0 = time.monotonic()
-        first = _batch([todo[k[0]] for k in chunk], args, ext_dir)
+        _batch([todo[at[k]] for k in chunk for _ in (0, 1)], args, ext_dir, on_result=hear)
         batch_s += time.monotonic() - t0
-        second = _batch([todo[k[0]] for k in chunk], args, ext_dir)
-        new += chunk
-        for k, x, y in zip(chunk, first, second, strict=True):
-            done[k] = (x, y)
-            if args.corpus_rows:
-                with open(args.corpus_rows, "a") as f:
-                    f.write(json.dumps({"index": k[0], "task": k[1], "candidate": k[2], "a": x, "b": y},
-                                       default=str) + "\n")
     reached = [k for k in keys if k in done]
-    pairs = [todo[k[0]] for k in reached]
+    pairs = [todo[at[k]] for k in reached]
     a = [done[k][0] for k in reached]
     b = [done[k][1] for k in reached]
     pen = sum(1 for r in a + b if r["reward"] < 1)
-    near = lambda r: r["speedup_eager"] is not None and abs(r["speedup_eager"] - 1.05) < 0.0105  # noqa: E731
+    # a level may differ where a speedup lies within 1% of the 5% boundary
+    near = lambda r: any(x is not None and abs(x - 1.05) < 0.0105  # noqa: E731
+                         for x in (r["speedup_eager"], r["speedup_compile"]))
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
     bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
-            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s, "batch_pairs": len(new),
-            "batch_per_hour": 3600 * len(new) / batch_s if batch_s else None, "workers": args.workers}
+            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s, "batch_pairs": 2 * len(new),
+            "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}
 
 
 def eager_vs_release(args: argparse.Namespace) -> dict:

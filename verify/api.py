@@ -166,14 +166,15 @@ def gpu_memory_bytes(gpu: int | None) -> int | None:
 
 
 def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, gpus: list[int] | None = None,
-                 memory_budget: int | None = None, **kw: Any) -> list[dict]:
+                 memory_budget: int | None = None, on_result: Any = None, **kw: Any) -> list[dict]:
     """Verify (task, candidate) pairs over `workers` concurrent worker subprocesses; results in input order.
     Workers build and check concurrently, but time alone: each device has a lock file (in a temporary directory of
     this batch) that a worker holds shared for its draws and exclusively for its timed rounds. `gpus`: worker slot
     k runs on GPU gpus[k % len(gpus)] (CUDA_VISIBLE_DEVICES), one lock per GPU. On a GPU, a verification starts only
     while MEMORY_FACTOR x its task's measured peak fits beside the others' (`memory_budget` per GPU; default 90% of
     its memory); one that still runs out of memory is verified again alone after the others (`retried_alone`), so
-    a neighbour's memory never costs a candidate its reward."""
+    a neighbour's memory never costs a candidate its reward. `on_result(i, result)` hears each pair's final result as
+    it lands (a retried one after its retry), so a caller can keep results of a batch that is cut short."""
     import queue
     import tempfile
 
@@ -203,18 +204,24 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
                 gate.give(need)
                 slots.put(k)
 
+        retry = lambda r: cuda and n > 1 and OOM in str(r.get("error") or "").lower()  # noqa: E731
         with ThreadPoolExecutor(max_workers=n) as pool:
             futs = {pool.submit(one, t, c): i for i, (t, c) in enumerate(pairs)}
             for done, fut in enumerate(_as_completed(futs), 1):
-                out[futs[fut]] = fut.result()
+                i = futs[fut]
+                out[i] = fut.result()
                 if progress:
                     progress(done, len(pairs))
+                if on_result and not retry(out[i]):
+                    on_result(i, out[i])
         for i, r in enumerate(out):
-            if cuda and n > 1 and r is not None and OOM in str(r.get("error") or "").lower():
+            if r is not None and retry(r):
                 t, c = pairs[i]
                 g = gpus[0] if gpus else None
                 out[i] = verify(t, c, timing_lock=str(Path(locks) / "alone.lock"), gpu=g, **kw)
                 out[i]["retried_alone"] = True
+                if on_result:
+                    on_result(i, out[i])
     return [o for o in out if o is not None]
 
 
