@@ -57,15 +57,19 @@ class ComputeGuard(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-MOVES = frozenset({"_to_copy", "copy_"})  # copies: allowed when they keep the dtype
+MOVES = frozenset({"_to_copy", "copy_", "clone"})  # copies: allowed when they keep the dtype
 
 
 def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
     """A copy that keeps the dtype (`.cpu()`, `.tolist()` on a GPU tensor, `out.copy_(src)` into another layout, as
     inductor's code writes mutated buffers back) moves values and computes nothing; a dtype change is arithmetic on
-    every element and stays refused."""
+    every element and stays refused. `clone` never changes the dtype (Triton's autotuner clones the buffers a kernel
+    mutates before it benchmarks its configs on a first call); a cached result returned as a clone is the timed
+    runs' to catch."""
     if not args or not isinstance(args[0], torch.Tensor):
         return False
+    if name == "clone":
+        return True
     if name == "_to_copy":
         return kwargs.get("dtype") in (None, args[0].dtype)
     if name == "copy_":

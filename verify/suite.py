@@ -164,6 +164,10 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
     "cache_by_data": (render("k = tuple(x.reshape(-1)[::256].tolist())\nif k not in self.memo:\n"
                              "    self.memo[k] = ext.relu_k(y)\nreturn ext.relu_k(self.memo[k])", init="self.memo = {}"),
                       "timed output", (), "cpu"),
+    # the guard lets a clone through (a copy computes nothing): a result cached by shape and returned as a fresh
+    # clone passes `repeat`; the timed runs' changed inputs catch it
+    "cache by shape, cloned": (render("k = tuple(x.shape)\nif k not in self.memo:\n    self.memo[k] = ext.relu_k(y)\n"
+                                      "return self.memo[k].clone()", init="self.memo = {}"), "timed output", (), "cpu"),
     # each draw has a fresh instance: correct for an instance's first 3 calls (its draw and the repeat, or its draw
     # and the 2 warm-ups of timing), then a copy of its last output whatever the input
     "stale_after_warmup": (render("self.calls += 1\nif self.calls <= 3:\n    self.last = ext.relu_k(y)\n"

@@ -67,7 +67,7 @@ def test_honest_twin_gets_a_reward_and_repeats(ext_dir, suite_task):
     assert a["reward"] == b["reward"] or near, (a["reward"], b["reward"])
 
 
-def test_guard_lets_a_same_dtype_copy_and_a_fill_through_but_not_a_cast():
+def test_guard_lets_a_same_dtype_copy_a_clone_and_a_fill_through_but_not_a_cast():
     import torch
 
     from verify.guard import ComputeGuard, compute_calls
@@ -75,9 +75,10 @@ def test_guard_lets_a_same_dtype_copy_and_a_fill_through_but_not_a_cast():
     a, b = torch.zeros(4), torch.randn(4)
     with ComputeGuard() as g:
         a.copy_(b)
+        c = a.clone()
         a.zero_()
         a.fill_(2.0)
-    assert compute_calls(g) == []
+    assert compute_calls(g) == [] and c.data_ptr() != a.data_ptr()
     g, b64 = ComputeGuard(), b.double()
     try:
         with g:
