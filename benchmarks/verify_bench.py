@@ -150,7 +150,9 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
-            "levels": [r["reward"] for r in a], "penalized_pairs": bad, "batch_s": batch_s, "batch_pairs": 2 * len(new),
+            "levels": [r["reward"] for r in a], "penalized_pairs": bad,
+            "wall_s_median": statistics.median(walls) if (walls := [r["wall_s"] for r in a + b if r.get("wall_s")])
+            else None, "batch_s": batch_s, "batch_pairs": 2 * len(new),
             "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}
 
 
@@ -283,7 +285,10 @@ def main() -> None:
     commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                            cwd=ROOT).stdout.strip()
     hw = "2-core CPU (no GPU)" if args.device == "cpu" else torch.cuda.get_device_name()
-    cmd = "python benchmarks/verify_bench.py " + " ".join(sys.argv[1:])
+    # no machine paths in a committed result: the checkout's own paths relative, an outside --out named OUT
+    argv = [a.replace(str(ROOT) + "/", "") for a in sys.argv[1:]]
+    argv = ["OUT" if a == args.out and not a.startswith(str(ROOT)) and Path(a).is_absolute() else a for a in argv]
+    cmd = "python benchmarks/verify_bench.py " + " ".join(argv)
     for s in res:
         res[s]["measured_by"] = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
     name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json"  # the GPU is named inside
