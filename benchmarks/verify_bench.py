@@ -152,7 +152,9 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
             "wall_s_median": statistics.median(walls) if (walls := [r["wall_s"] for r in a + b if r.get("wall_s")])
-            else None, "batch_s": batch_s, "batch_pairs": 2 * len(new),
+            else None,
+            "phase_s_median": {k: statistics.median(v) for k in ("load", "draws", "warmup", "timing")
+                               if (v := [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})])}, "batch_s": batch_s, "batch_pairs": 2 * len(new),
             "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}
 
 

@@ -120,7 +120,7 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
                release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"),
                timing_lock_wait_s=v.get("timing_lock_wait_s"), timed_region=v.get("timed_region"),
-               timed_checks=v.get("timed_checks"))
+               timed_checks=v.get("timed_checks"), phase_s=v.get("phase_s"), worker_s=v.get("worker_s"))
     if res["hack"]:
         res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
     return res

@@ -95,12 +95,14 @@ def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, gua
     runs = job.get("runs_per_round", 3)
     checked = 0
     with torch.no_grad():
+        w0 = _perf_counter()
         lock.acquire(label="warm-up")
         for k, f in fns.items():  # warm-up, also in shuffled order
             for _ in range(job.get("warmup", 2)):
                 with guard if (k == "candidate" and guard_on) else _null():
                     f()
         sync()
+        warmup_s = _perf_counter() - w0  # torch.compile's compile of the reference is in its first warm-up run
         lock.acquire(exclusive=True, label="timing")
         t_start = _monotonic()
         for _ in range(job.get("rounds", 10)):
@@ -135,4 +137,4 @@ def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, gua
     for k, v in samples.items():
         q = statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3
         res[k] = {"median": statistics.median(v), "iqr": q[2] - q[0], "runs": len(v)}
-    return {"times_ms": res, "timed_region": [t_start, t_end], "timed_checks": checked}
+    return {"times_ms": res, "timed_region": [t_start, t_end], "timed_checks": checked, "warmup_s": warmup_s}

@@ -72,9 +72,11 @@ def run_job(job: dict) -> dict:
 
     if "compile_tripwire" not in off:
         torch.compile = tripwire
+    t0 = _perf_counter()
     try:
         cand_ns = _load(job["candidate"], "candidate")
         out["built"] = True
+        out["phase_s"] = {"load": _perf_counter() - t0}
     except Exception as e:  # noqa: BLE001 - a build error is the candidate's, reported with its message
         out["build_message"] = f"{type(e).__name__}: {e}"[-4000:]
         return out
@@ -129,6 +131,7 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
     defaults = {k: ref_ns[k] for v in variants for k in v if k in ref_ns}
     worst = 0.0
     keep = None  # the last draw's models and inputs, for timing
+    t_checks = _perf_counter()
     try:
         for i, variant in enumerate(variants):
             if lock.held:
@@ -238,7 +241,11 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
         if patched and "identities" not in off:
             raise Hack(f"patched {', '.join(patched)}")
         ref, cand, xs, xc = keep
+        t_draws = _perf_counter()
+        out["phase_s"]["draws"] = t_draws - t_checks
         timed = time_kinds(job, dev, ref, cand, xs, xc, guard_on, lock, _GUARDS)
+        warm = timed.pop("warmup_s")
+        out["phase_s"].update(warmup=warm, timing=_perf_counter() - t_draws - warm)
         out.update(timed)
         patched = [k for k, v in identities.items() if _resolve(k) is not v]
         if patched and "identities" not in off:

@@ -63,6 +63,9 @@ def test_side_stream_route_needs_cuda():
 def test_honest_twin_gets_a_reward_and_repeats(ext_dir, suite_task):
     a, b = verify_batch([(suite_task, HONEST)] * 2, workers=2, device="cpu", extensions_dir=ext_dir)
     assert a["correct"] and a["reward"] >= 1 and a["hack"] is None, a
+    # where a verification's time goes: the phases lie inside the worker's time, the worker's inside the wall time
+    assert set(a["phase_s"]) == {"load", "draws", "warmup", "timing"} and min(a["phase_s"].values()) >= 0, a
+    assert sum(a["phase_s"].values()) <= a["worker_s"] <= a["wall_s"], a
     near = any(abs(r["speedup_eager"] - 1.05) < 0.0105 for r in (a, b))
     assert a["reward"] == b["reward"] or near, (a["reward"], b["reward"])
 
