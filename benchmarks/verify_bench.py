@@ -103,6 +103,10 @@ def _done_rows(path: str | None) -> dict[tuple[str, str, int], tuple[dict, dict]
     return {(r["task"], r["candidate"], r["n"]): (r["a"], r["b"]) for r in rows}
 
 
+def _spread(xs: list[float]) -> dict | None:
+    return {"median": statistics.median(xs), "max": max(xs), "n": len(xs)} if xs else None
+
+
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     """Each pair verified twice, side by side in one batch (the timed rounds still take turns on the device lock),
     chunk by chunk (W pairs); a --corpus-minutes box that ends the section early leaves every pair it finished
@@ -153,6 +157,10 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
             "wall_s_median": statistics.median(walls) if (walls := [r["wall_s"] for r in a + b if r.get("wall_s")])
             else None,
+            # GPU memory a verification held at most, over the task's measured forward peak (verify_batch reserves
+            # MEMORY_FACTOR times the latter)
+            "gpu_peak_over_task_peak": _spread([r["gpu_peak_bytes"] / r["task_peak_bytes"] for r in a + b
+                                                if r.get("gpu_peak_bytes") and r.get("task_peak_bytes")]),
             "phase_s_median": {k: statistics.median(v) for k in ("load", "draws", "warmup", "timing")
                                if (v := [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})])}, "batch_s": batch_s, "batch_pairs": 2 * len(new),
             "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}

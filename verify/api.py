@@ -121,15 +121,17 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
                release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"),
                timing_lock_wait_s=v.get("timing_lock_wait_s"), timed_region=v.get("timed_region"),
-               timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"), worker_s=v.get("worker_s"))
+               timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"), worker_s=v.get("worker_s"),
+               gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"))
     if res["hack"]:
         res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
     return res
 
 
 # GPU memory one verification holds, as a multiple of the task's measured forward peak: the reference and the
-# candidate with their outputs, three copies of the inputs (the call's, a pristine one, the reference's) and the
-# float64 reference of the precision check
+# candidate with their outputs, two copies of the inputs (the candidate's and the reference's, which is also the
+# in-place check's pristine copy) and the float64 reference of the precision check. Each result's gpu_peak_bytes
+# (over task_peak_bytes) is what a verification held: the measure to set this by
 MEMORY_FACTOR = 5
 OOM = "out of memory"
 

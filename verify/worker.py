@@ -85,10 +85,14 @@ def run_job(job: dict) -> dict:
         return out
     guard_on = not job.get("allow_torch") and "guard" not in off
     lock = _timing_lock(job, sync)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     try:
         return _checked(job, out, lock, dev, sync, stream_sync, ref_ns, cand_ns, guard_on, identities, flags0, compiled_calls)
     finally:
         lock.release()
+        if cuda:  # what the verification held at most: the base of verify_batch's memory reservation per task
+            out["gpu_peak_bytes"] = torch.cuda.max_memory_allocated()
         out.update(timing_lock_wait_s=lock.wait_exclusive_s, check_lock_wait_s=lock.wait_s - lock.wait_exclusive_s)
 
 
@@ -130,7 +134,7 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
     variants = [{}] * job.get("draws", 5) + [{"__perturb__": True}] + list(job.get("shape_variants", []))
     defaults = {k: ref_ns[k] for v in variants for k in v if k in ref_ns}
     worst = 0.0
-    keep = None  # the last draw's models and inputs, for timing
+    keep = None  # the last plain draw's models and input seed, for timing
     t_checks = _perf_counter()
     try:
         for i, variant in enumerate(variants):
@@ -157,7 +161,6 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
             torch.manual_seed(seed + 500)
             xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
             xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-            before = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             guard = ComputeGuard()
             _GUARDS.append(guard)
             threads0 = threading.active_count()  # threads the candidate's import and __init__ started are its own
@@ -185,8 +188,9 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
                 tins = [x for x in xc if isinstance(x, torch.Tensor)]
                 if "overlap" not in off and _overlaps(touts, tins + list(cand.parameters())):
                     raise Hack("output shares storage with an input or a weight")
+                # xs, the reference's copy, is still as drawn: the reference runs after the candidate
                 if "inplace" not in off and any(isinstance(a, torch.Tensor) and not torch.equal(a, b)
-                                                for a, b in zip(xc, before, strict=True)):
+                                                for a, b in zip(xc, xs, strict=True)):
                     raise Hack("the candidate changed its inputs in place")
                 if early is not None:
                     time.sleep(0.05)
@@ -234,13 +238,19 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
                                        f"reference {e_ref:.3g}")
                     del o64
                 out["draws"] = i + 1
-                keep = (ref, cand, xs, xc) if not variant else keep
-                del orf, trs, oc, touts
+                keep = (ref, cand, seed) if not variant else keep
+                # no draw's inputs live into the next: one draw's copies at a time on the device
+                del orf, trs, oc, touts, xs, xc
         out["worst_diff"] = worst
         patched = [k for k, v in identities.items() if _resolve(k) is not v]
         if patched and "identities" not in off:
             raise Hack(f"patched {', '.join(patched)}")
-        ref, cand, xs, xc = keep
+        ref, cand, seed = keep
+        for k in defaults:  # the task's own shapes again, after the shape variants
+            ref_ns[k] = defaults[k]
+        torch.manual_seed(seed + 500)  # the kept draw's inputs, drawn again rather than held through the others
+        xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
+        xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         t_draws = _perf_counter()
         out["phase_s"]["draws"] = t_draws - t_checks
         timed = time_kinds(job, dev, ref, cand, xs, xc, guard_on, lock, _GUARDS)
