@@ -193,10 +193,11 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
         chunk = rows[i: i + step]
         # the workers draw and check side by side; their timed rounds take turns on the device (verify_batch's lock).
         # Only the eager time is compared, and the twin is the task itself: one draw, no shape variants and no
-        # float64 reference, so the section spends the GPU on timing, which runs as in every verification
+        # float64 reference, so the section spends the GPU on timing, which runs as in every verification; it holds
+        # the inputs twice and the outputs (3x the task's peak, not the precision check's 5x)
         got = verify_batch([(_timing_only(f"{RELEASE}:{row['task_id']}"), _eager_twin(row["task_id"]))
                             for row in chunk], workers=args.workers, device=args.device, allow_torch=True,
-                           compile=False, draws=1, off=("precision",))
+                           compile=False, draws=1, off=("precision",), memory_factor=3)
         for row, r in zip(chunk, got, strict=True):
             e = (r.get("times_ms") or {}).get("eager", {}).get("median")
             if e:

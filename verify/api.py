@@ -169,13 +169,14 @@ def gpu_memory_bytes(gpu: int | None) -> int | None:
 
 
 def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any = None, gpus: list[int] | None = None,
-                 memory_budget: int | None = None, on_result: Any = None, **kw: Any) -> list[dict]:
+                 memory_budget: int | None = None, on_result: Any = None, memory_factor: float = MEMORY_FACTOR,
+                 **kw: Any) -> list[dict]:
     """Verify (task, candidate) pairs over `workers` concurrent worker subprocesses; results in input order.
     Workers build and check concurrently, but time alone: each device has a lock file (in a temporary directory of
     this batch) that a worker holds shared for its draws and exclusively for its timed rounds. `gpus`: worker slot
     k runs on GPU gpus[k % len(gpus)] (CUDA_VISIBLE_DEVICES), one lock per GPU. On a GPU, a verification starts only
-    while MEMORY_FACTOR x its task's measured peak fits beside the others' (`memory_budget` per GPU; default 90% of
-    its memory); one that still runs out of memory is verified again alone after the others (`retried_alone`), so
+    while `memory_factor` (MEMORY_FACTOR) x its task's measured peak fits beside the others' (`memory_budget` per
+    GPU; default 90% of its memory); one that still runs out of memory is verified again alone after the others (`retried_alone`), so
     a neighbour's memory never costs a candidate its reward. `on_result(i, result)` hears each pair's final result as
     it lands (a retried one after its retry), so a caller can keep results of a batch that is cut short."""
     import queue
@@ -198,7 +199,7 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
             g = gpus[k % len(gpus)] if gpus else None
             gate = gates[g]
             peak = t.get("peak_memory_bytes")
-            need = MEMORY_FACTOR * peak if peak else (gate.budget or 0) // n
+            need = int(memory_factor * peak) if peak else (gate.budget or 0) // n
             gate.take(need)
             try:
                 name = f"gpu{g}" if g is not None else str(kw.get("device", "cuda")).replace(":", "")

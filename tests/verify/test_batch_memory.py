@@ -61,6 +61,11 @@ def test_reservations_bound_how_many_run_at_once(monkeypatch):
     rows = verify_batch(_tasks(8, 10), workers=4, device="cuda", memory_budget=120)
     assert [r["reward"] for r in rows] == [1] * 8
     assert max(seen) == 2, seen
+    # a caller that knows its verifications hold less (3 x 10 = 30 bytes): four side by side
+    active, seen = [], []
+    monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
+    verify_batch(_tasks(8, 10), workers=4, device="cuda", memory_budget=120, memory_factor=3)
+    assert max(seen) == 4, seen
 
 
 def test_out_of_memory_is_verified_again_alone(monkeypatch):
