@@ -588,12 +588,16 @@ def verify_batch_cmd(
     allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
     gpus: Annotated[str | None, typer.Option(help="GPUs to spread the workers over, e.g. 0,1 (one timing lock each)")]
     = None,
+    executor: Annotated[str, typer.Option(help="local (this machine's GPUs) or ray (one actor per GPU of a Ray "
+                                                "cluster, --workers each)")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address for --executor ray (default: a "
+                                                         "local cluster)")] = None,
 ) -> None:
     """Verify many (task, candidate) pairs; write a parquet table and print a summary."""
     from verify.batch import parse_gpus, run_pairs_file
 
     typer.echo(run_pairs_file(pairs, out, device=device, workers=workers or 2, allow_torch=allow_torch, say=_say,
-                              gpus=parse_gpus(gpus)))
+                              gpus=parse_gpus(gpus), executor=executor, ray_address=ray_address))
 
 
 @reference_app.command("build")

@@ -52,12 +52,28 @@ def parse_gpus(text: str | None) -> list[int] | None:
 
 
 def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow_torch: bool,
-                   say: Callable[[str], None], gpus: list[int] | None = None) -> str:
+                   say: Callable[[str], None], gpus: list[int] | None = None, executor: str = "local",
+                   ray_address: str | None = None) -> str:
+    """executor "local": this machine's GPUs (`gpus`); "ray": one actor per GPU of a Ray cluster, `workers` each."""
     import pyarrow.parquet as pq
 
     pairs = read_pairs(pairs_file)
-    rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch, gpus=gpus,
-                        progress=lambda n, total: say(f"verify-batch: {n}/{total}"))
+    if executor == "ray":
+        from verify.ray_batch import verify_batch_ray
+
+        heard: list[int] = []
+
+        def hear(i: int, _: dict) -> None:
+            heard.append(i)
+            say(f"verify-batch: {len(heard)}/{len(pairs)}")
+
+        rows = verify_batch_ray(pairs, workers=workers, ray_address=ray_address, device=device,
+                                allow_torch=allow_torch, on_result=hear)
+    elif executor == "local":
+        rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch, gpus=gpus,
+                            progress=lambda n, total: say(f"verify-batch: {n}/{total}"))
+    else:
+        raise OpsynthError(f"--executor {executor!r}: choose local or ray")
     out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(rows_table(rows, [str(c) for _, c in pairs]), out)
     levels = collections.Counter(r["reward"] for r in rows)
