@@ -1,12 +1,14 @@
 """verify_bench: the verifier measured by section.
 
 - hack: every route of the hack suite (verify/suite.py) on this device; caught = reward -1 with the route's reason.
-- corpus: honest candidates (the suite's C++ twin on CPU; the CUDA kernels and inductor candidates listed in a
-  corpus JSONL file on the GPU) verified twice: penalized count and reward-level repeatability.
+- corpus: honest candidates (the suite's C++ twin, and the candidates listed in corpus JSONL files: inductor's C++
+  for demo tasks on the CPU, the CUDA kernels and inductor's Triton for release tasks on the GPU) verified twice:
+  penalized count and reward-level repeatability.
 - eager_vs_release: verify's eager median vs the release's eager_ms on N release tasks (GPU only: ratio stats).
 - throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
 
-    python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput
+    python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
+        --corpus benchmarks/verify_cpu/pairs.jsonl
     python benchmarks/verify_bench.py --device cuda --corpus benchmarks/verify_cuda/pairs.jsonl \
         --corpus benchmarks/verify_inductor/pairs.jsonl --ext-dir DIR --out OUT
 Writes benchmarks/results/verify_bench_<cpu|gpu>.json (with "headline"; the GPU named in it)."""
@@ -62,12 +64,13 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
 
 
 def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool]]:
-    """(task, candidate, trusted) from every --corpus file; a line of kind "inductor" is generated code (trusted: it
-    skips the static check only), hand-written kernels are not."""
-    if args.corpus:
-        return [(d["task"], d["candidate"], d.get("kind") == "inductor") for f in args.corpus
-                for d in map(json.loads, Path(f).read_text().splitlines()) if d]
-    return [(task, HONEST, False)] * args.n_honest
+    """(task, candidate, trusted): the suite's honest twin --n-honest times (default 4 without --corpus, 0 with),
+    then every --corpus file's lines; a line of kind "inductor" is generated code (trusted: it skips the static
+    check only), hand-written kernels are not."""
+    n_twin = args.n_honest if args.n_honest is not None else (0 if args.corpus else 4)
+    return [(task, HONEST, False)] * n_twin + [(d["task"], d["candidate"], d.get("kind") == "inductor")
+                                               for f in args.corpus or []
+                                               for d in map(json.loads, Path(f).read_text().splitlines()) if d]
 
 
 def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir: str,
@@ -278,7 +281,8 @@ def main() -> None:
     ap.add_argument("--sections", default="hack,corpus,eager_vs_release,throughput")
     ap.add_argument("--corpus", action="append", help="JSONL of {task, candidate[, kind]} honest pairs (GPU corpus); "
                     "repeatable")
-    ap.add_argument("--n-honest", type=int, default=4)
+    ap.add_argument("--n-honest", type=int, default=None, help="the suite's honest twin this many times in the corpus "
+                    "(default 4 without --corpus, 0 with)")
     ap.add_argument("--n-release", type=int, default=200)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eager-baseline", help="eager_vs_release: measurements (parquet files) of the first release "
@@ -302,7 +306,7 @@ def main() -> None:
     task = str(work / "linear_relu.py")
     Path(task).write_text(TASK)
     ext_dir = str(Path(args.ext_dir).resolve()) if args.ext_dir else str(work / "ext")
-    if "hack" in secs or not args.corpus:  # the suite's own extensions: its routes and its honest twin use them
+    if "hack" in secs or _pairs(args, task)[:1] == [(task, HONEST, False)]:  # the suite's extensions: routes, twin
         _prebuild(ext_dir)
     res: dict = {}
     for s in secs:
