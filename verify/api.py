@@ -47,9 +47,11 @@ def _limits(cap: int) -> Any:
 def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
            compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
            off: tuple[str, ...] = (), extensions_dir: str | None = None, timing_lock: str | None = None,
-           gpu: int | None = None, near: float | None = None) -> dict:
+           gpu: int | None = None, near: float | None = None, gpu_memory_cap: int | None = None) -> dict:
     """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
     or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves).
+    `gpu_memory_cap`: bytes the worker's CUDA allocator may hold (verify_batch passes a verification's reservation,
+    so a candidate that allocates past it runs out of memory instead of starving its neighbours; None: the GPU).
     `near`: how close (relative) a speedup must lie to the reward's 5% line to get the extra timed rounds (default
     verify.timing.NEAR). `timing_lock`: a lock file shared by the workers of one device (verify_batch makes one per device); `gpu`: the
     GPU the worker sees alone (CUDA_VISIBLE_DEVICES)."""
@@ -65,7 +67,8 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
            "draws": draws, "rounds": rounds, "off": list(off), "shape_variants": t.get("shape_variants") or [],
            "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce,
-           "timing_lock": timing_lock, **({"near": near} if near is not None else {})}
+           "timing_lock": timing_lock, **({"near": near} if near is not None else {}),
+           "gpu_memory_cap": gpu_memory_cap}
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -203,7 +206,10 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
             gate.take(need)
             try:
                 name = f"gpu{g}" if g is not None else str(kw.get("device", "cuda")).replace(":", "")
-                return verify(t, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, **kw)
+                # the reservation is also the worker's cap: past it a candidate fails alone, and is retried alone
+                cap = need if cuda and gate.budget is not None and need > 0 else None
+                return verify(t, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, gpu_memory_cap=cap,
+                              **kw)
             finally:
                 gate.give(need)
                 slots.put(k)

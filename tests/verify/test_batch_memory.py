@@ -82,3 +82,21 @@ def test_cpu_batches_are_not_gated(monkeypatch):
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
     verify_batch(_tasks(6, 10**15), workers=3, device="cpu")
     assert max(seen) > 1
+
+
+def test_each_gated_verification_is_capped_at_its_reservation_and_a_retry_alone_is_not(monkeypatch):
+    caps = []
+
+    def fake(task, cand, **kw):
+        caps.append(kw.get("gpu_memory_cap"))
+        crowded = len(caps) == 1  # the first runs out of memory, as if a neighbour had crowded it
+        err = "OutOfMemoryError: CUDA out of memory." if crowded else None
+        return {"task_id": task["task_id"], "reward": -1 if err else 1, "error": err}
+
+    monkeypatch.setattr(api, "verify", fake)
+    rows = verify_batch(_tasks(3, 10), workers=2, device="cuda", memory_budget=10**6)
+    assert caps[:3] == [50, 50, 50] and caps[3:] == [None], caps  # 5 x the task's peak; then the retry, uncapped
+    assert [r["reward"] for r in rows] == [1, 1, 1]
+    caps.clear()
+    verify_batch(_tasks(2, 10), workers=2, device="cpu")
+    assert caps == [None, None]  # no GPU, no cap

@@ -1,4 +1,5 @@
-"""On a GPU: the side-stream route is caught, and an honest CUDA kernel (load_inline) gets reward >= 1 twice."""
+"""On a GPU: the side-stream route is caught, an honest CUDA kernel (load_inline) gets reward >= 1 twice, and a
+worker past its memory cap runs out of memory."""
 
 import pytest
 
@@ -56,3 +57,15 @@ def test_honest_cuda_kernel_gets_a_reward(ext_dir, suite_task):
     a = verify(suite_task, CUDA_RELU, device="cuda", extensions_dir=ext_dir)
     b = verify(suite_task, CUDA_RELU, device="cuda", extensions_dir=ext_dir)
     assert a["correct"] and a["reward"] >= 1 and b["reward"] >= 1, (a, b)
+
+
+@pytest.mark.gpu
+def test_a_candidate_past_its_memory_cap_runs_out_of_memory(ext_dir, suite_task):
+    _need_cuda()
+    # an honest kernel that also holds 2 GiB it never needs: under a 1 GiB cap its forward runs out of memory
+    hog = CUDA_RELU.replace("    def forward(self, x):\n",
+                            "    def forward(self, x):\n        self.hog = torch.empty(2**29, device=x.device)\n")
+    capped = verify(suite_task, hog, device="cuda", extensions_dir=ext_dir, gpu_memory_cap=2**30)
+    free = verify(suite_task, hog, device="cuda", extensions_dir=ext_dir)
+    assert capped["reward"] == -1 and "out of memory" in (capped["error"] or "").lower(), capped
+    assert free["correct"] and free["reward"] >= 1, free
