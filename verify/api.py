@@ -136,6 +136,9 @@ def _result(res: dict, v: dict, t: dict) -> dict:
 # in-place check's pristine copy) and the float64 reference of the precision check. Each result's gpu_peak_bytes
 # (over task_peak_bytes) is what a verification held: the measure to set this by
 MEMORY_FACTOR = 5
+# a batch worker's CUDA allocator cap, over its reservation: room for a verification that holds more than the
+# factor says (its retry alone is uncapped), and still a bound on a candidate that allocates without end
+CAP_OVER_RESERVATION = 1.5
 OOM = "out of memory"
 
 
@@ -206,8 +209,8 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
             gate.take(need)
             try:
                 name = f"gpu{g}" if g is not None else str(kw.get("device", "cuda")).replace(":", "")
-                # the reservation is also the worker's cap: past it a candidate fails alone, and is retried alone
-                cap = need if cuda and gate.budget is not None and need > 0 else None
+                # a cap above the reservation (CAP_OVER_RESERVATION x): past it a candidate fails, and is retried alone
+                cap = int(CAP_OVER_RESERVATION * need) if cuda and gate.budget is not None and need > 0 else None
                 return verify(t, cand, timing_lock=str(Path(locks) / f"{name}.lock"), gpu=g, gpu_memory_cap=cap,
                               **kw)
             finally:

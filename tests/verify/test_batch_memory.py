@@ -95,7 +95,8 @@ def test_each_gated_verification_is_capped_at_its_reservation_and_a_retry_alone_
 
     monkeypatch.setattr(api, "verify", fake)
     rows = verify_batch(_tasks(3, 10), workers=2, device="cuda", memory_budget=10**6)
-    assert caps[:3] == [50, 50, 50] and caps[3:] == [None], caps  # 5 x the task's peak; then the retry, uncapped
+    # 1.5 x the reservation (5 x the task's peak); then the retry, uncapped
+    assert caps[:3] == [75, 75, 75] and caps[3:] == [None], caps
     assert [r["reward"] for r in rows] == [1, 1, 1]
     caps.clear()
     verify_batch(_tasks(2, 10), workers=2, device="cpu")
