@@ -198,8 +198,7 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
         # Only the eager time is compared, and the twin is the task itself: one draw, no shape variants and no
         # float64 reference, so the section spends the GPU on timing, which runs as in every verification; it holds
         # the inputs twice and the outputs (3x the task's peak, not the precision check's 5x)
-        got = verify_batch([(_timing_only(f"{RELEASE}:{row['task_id']}"), _eager_twin(row["task_id"]))
-                            for row in chunk], workers=args.workers, device=args.device, allow_torch=True,
+        got = verify_batch([_eager_twin(f"{RELEASE}:{row['task_id']}") for row in chunk], workers=args.workers, device=args.device, allow_torch=True,
                            compile=False, draws=1, off=("precision",), memory_factor=3)
         for row, r in zip(chunk, got, strict=True):
             e = (r.get("times_ms") or {}).get("eager", {}).get("median")
@@ -210,18 +209,13 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
             "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None}
 
 
-def _timing_only(task: str) -> dict:
+def _eager_twin(task: str) -> tuple[dict, str]:
+    """The task without its shape variants (only its timing is compared), and its own Model as ModelNew: under
+    --allow-torch that is correct by construction, so only time counts."""
     from verify.task import load_task
 
-    return {**load_task(task), "shape_variants": []}
-
-
-def _eager_twin(task_id: str) -> str:
-    """The task's own Model as ModelNew: under --allow-torch it is correct by construction, so only time counts."""
-    from verify.task import load_task
-
-    code = load_task(f"{RELEASE}:{task_id}")["code"]
-    return code + "\n\nclass ModelNew(Model):\n    pass\n"
+    t = load_task(task)
+    return {**t, "shape_variants": []}, t["code"] + "\n\nclass ModelNew(Model):\n    pass\n"
 
 
 def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) -> dict:

@@ -18,6 +18,7 @@ from typing import Any
 from verify.reward import reward
 from verify.static import check_candidate_source
 from verify.task import load_task
+from verify.timing import NEAR
 
 TIMEOUT_S = 600.0
 MEMORY_CAP_BYTES = 16 * 1024**3  # address-space cap of a CPU worker (CUDA reserves too much address space for one)
@@ -47,13 +48,13 @@ def _limits(cap: int) -> Any:
 def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
            compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
            off: tuple[str, ...] = (), extensions_dir: str | None = None, timing_lock: str | None = None,
-           gpu: int | None = None, near: float | None = None, gpu_memory_cap: int | None = None) -> dict:
+           gpu: int | None = None, near: float = NEAR, gpu_memory_cap: int | None = None) -> dict:
     """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
     or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves).
     `gpu_memory_cap`: bytes the worker's CUDA allocator may hold (verify_batch passes a verification's reservation,
     so a candidate that allocates past it runs out of memory instead of starving its neighbours; None: the GPU).
-    `near`: how close (relative) a speedup must lie to the reward's 5% line to get the extra timed rounds (default
-    verify.timing.NEAR). `timing_lock`: a lock file shared by the workers of one device (verify_batch makes one per device); `gpu`: the
+    `near`: how close (relative) a speedup must lie to the reward's 5% line to get the extra timed rounds.
+    `timing_lock`: a lock file shared by the workers of one device (verify_batch makes one per device); `gpu`: the
     GPU the worker sees alone (CUDA_VISIBLE_DEVICES)."""
     t = task if isinstance(task, dict) else load_task(task)
     src = _text(candidate)
@@ -67,8 +68,7 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
            "draws": draws, "rounds": rounds, "off": list(off), "shape_variants": t.get("shape_variants") or [],
            "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce,
-           "timing_lock": timing_lock, **({"near": near} if near is not None else {}),
-           "gpu_memory_cap": gpu_memory_cap}
+           "timing_lock": timing_lock, "near": near, "gpu_memory_cap": gpu_memory_cap}
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu)
@@ -124,8 +124,8 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
                release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"),
                timing_lock_wait_s=v.get("timing_lock_wait_s"), timed_region=v.get("timed_region"),
-               timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"), worker_s=v.get("worker_s"),
-               gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"))
+               timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"),
+               worker_s=v.get("worker_s"), gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"))
     if res["hack"]:
         res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
     return res

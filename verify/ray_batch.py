@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from opsynth.errors import OpsynthError, require
+from pipeline.gpu.executors import ray_chunks
 from verify.api import _text, verify_batch
 from verify.task import load_task
 
@@ -22,8 +23,8 @@ class _Agent:
     def __init__(self, workers: int, kw: dict) -> None:
         self.workers, self.kw = workers, kw
 
-    def run(self, pairs: list[tuple[dict, str]]) -> list[dict]:
-        return verify_batch(pairs, workers=self.workers, **self.kw)
+    def run(self, items: list[tuple[int, tuple[dict, str]]]) -> list[dict]:
+        return verify_batch([pair for _, pair in items], workers=self.workers, **self.kw)
 
 
 def _failed(task: dict, why: str, device: str) -> dict:
@@ -49,36 +50,15 @@ def verify_batch_ray(pairs: list[tuple[Any, Any]], workers: int = 2, ray_address
                    for t, c in pairs]
         agent = ray.remote(num_gpus=1 if n_gpu else 0, num_cpus=0)(_Agent)
         actors = [agent.remote(workers, kw) for _ in range(max(1, n_gpu))]
-        order = iter(range(len(shipped)))
         out: list[dict | None] = [None] * len(shipped)
-        inflight: dict[Any, tuple[int, list[int], bool]] = {}  # ref -> (actor index, pair indices, a retry)
-
-        def submit(a: int, idx: list[int] | None = None, retry: bool = False) -> None:
-            idx = idx if idx is not None else [i for _, i in zip(range(workers), order, strict=False)]
-            if idx:
-                inflight[actors[a].run.remote([shipped[i] for i in idx])] = (a, idx, retry)
-
-        for a in range(len(actors)):  # two chunks per actor keep its workers fed while results travel
-            submit(a)
-            submit(a)
-        while inflight:
-            done, _ = ray.wait(list(inflight), num_returns=1)
-            a, idx, retry = inflight.pop(done[0])
-            try:
-                rows = ray.get(done[0])
-            except Exception as e:  # noqa: BLE001 - the actor or its node died: a fresh actor, the chunk again
-                with contextlib.suppress(Exception):
-                    ray.kill(actors[a])
-                actors[a] = agent.remote(workers, kw)
-                if not retry:
-                    submit(a, idx, retry=True)
-                    continue
-                rows = [_failed(shipped[i][0], type(e).__name__, device) for i in idx]
-            for i, r in zip(idx, rows, strict=True):
+        for chunk, rows, error in ray_chunks(ray, actors, lambda: agent.remote(workers, kw), enumerate(shipped),
+                                             workers, retries=1):
+            if error is not None:
+                rows = [_failed(pair[0], type(error).__name__, device) for _, pair in chunk]
+            for (i, _), r in zip(chunk, rows, strict=True):
                 out[i] = r
                 if on_result:
                     on_result(i, r)
-            submit(a)
         for a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a)

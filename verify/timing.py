@@ -121,7 +121,7 @@ def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, gua
         warmup_s = _perf_counter() - w0  # torch.compile's compile of the reference is in its first warm-up run
         lock.acquire(exclusive=True, label="timing")
         t_start = _monotonic()
-        rounds = job.get("rounds", 10)
+        asked = rounds = job.get("rounds", 10)
         done = 0
         while done < rounds:
             done += 1
@@ -148,7 +148,7 @@ def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, gua
                                        f"{len(samples[k])}, after {checked} matching checks)")
                         checked += 1
                     del o
-            if done == job.get("rounds", 10) and near_boundary(samples, job.get("near", NEAR)):
+            if done == asked and near_boundary(samples, job.get("near", NEAR)):
                 rounds += job.get("extra_rounds", 20)  # a verdict on the line: a steadier median before it
         t_end = _monotonic()
         lock.release()

@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -553,6 +553,41 @@ class _RayAgent:
         self.ex.close()
 
 
+def ray_chunks(ray: Any, actors: list, spawn: Callable[[], Any], items: Iterable[Any], chunk: int,
+               retries: int = 0) -> Iterator[tuple[list, list | None, BaseException | None]]:
+    """`items` in chunks of `chunk` through `actor.run.remote(chunk)` over `actors`, two chunks in flight per actor so
+    its workers stay fed while results travel; yields (chunk, results, None) as each returns. An actor (or its node)
+    that dies is replaced in `actors` by `spawn()`; its chunk is sent again up to `retries` times, then yielded as
+    (chunk, None, the error)."""
+    it = iter(items)
+    inflight: dict[Any, tuple[int, list, int]] = {}  # ref -> (actor index, chunk, tries)
+
+    def submit(a: int, part: list | None = None, tries: int = 0) -> None:
+        part = part if part is not None else [x for _, x in zip(range(chunk), it, strict=False)]
+        if part:
+            inflight[actors[a].run.remote(part)] = (a, part, tries)
+
+    for a in range(len(actors)):
+        submit(a)
+        submit(a)
+    while inflight:
+        done, _ = ray.wait(list(inflight), num_returns=1)
+        a, part, tries = inflight.pop(done[0])
+        try:
+            results = ray.get(done[0])
+        except Exception as e:  # noqa: BLE001 - the actor or its node died: a fresh actor takes its place
+            with contextlib.suppress(Exception):
+                ray.kill(actors[a])
+            actors[a] = spawn()
+            if tries < retries:
+                submit(a, part, tries + 1)
+                continue
+            yield part, None, e
+        else:
+            yield part, results, None
+        submit(a)
+
+
 class RayExecutor(Executor):
     """One actor per GPU of a Ray cluster (`num_gpus=1`), each running `workers` harness processes."""
 
@@ -576,31 +611,12 @@ class RayExecutor(Executor):
         self.chunk = workers
 
     def imap_unordered(self, tasks: Iterable[dict]) -> Iterator[dict]:
-        ray, it = self.ray, iter(tasks)
-        inflight: dict[Any, tuple[Any, list[dict]]] = {}
-
-        def submit(actor: Any) -> bool:
-            chunk = [t for _, t in zip(range(self.chunk), it, strict=False)]
-            if chunk:
-                inflight[actor.run.remote(chunk)] = (actor, chunk)
-            return bool(chunk)
-
-        for actor in self.actors:  # two chunks per actor keep its workers fed while results travel
-            submit(actor) and submit(actor)
-        while inflight:
-            done, _ = ray.wait(list(inflight), num_returns=1)
-            actor, chunk = inflight.pop(done[0])
-            try:
-                results = ray.get(done[0])
-            except Exception as e:  # noqa: BLE001 - an actor (or its node) died: those tasks crashed
-                results = [_base(t, self.device, "crashed", f"ray actor failed: {type(e).__name__}", 0.0)
+        spawn = lambda: self._agent.remote(*self._args)  # noqa: E731
+        for chunk, results, error in ray_chunks(self.ray, self.actors, spawn, tasks, self.chunk):
+            if error is not None:  # an actor (or its node) died: those tasks crashed
+                results = [_base(t, self.device, "crashed", f"ray actor failed: {type(error).__name__}", 0.0)
                            for t in chunk]
-                idx = self.actors.index(actor)
-                with contextlib.suppress(Exception):
-                    ray.kill(actor)
-                self.actors[idx] = actor = self._agent.remote(*self._args)
             yield from results
-            submit(actor)
 
     def close(self) -> None:
         for a in self.actors:
