@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from verify.api import verify, verify_batch  # noqa: E402
 from verify.suite import HONEST, ROUTES, TASK, prebuild  # noqa: E402
+from verify.timing import BOUNDARY  # noqa: E402
 
 RELEASE = ROOT / "data/releases/opsynth-ops-h200-v1"
 
@@ -150,22 +151,24 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     b = [done[k][1] for k in reached]
     pen = sum(1 for r in a + b if r["reward"] < 1)
     # a level may differ where a speedup lies within 1% of the 5% boundary
-    near = lambda r: any(x is not None and abs(x - 1.05) < 0.0105  # noqa: E731
+    near = lambda r: any(x is not None and abs(x / BOUNDARY - 1) < 0.01  # noqa: E731
                          for x in (r["speedup_eager"], r["speedup_compile"]))
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
     bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
             "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
+    walls = [r["wall_s"] for r in a + b if r.get("wall_s")]
+    phases = {k: [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})]
+              for k in ("load", "draws", "warmup", "timing")}
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
-            "wall_s_median": statistics.median(walls) if (walls := [r["wall_s"] for r in a + b if r.get("wall_s")])
-            else None,
+            "wall_s_median": statistics.median(walls) if walls else None,
             # GPU memory a verification held at most, over the task's measured forward peak (verify_batch reserves
             # MEMORY_FACTOR times the latter)
             "gpu_peak_over_task_peak": _spread([r["gpu_peak_bytes"] / r["task_peak_bytes"] for r in a + b
                                                 if r.get("gpu_peak_bytes") and r.get("task_peak_bytes")]),
-            "phase_s_median": {k: statistics.median(v) for k in ("load", "draws", "warmup", "timing")
-                               if (v := [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})])}, "batch_s": batch_s, "batch_pairs": 2 * len(new),
+            "phase_s_median": {k: statistics.median(v) for k, v in phases.items() if v},
+            "batch_s": batch_s, "batch_pairs": 2 * len(new),
             "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}
 
 
