@@ -112,8 +112,8 @@ def _spread(xs: list[float]) -> dict | None:
 
 
 def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
-    """Each pair verified twice, side by side in one batch (the timed rounds still take turns on the device lock),
-    chunk by chunk (W pairs); a --corpus-minutes box that ends the section early leaves every pair it finished
+    """Each pair verified twice in one batch (the timed rounds still take turns on the device lock), chunk by chunk
+    (W pairs, their first passes before their second); a --corpus-minutes box that ends the section early leaves every pair it finished
     verified twice, and the figures cover those. --corpus-rows FILE keeps each pair's two results as soon as both
     are in; a later call given the same file verifies only the pairs it lacks, and the figures cover every pair in
     it (throughput: this call's chunks only). A negative box computes the figures from the file alone."""
@@ -132,8 +132,8 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
         half: dict = {}
 
         def hear(i: int, r: dict, chunk=chunk, half=half) -> None:
-            k = chunk[i // 2]
-            half.setdefault(k, {})[i % 2] = r
+            k = chunk[i % len(chunk)]
+            half.setdefault(k, {})[i // len(chunk)] = r
             if len(half[k]) == 2:
                 done[k] = (half[k][0], half[k][1])
                 new.append(k)
@@ -143,7 +143,9 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
                                             "b": half[k][1]}, default=str) + "\n")
 
         t0 = time.monotonic()
-        _batch([todo[at[k]] for k in chunk for _ in (0, 1)], args, ext_dir, on_result=hear)
+        # the chunk's first passes, then its second: a second pass starts after its first has filled the compile
+        # caches (inductor's, Triton's), as a training run's repeated rollouts of a task would find them
+        _batch([todo[at[k]] for _ in (0, 1) for k in chunk], args, ext_dir, on_result=hear)
         batch_s += time.monotonic() - t0
     reached = [k for k in keys if k in done]
     pairs = [todo[at[k]] for k in reached]
