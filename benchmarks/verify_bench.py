@@ -192,7 +192,7 @@ def _baseline(path: str | None, n: int) -> tuple[list[dict], str]:
 def eager_vs_release(args: argparse.Namespace) -> dict:
     """In chunks of 2W tasks until --n-release or the --max-minutes box: the figures cover the tasks verified."""
     rows, baseline = _baseline(args.eager_baseline, args.n_release)
-    ratios = []
+    ratios, failed = [], []
     box = time.monotonic() + 60 * (args.max_minutes or 1e6)
     step = 2 * max(1, args.workers)
     for i in range(0, len(rows), step):
@@ -209,9 +209,14 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
             e = (r.get("times_ms") or {}).get("eager", {}).get("median")
             if e:
                 ratios.append(e / row["eager_ms"])
+            else:  # no eager time: the twin failed, and the section says why
+                failed.append({"task": row["task_id"], "error": r.get("error"), "hack": r.get("hack"),
+                               "correct": r.get("correct")})
+                print(json.dumps(failed[-1], default=str)[:600], flush=True)
     dev = sorted(abs(x - 1) for x in ratios)
     return {"tasks": len(ratios), "baseline": baseline, "median_ratio": statistics.median(ratios) if ratios else None,
-            "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None}
+            "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None, "failed": len(failed),
+            "failed_examples": failed[:5]}
 
 
 def _eager_twin(task: str) -> tuple[dict, str]:
