@@ -157,7 +157,8 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
                          for x in (r["speedup_eager"], r["speedup_compile"]))
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
     bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
-            "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff")}
+            "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff"),
+            "stderr_tail": x.get("stderr_tail") or y.get("stderr_tail")}
            for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
     walls = [r["wall_s"] for r in a + b if r.get("wall_s")]
     phases = {k: [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})]
@@ -211,7 +212,7 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
                 ratios.append(e / row["eager_ms"])
             else:  # no eager time: the twin failed, and the section says why
                 failed.append({"task": row["task_id"], "error": r.get("error"), "hack": r.get("hack"),
-                               "correct": r.get("correct")})
+                               "correct": r.get("correct"), "stderr_tail": r.get("stderr_tail")})
                 print(json.dumps(failed[-1], default=str)[:600], flush=True)
     dev = sorted(abs(x - 1) for x in ratios)
     return {"tasks": len(ratios), "baseline": baseline, "median_ratio": statistics.median(ratios) if ratios else None,

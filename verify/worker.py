@@ -57,8 +57,9 @@ def run_job(job: dict) -> dict:
     # bound before the candidate loads: a candidate cannot patch the verifier's own syncs away
     stream_sync = (lambda s=torch.cuda.Stream.synchronize: s(torch.cuda.current_stream())) if cuda else (lambda: None)
     if cuda and job.get("gpu_memory_cap"):  # before any candidate code: its allocations count against the cap
-        total = torch.cuda.get_device_properties(dev).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, job["gpu_memory_cap"] / total), dev)
+        index = dev.index if dev.index is not None else torch.cuda.current_device()  # "cuda" names no index
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, job["gpu_memory_cap"] / total), index)
     identities = {"torch.cuda.synchronize": torch.cuda.synchronize, "time.perf_counter": time.perf_counter,
                   "time.time": time.time, "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
                   "torch.cuda.Event.record": torch.cuda.Event.record}
