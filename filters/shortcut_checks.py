@@ -8,8 +8,13 @@ from typing import Any
 
 def no_shortcuts(m: dict[str, Any], f: Any) -> str | None:
     """The first shortcut measured, naming the input, the operator or the change. Measurements taken without
-    the shortcut checks (no `shortcut_checks`) keep, so older runs filter as they did."""
-    if not f.reject_shortcuts or not m.get("shortcut_checks"):
+    the shortcut checks (no `shortcut_checks`) keep, so older runs filter as they did; checks that a shortcuts-only
+    call ran and that failed (`shortcut_error`) drop, since the task is then unchecked."""
+    if not f.reject_shortcuts:
+        return None
+    if m.get("shortcut_error"):
+        return f"shortcut checks failed, the task is unchecked: {m['shortcut_error']}"[:240]
+    if not m.get("shortcut_checks"):
         return None
     if m.get("dead_inputs"):
         return (f"dead input: {m['dead_inputs'][0]} (redrawn alone, the output stays within "

@@ -147,9 +147,13 @@ class RunDir:
 
     def measurement_rows(self) -> list[dict[str, Any]]:
         """measurements/ with the shortcut measurements a shortcuts-only profile call took (shortcuts/, status ok)
-        over each task's stored ones: what the filter judges and publish writes."""
+        over each task's stored ones: what the filter judges and publish writes. A task whose checks ran and failed
+        (out of memory, a crash) carries `shortcut_error` instead, so the filter does not keep it unchecked."""
         extra = {r["task_id"]: r for r in self.read_rows("shortcuts") if r.get("status") == "ok"}
-        return [{**m, **{k: v for k, v in extra.get(m["task_id"], {}).items() if k not in ("status", "error")}}
+        failed = {r["task_id"]: f"{r['status']}: {r.get('error') or 'no detail'}" for r in self.read_rows("shortcuts")
+                  if r.get("status") not in ("ok", "skipped", None)}
+        return [{**m, **{k: v for k, v in extra.get(m["task_id"], {}).items() if k not in ("status", "error")},
+                 **({"shortcut_error": failed[m["task_id"]]} if m["task_id"] in failed else {})}
                 for m in self.read_rows("measurements")]
 
     def require_table(self, table: str, stage_hint: str, columns: list[str] | None = None) -> pa.Table:

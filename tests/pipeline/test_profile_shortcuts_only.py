@@ -80,3 +80,27 @@ def test_screen_margin_takes_far_parts_from_the_prescreen_and_measures_the_rest(
     assert sorted(rows["both"]["shortcut_screened"]) == ["0:torch.tanh", "1:Tensor.mul", "2:Tensor.add", "x", "y"]
     assert json.loads(rows["both"]["input_ratios"]) == {"x": 40.0, "y": 30.0}
     assert rows["dead"]["shortcut_screened"] is None and rows["dead"]["dead_inputs"] == ["y"]
+
+
+def test_checks_that_failed_drop_the_task_instead_of_keeping_it_unchecked(tmp_path):
+    from filters.shortcut_checks import no_shortcuts
+    from pipeline.rundir.schema import MEASUREMENTS, SHORTCUTS
+
+    cfg = load_preset("demo")
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    ids = ("failed", "passed", "skipped")
+    rd.write_shard("measurements", 0, conform([{"task_id": t, "status": "ok"} for t in ids], MEASUREMENTS),
+                   MEASUREMENTS)
+    rd.write_shard("shortcuts", 0, conform([
+        {"task_id": "failed", "status": "oom", "error": "OutOfMemoryError: CUDA out of memory"},
+        {"task_id": "passed", "status": "ok", "shortcut_checks": "dead,skip,fragile", "dead_inputs": []},
+        {"task_id": "skipped", "status": "skipped", "error": "not profiled: dropped by filter (x)"}], SHORTCUTS),
+        SHORTCUTS)
+    rows = {m["task_id"]: m for m in rd.measurement_rows()}
+    why = no_shortcuts(rows["failed"], cfg.filter)
+    assert why is not None and why.startswith("shortcut checks failed") and "oom: OutOfMemoryError" in why
+    assert no_shortcuts(rows["passed"], cfg.filter) is None
+    assert "shortcut_error" not in rows["skipped"] and no_shortcuts(rows["skipped"], cfg.filter) is None
+    off = dataclasses.replace(cfg.filter, reject_shortcuts=False)  # the filter's switch covers this reason too
+    assert no_shortcuts(rows["failed"], off) is None

@@ -1,0 +1,92 @@
+"""How far the release re-check has come: the shortcut checks that shortcuts-only profile calls have run on a
+release's run directory (its shortcuts/ table), what they found, and the GPU time they took, so the time the rest
+needs can be planned. The tasks to check are those the checks run on: measured ok, kept by the stored filter
+verdicts and not contaminated.
+
+    python benchmarks/shortcuts_release.py --run data/releases/opsynth-ops-h200-v1/run \
+        --hardware "NVIDIA H100 80GB HBM3" --torch 2.11.0+cu130 --commit C
+Reads only the run directory (CPU, seconds); writes benchmarks/results/shortcuts_release_gpu.json (with
+"headline"). The calls' GPU and torch are not in the run directory: name them (every call of the count should have
+run on that GPU)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.rundir.store import RunDir  # noqa: E402
+
+KINDS = {"dead": "dead_inputs", "skip": "skippable_ops", "fragile": "fragile"}
+
+
+def summarize(measurements: list[dict], verdicts: list[dict], shortcuts: list[dict], calls: list[dict]) -> dict:
+    """Counts over the tasks to check; the shortcuts-only calls' seconds and tasks measured (their rate)."""
+    ok = {r["task_id"] for r in measurements if r["status"] == "ok"}
+    # the stages before the checks that drop: the filter's stored verdicts, and decontamination
+    dropped = {v["task_id"] for v in verdicts if v["stage"] in ("filter", "decontaminate") and not v["keep"]}
+    todo = ok - dropped
+    checked = [r for r in shortcuts if r["task_id"] in todo and r["status"] == "ok" and r.get("shortcut_checks")]
+    # a check that failed (out of memory, a crash) leaves its task unchecked: the filter keeps it, so it is counted
+    failed = Counter(r["status"] for r in shortcuts if r["task_id"] in todo and r["status"] != "ok")
+    found = Counter()
+    for r in checked:
+        hits = [k for k, col in KINDS.items() if r.get(col)]
+        found.update(hits)
+        found["any"] += bool(hits)
+    sc_calls = [c for c in calls if (c.get("settings") or {}).get("profile.shortcuts_only")]
+    seconds = sum(c.get("seconds") or 0.0 for c in sc_calls)
+    measured = sum(c.get("measured_now") or 0 for c in sc_calls)
+    rate = measured / seconds if seconds else None
+    left = len(todo) - len(checked)
+    return {"tasks_to_check": len(todo), "checked": len(checked), "failed": dict(failed), "found": dict(found),
+            "calls": len(sc_calls), "call_seconds": seconds, "measured_by_calls": measured,
+            "tasks_per_s": rate, "left": left, "left_gpu_hours": left / rate / 3600 if rate else None}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--run", required=True, help="the release's run directory")
+    ap.add_argument("--hardware", required=True, help="the GPU the shortcuts-only calls ran on")
+    ap.add_argument("--torch", required=True, help="torch version of those calls")
+    ap.add_argument("--commit", required=True, help="commit those calls ran")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    a = ap.parse_args()
+    rd = RunDir(Path(a.run))
+    calls = (rd.manifest().get("stages", {}).get("profile") or {}).get("calls") or []
+    s = summarize(rd.read_rows("measurements", ["task_id", "status"]), rd.read_rows("verdicts"),
+                  rd.read_rows("shortcuts") if rd.done_shards("shortcuts") else [], calls)
+    run = Path(a.run).resolve()
+    shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else "DIR"
+    base = {"command": f"python benchmarks/shortcuts_release.py --run {shown}", "hardware": a.hardware,
+            "torch": a.torch, "commit": a.commit}
+    n, f = s["checked"], s["found"]
+    pct = lambda k: f"{f.get(k, 0)} ({100 * f.get(k, 0) / max(1, n):.1f}%)"  # noqa: E731
+    head = [
+        {"figure": "release rows the re-check has measured (shortcut checks at real sizes, profile stage)",
+         "value": f"{n} of {s['tasks_to_check']} ({100 * n / max(1, s['tasks_to_check']):.1f}%)"
+                  + "".join(f"; {c} {k}" for k, c in sorted(s["failed"].items())),
+         "target": "all, for v2", **base},
+        {"figure": "release rows with a shortcut, of those measured so far",
+         "value": f"{pct('any')}: dead input {pct('dead')}, skippable operator {pct('skip')}, fragile "
+                  f"{pct('fragile')}", "target": None, **base},
+        {"figure": "release re-check rate (shortcuts-only profile calls)",
+         "value": (f"{s['tasks_per_s']:.2f} tasks/s per GPU ({s['measured_by_calls']} tasks in "
+                   f"{s['call_seconds']:.0f} s, {s['calls']} call(s)); the {s['left']} left need "
+                   f"{s['left_gpu_hours']:.1f} GPU-hours") if s["tasks_per_s"] else "no call yet",
+         "target": None, **base},
+    ]
+    for h in head:
+        print(f"{h['figure']}: {h['value']}")
+    out = Path(a.out) / "shortcuts_release_gpu.json"
+    out.write_text(json.dumps({"headline": head, **s}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
