@@ -151,19 +151,22 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
             seed = job["seed"] * 1000 + i
             torch.manual_seed(seed)
             init = ref_ns["get_init_inputs"]()
-            ref = ref_ns["Model"](*init).to(dev).eval()
+            with _on(dev):
+                ref = ref_ns["Model"](*init).to(dev).eval()
             if variant.get("__perturb__"):
                 with torch.no_grad():
                     for p in ref.parameters():
                         p.add_(torch.randn_like(p) * 0.1 * (p.abs().mean() + 1e-3))
-            cand = cand_ns["ModelNew"](*init).to(dev).eval()
+            with _on(dev):
+                cand = cand_ns["ModelNew"](*init).to(dev).eval()
             try:
                 cand.load_state_dict(ref.state_dict())
             except Exception as e:  # noqa: BLE001 - a candidate whose weights do not match cannot be checked
                 out["failing_draw"], out["build_message"] = i, f"load_state_dict: {str(e)[:300]}"
                 return out
             torch.manual_seed(seed + 500)
-            xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
+            with _on(dev):
+                xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
             xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
             guard = ComputeGuard()
             _GUARDS.append(guard)
@@ -229,7 +232,10 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
                                    mismatch="dtype" if a.dtype != b.dtype else "values")
                         return out
                 if i == 0 and "precision" not in off and trs and trs[0].is_floating_point():
-                    o64 = _reference64(ref_ns["Model"](*init).to(dev), ref, xs, trs)
+                    with _on(dev):
+                        r64 = ref_ns["Model"](*init).to(dev)
+                    o64 = _reference64(r64, ref, xs, trs)
+                    del r64
                     if o64 is None:  # the task itself cannot run in float64: no truth to hold the candidate to
                         out["precision_err"] = None
                     else:
@@ -253,7 +259,8 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
         for k in defaults:  # the task's own shapes again, after the shape variants
             ref_ns[k] = defaults[k]
         torch.manual_seed(seed + 500)  # the kept draw's inputs, drawn again rather than held through the others
-        xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
+        with _on(dev):
+            xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
         xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         t_draws = _perf_counter()
         out["phase_s"]["draws"] = t_draws - t_checks
@@ -279,6 +286,13 @@ def _null():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+def _on(dev: Any) -> Any:
+    """Where models and inputs are made: on the GPU itself (as the profile stage makes them), since a CPU draw of a
+    release task's gigabytes and its copy over take most of a verification; on the CPU, as the task code says. Only
+    construction and drawing run under it, never a forward (the guard watches those)."""
+    return dev if dev.type == "cuda" else _null()
 
 
 def _resolve(name: str) -> Any:
