@@ -13,7 +13,10 @@ float64 reference (rounding flips), and, in a pool of GPU processes, eager again
 many rows as the time box allows. Prints a table and writes benchmarks/results/shortcuts_<device>.json (with its
 "headline"). --against RESULT (a cuda run's shortcuts_cuda.json) screens the GPU-judged rows again on the CPU with the
 fragility check alone, the input move one ulp and scaled to the real size (sample.prescreen_ulp_scale), and counts
-the GPU-fragile rows each catches and the GPU-clean rows each flags (shortcuts_cpu_vs_gpu.json)."""
+the GPU-fragile rows each catches and the GPU-clean rows each flags (shortcuts_cpu_vs_gpu.json). --against-run RUN
+screens, with the h200 preset's pre-screen, every release row that a shortcuts-only profile call measured in RUN's
+shortcuts/, and counts per kind the profile stage's findings it catches and the clean rows it flags
+(shortcuts_cpu_vs_profile.json)."""
 
 from __future__ import annotations
 
@@ -215,6 +218,57 @@ def against_section(path: Path, workers: int) -> dict:
     return out
 
 
+def _cpu_item(item: tuple[dict, object]) -> tuple[str, dict]:
+    row, cfg = item
+    try:
+        return row["task_id"], _cpu(row, cfg)
+    except Exception as e:  # noqa: BLE001 - a row the screen cannot run is counted, not fatal
+        return row["task_id"], {"status": f"error ({type(e).__name__})"}
+
+
+def against_run_section(run: Path, workers: int, max_minutes: float | None) -> dict:
+    """How well the pre-screen (the h200 preset's: all three kinds, the fragility move scaled to the real size)
+    predicts the profile stage's own checks at real sizes: every release row a shortcuts-only profile call measured
+    in RUN (its shortcuts/ table), screened on the CPU in a pool until the time box; per kind, the GPU's findings the
+    screen catches and the GPU-clean rows it flags."""
+    import multiprocessing as mp
+
+    import pyarrow.parquet as pq
+
+    from pipeline.rundir.config import load_preset
+    from pipeline.rundir.store import RunDir
+
+    cfg = load_preset("h200")
+    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
+                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile")))
+    gpu = {r["task_id"]: {k: bool(r.get(c)) for k, c in KINDS.items()}
+           for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
+    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
+            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
+    ids = sorted(code)  # release rows only: a task dedupe dropped is not one
+    box = time.time() + 60 * (max_minutes or 1e6)
+    cpu: dict[str, dict] = {}
+    pool = mp.get_context("spawn").Pool(workers, initializer=_cpu_init)
+    try:
+        for t, r in pool.imap_unordered(_cpu_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids]):
+            cpu[t] = r
+            if time.time() > box:
+                break
+    finally:
+        pool.terminate()
+    ok = [t for t in cpu if cpu[t].get("status") == "ok"]
+    out: dict = {"gpu_rows": len(ids), "screened": len(cpu), "screened_ok": len(ok), "kinds": {}}
+    for k in KINDS:
+        found = [t for t in ok if gpu[t][k]]
+        clean = [t for t in ok if not gpu[t][k]]
+        out["kinds"][k] = {"gpu_found": len(found), "caught": sum(1 for t in found if cpu[t].get(k)),
+                           "missed": sorted(t for t in found if not cpu[t].get(k))[:10], "gpu_clean": len(clean),
+                           "false_alarms": sum(1 for t in clean if cpu[t].get(k))}
+    anyg = [t for t in ok if any(gpu[t].values())]
+    out["any"] = {"gpu_found": len(anyg), "caught": sum(1 for t in anyg if any(cpu[t].get(k) for k in KINDS))}
+    return out
+
+
 def sampler_section(n: int, seed: int) -> dict:
     """What the value-scale rule (operators/value_scale.py) prevents: of n h200-preset draws sampled without it,
     how many it flags, by rule; with it on the sampler draws another in their place."""
@@ -260,6 +314,10 @@ def main() -> None:
                     "(writes shortcuts_sampler.json)")
     ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the shortcuts_cuda.json of a cuda "
                     "run (writes shortcuts_cpu_vs_gpu.json)")
+    ap.add_argument("--against-run", default=None, help="only the CPU-vs-profile section: a run directory whose "
+                    "shortcuts/ a shortcuts-only profile call measured (writes shortcuts_cpu_vs_profile.json)")
+    ap.add_argument("--gpu-name", default=None, help="--against-run: the GPU that profile call ran on")
+    ap.add_argument("--gpu-commit", default=None, help="--against-run: the commit that profile call ran")
     a = ap.parse_args()
     import torch
 
@@ -267,6 +325,8 @@ def main() -> None:
         return _write_sampler(a, torch)
     if a.against:
         return _write_against(a, torch)
+    if a.against_run:
+        return _write_against_run(a, torch)
 
     from pipeline.rundir.config import load_preset
 
@@ -389,6 +449,33 @@ def _write_against(a, torch) -> None:
         print(f"{h['figure']:<60} {h['value']}")
     out = Path(a.out) / "shortcuts_cpu_vs_gpu.json"
     out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def _write_against_run(a, torch) -> None:
+    t0 = time.time()
+    r = against_run_section(Path(a.against_run), a.cpu_workers, a.max_minutes)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    run = Path(a.against_run).resolve()
+    shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else "DIR"
+    cmd = (f"python benchmarks/shortcuts.py --against-run {shown} --cpu-workers {a.cpu_workers}"
+           + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else ""))
+    # two machines made the figure: the GPU judged the rows (its call's commit), the CPU screened them
+    base = {"command": cmd, "hardware": f"2-core CPU (no GPU) against {a.gpu_name or 'the GPU of the profile call'}",
+            "torch": torch.__version__, "commit": f"{commit} (screen), {a.gpu_commit or '?'} (GPU)"}
+    names = {"dead": "dead inputs", "skip": "skippable operators", "fragile": "fragile outputs"}
+    headline = []
+    for k, v in r["kinds"].items():
+        headline.append({"figure": f"profile-found {names[k]} of release rows the CPU pre-screen catches",
+                         "value": f"{v['caught']} of {v['gpu_found']} ({100 * v['caught'] / max(v['gpu_found'], 1):.0f}%); "
+                         f"flags {v['false_alarms']} of {v['gpu_clean']} profile-clean rows "
+                         f"({100 * v['false_alarms'] / max(v['gpu_clean'], 1):.1f}%); {r['screened_ok']} rows screened "
+                         f"of {r['gpu_rows']}", "target": None, **base})
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    out = Path(a.out) / "shortcuts_cpu_vs_profile.json"
+    out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)}, indent=1)
+                   + "\n")
     print(f"wrote {out}")
 
 
