@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 RELEASE = ROOT / "data" / "releases" / "opsynth-ops-h200-v1"
 KINDS = {"dead": "dead_inputs", "skip": "skippable_ops", "fragile": "fragile"}
+FRAGILE_RATIOS = ("fragile_ulp_ratio", "fragile_f64_ratio")
+GATES = (0.01, 0.03, 0.1, 0.3)  # screen fragility ratios below which the GPU's fragility check could be spared
 
 
 def _rows(n: int, seed: int) -> list[dict]:
@@ -50,7 +52,7 @@ def _cpu(row: dict, cfg) -> dict:
     res = prescreen(row, cfg)
     m = res.measurements
     return {"status": res.status, "scaled": res.scaled, **{k: m.get(c) for k, c in KINDS.items()},
-            "cpu_ms": res.cpu_ms}
+            "cpu_ms": res.cpu_ms, **{c: m.get(c) for c in FRAGILE_RATIOS}}
 
 
 FRESH = 10  # first seed offset of the fresh draws: the checks use draws 0-4
@@ -241,7 +243,8 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
     cfg = load_preset("h200")
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
                               profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile")))
-    gpu = {r["task_id"]: {k: bool(r.get(c)) for k, c in KINDS.items()}
+    gpu = {r["task_id"]: {**{k: bool(r.get(c)) for k, c in KINDS.items()}, **{c: r.get(c) for c in FRAGILE_RATIOS},
+                          "fragile_s": r.get("gpu_busy_fragile_s") or 0.0}
            for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
     code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
             for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
@@ -264,8 +267,17 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
         out["kinds"][k] = {"gpu_found": len(found), "caught": sum(1 for t in found if cpu[t].get(k)),
                            "missed": sorted(t for t in found if not cpu[t].get(k))[:10], "gpu_clean": len(clean),
                            "false_alarms": sum(1 for t in clean if cpu[t].get(k))}
-    anyg = [t for t in ok if any(gpu[t].values())]
+    anyg = [t for t in ok if any(gpu[t][k] for k in KINDS)]
     out["any"] = {"gpu_found": len(anyg), "caught": sum(1 for t in anyg if any(cpu[t].get(k) for k in KINDS))}
+    # a gate on the screen's fragility ratio (the larger of its moves): rows under it would skip the GPU's fragility
+    # check. Per gate: the GPU-fragile rows it would let through, and the share of the GPU's fragility seconds kept
+    scr = {t: max((cpu[t].get(c) or 0.0) for c in FRAGILE_RATIOS) for t in ok}
+    total_s = sum(gpu[t]["fragile_s"] for t in ok) or 1.0
+    out["fragility_gate"] = [{"gate": g, "missed": sorted(t for t in ok if gpu[t]["fragile"] and scr[t] < g),
+                              "rows_checked": sum(1 for t in ok if scr[t] >= g),
+                              "seconds_kept": sum(gpu[t]["fragile_s"] for t in ok if scr[t] >= g) / total_s}
+                             for g in GATES]
+    out["rows"] = [{"task_id": t, "gpu": gpu[t], "cpu": cpu[t]} for t in sorted(cpu)]
     return out
 
 
@@ -471,9 +483,23 @@ def _write_against_run(a, torch) -> None:
                          f"flags {v['false_alarms']} of {v['gpu_clean']} profile-clean rows "
                          f"({100 * v['false_alarms'] / max(v['gpu_clean'], 1):.1f}%); {r['screened_ok']} rows screened "
                          f"of {r['gpu_rows']}", "target": None, **base})
+    a_ = r["any"]
+    headline.append({"figure": "profile-found shortcuts (any kind) of release rows the CPU pre-screen catches",
+                     "value": f"{a_['caught']} of {a_['gpu_found']} ({100 * a_['caught'] / max(a_['gpu_found'], 1):.0f}%)",
+                     "target": None, **base})
+    g0 = r["fragility_gate"][0]
+    headline.append({"figure": "a gate on the screen's fragility ratio (GPU fragility check only at or above it)",
+                     "value": f"at {g0['gate']:g}: lets {len(g0['missed'])} of {r['kinds']['fragile']['gpu_found']} "
+                     f"profile-fragile rows through while sparing {100 * (1 - g0['seconds_kept']):.0f}% of the fragility "
+                     f"seconds; so the GPU checks every row", "target": "0 let through", **base})
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
+    for g in r["fragility_gate"]:
+        print(f"fragility gate {g['gate']:<5g} misses {len(g['missed']):3d} GPU-fragile rows, checks "
+              f"{g['rows_checked']} of {r['screened_ok']} rows, keeps {100 * g['seconds_kept']:.0f}% of the seconds")
     out = Path(a.out) / "shortcuts_cpu_vs_profile.json"
+    rows = r.pop("rows")  # per row, beside the record (not committed: benchmarks/results/*.jsonl)
+    out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(x, default=str) + "\n" for x in rows))
     out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)}, indent=1)
                    + "\n")
     print(f"wrote {out}")
