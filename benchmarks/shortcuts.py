@@ -244,7 +244,7 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
                               profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile")))
     gpu = {r["task_id"]: {**{k: bool(r.get(c)) for k, c in KINDS.items()}, **{c: r.get(c) for c in FRAGILE_RATIOS},
-                          "fragile_s": r.get("gpu_busy_fragile_s") or 0.0}
+                          "fragile_s": r.get("gpu_busy_fragile_s") or 0.0, "ran": r["shortcut_checks"].split(",")}
            for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
     code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
             for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
@@ -261,9 +261,9 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
         pool.terminate()
     ok = [t for t in cpu if cpu[t].get("status") == "ok"]
     out: dict = {"gpu_rows": len(ids), "screened": len(cpu), "screened_ok": len(ok), "kinds": {}}
-    for k in KINDS:
-        found = [t for t in ok if gpu[t][k]]
-        clean = [t for t in ok if not gpu[t][k]]
+    for k in KINDS:  # each kind over the rows the profile stage ran it on (it stops a task at its first finding)
+        found = [t for t in ok if k in gpu[t]["ran"] and gpu[t][k]]
+        clean = [t for t in ok if k in gpu[t]["ran"] and not gpu[t][k]]
         out["kinds"][k] = {"gpu_found": len(found), "caught": sum(1 for t in found if cpu[t].get(k)),
                            "missed": sorted(t for t in found if not cpu[t].get(k))[:10], "gpu_clean": len(clean),
                            "false_alarms": sum(1 for t in clean if cpu[t].get(k))}
@@ -271,11 +271,12 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
     out["any"] = {"gpu_found": len(anyg), "caught": sum(1 for t in anyg if any(cpu[t].get(k) for k in KINDS))}
     # a gate on the screen's fragility ratio (the larger of its moves): rows under it would skip the GPU's fragility
     # check. Per gate: the GPU-fragile rows it would let through, and the share of the GPU's fragility seconds kept
-    scr = {t: max((cpu[t].get(c) or 0.0) for c in FRAGILE_RATIOS) for t in ok}
-    total_s = sum(gpu[t]["fragile_s"] for t in ok) or 1.0
-    out["fragility_gate"] = [{"gate": g, "missed": sorted(t for t in ok if gpu[t]["fragile"] and scr[t] < g),
-                              "rows_checked": sum(1 for t in ok if scr[t] >= g),
-                              "seconds_kept": sum(gpu[t]["fragile_s"] for t in ok if scr[t] >= g) / total_s}
+    fr = [t for t in ok if "fragile" in gpu[t]["ran"]]
+    scr = {t: max((cpu[t].get(c) or 0.0) for c in FRAGILE_RATIOS) for t in fr}
+    total_s = sum(gpu[t]["fragile_s"] for t in fr) or 1.0
+    out["fragility_gate"] = [{"gate": g, "missed": sorted(t for t in fr if gpu[t]["fragile"] and scr[t] < g),
+                              "rows_checked": sum(1 for t in fr if scr[t] >= g),
+                              "seconds_kept": sum(gpu[t]["fragile_s"] for t in fr if scr[t] >= g) / total_s}
                              for g in GATES]
     out["rows"] = [{"task_id": t, "gpu": gpu[t], "cpu": cpu[t]} for t in sorted(cpu)]
     return out

@@ -860,7 +860,10 @@ class Harness:
         given = {"given_inputs": screened_far(task.get("screen_input_ratios"), s.shortcut_screen_margin),
                  "given_ops": screened_far(task.get("screen_op_ratios"), s.shortcut_screen_margin)} if gate else {}
         screened: list[str] = []
-        # one kind at a time, each timed: where the checks' GPU time goes decides which to make cheaper
+        ran: list[str] = []
+        # one kind at a time, each timed: where the checks' GPU time goes decides which to make cheaper. The
+        # cheapest kind first (KINDS' order); with shortcut_stop_first the task's checks end at the first kind that
+        # finds one, as the filter drops on that finding alone (the fragility check, the dearest, is then spared)
         for kind in (k for k in KINDS if k in s.shortcut_checks):
             t_kind = time.perf_counter()
             got = measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
@@ -869,9 +872,12 @@ class Harness:
             screened += got.pop("shortcut_screened", [])
             m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind
+            ran.append(kind)
+            if s.shortcut_stop_first and (got.get("dead_inputs") or got.get("skippable_ops") or got.get("fragile")):
+                break
         if gate:
             m["shortcut_screened"] = screened
-        m["shortcut_checks"] = ",".join(k for k in KINDS if k in s.shortcut_checks)
+        m["shortcut_checks"] = ",".join(ran)
         m["gpu_busy_shortcut_s"] = time.perf_counter() - t
 
     def _warm_in_drain(self, ns: dict, model: Any, compiled: Any, m: dict) -> tuple[tuple, int]:

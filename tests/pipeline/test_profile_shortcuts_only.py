@@ -104,3 +104,26 @@ def test_checks_that_failed_drop_the_task_instead_of_keeping_it_unchecked(tmp_pa
     assert "shortcut_error" not in rows["skipped"] and no_shortcuts(rows["skipped"], cfg.filter) is None
     off = dataclasses.replace(cfg.filter, reject_shortcuts=False)  # the filter's switch covers this reason too
     assert no_shortcuts(rows["failed"], off) is None
+
+
+def test_a_tasks_checks_stop_at_the_first_kind_that_finds_one_unless_told_otherwise(tmp_path):
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    rd.write_shard("tasks", 0, conform([{"task_id": "dead", "name": "Dead", "code": DEAD_Y}], TASKS), TASKS)
+    profile.run(rd, cfg, "local")
+    kinds = ("dead", "skip", "fragile")
+    for stop, ran in ((True, "dead"), (False, "dead,skip,fragile")):
+        cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=kinds, shortcut_stop_first=stop))
+        if rd.done_shards("shortcuts"):
+            import shutil
+
+            shutil.rmtree(rd.path / "shortcuts")
+        profile.run(rd, cfg2, "local")
+        row = rd.read_rows("shortcuts")[0]
+        assert row["dead_inputs"] == ["y"] and row["shortcut_checks"] == ran, row
+        # the kinds after the finding cost nothing when stopped, and are measured when not
+        assert (row["gpu_busy_fragile_s"] is None) == stop and (row["gpu_busy_skip_s"] is None) == stop
