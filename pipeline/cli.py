@@ -406,10 +406,16 @@ def publish(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="list what would be uploaded, upload nothing")] = False,
     allow_incomplete: Annotated[bool, typer.Option(
         "--allow-incomplete", help="publish although some stages are not done (the card says which)")] = False,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="publish.KEY=VALUE",
+        help="change a publish setting for the run (TOML value; repeat for several): written to DIR/config.toml, "
+             "logged in the manifest's publish_settings, e.g. --set publish.validation_share=0.02")] = None,
 ) -> None:
     """Write the Hub-ready dataset folder (into a new, empty or previously published folder); with --repo-id, push
     it in one commit. A run whose stages are not all done is refused unless --allow-incomplete."""
     rd, _ = _open(dir)
+    if set_:
+        rd.set_publish(set_)
     if repo_id:
         from pipeline.outputs.hub import validate_repo_id
 

@@ -474,6 +474,19 @@ def with_filter_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Con
     return replace(cfg, filter=f), given
 
 
+def with_publish_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Config, dict[str, Any]]:
+    """`cfg` with publish settings replaced (`opsynth publish DIR --set publish.KEY=VALUE`), and the settings given;
+    checked as the [publish] table of a config file. What is published changes, never what was measured."""
+    given = parse_settings(pairs, "publish", where, "publish.validation_share=0.02")
+    if not given:
+        return cfg, {}
+    pub = build_section(PublishSection, {**dataclasses.asdict(cfg.publish), **given}, where, "publish")
+    _check(0.0 <= pub.validation_share < 0.5, where,
+           f"[publish] validation_share must be in [0, 0.5) (got {pub.validation_share}); e.g. 0.02")
+    _check(pub.shard_rows > 0, where, f"[publish] shard_rows must be positive (got {pub.shard_rows})")
+    return replace(cfg, publish=pub), given
+
+
 def build_section(cls: type, data: dict[str, Any], where: str, section: str) -> Any:
     """One section's dataclass from its TOML table: unknown keys and mistyped values are refused."""
     known = {f.name: f for f in fields(cls)}

@@ -238,15 +238,25 @@ class RunDir:
         the tasks and measurements stay, and dedupe, publish and the card read the new thresholds from config.toml."""
         from pipeline.rundir.config import with_filter_settings
 
+        return self._set_section("filter", pairs, with_filter_settings)
+
+    def set_publish(self, pairs: list[str]):
+        """Replace publish settings in config.toml (`publish.KEY=VALUE` pairs, e.g. the validation share of a
+        release) and log the change in the manifest's `publish_settings`; returns the new config."""
+        from pipeline.rundir.config import with_publish_settings
+
+        return self._set_section("publish", pairs, with_publish_settings)
+
+    def _set_section(self, section: str, pairs: list[str], apply: Any):
         old = self.load_config()
-        new, given = with_filter_settings(old, pairs, f"{self.path} with --set")
-        before = {f"filter.{k}": getattr(old.filter, k) for k in given}
-        after = {f"filter.{k}": getattr(new.filter, k) for k in given}
+        new, given = apply(old, pairs, f"{self.path} with --set")
+        before = {f"{section}.{k}": getattr(getattr(old, section), k) for k in given}
+        after = {f"{section}.{k}": getattr(getattr(new, section), k) for k in given}
         if after != before:
             _atomic_write_bytes(self.config_path, new.to_toml().encode())
-            log = [*self.manifest().get("filter_settings", []),
+            log = [*self.manifest().get(f"{section}_settings", []),
                    {"set": after, "before": before, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
-            self.update_manifest(filter_settings=log)
+            self.update_manifest(**{f"{section}_settings": log})
         return new
 
     def manifest(self) -> dict[str, Any]:

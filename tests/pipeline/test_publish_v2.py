@@ -94,3 +94,23 @@ def test_rows_say_which_inputs_and_operators_matter_from_either_table(tmp_path: 
     assert rows[f"{1:016x}"]["fragile_f64_ratio"] == 0.25
     assert rows[f"{2:016x}"]["inputs_that_matter"] is None and rows[f"{2:016x}"]["fragile_ulp_ratio"] is None
     assert "inputs_that_matter" in (out / "README.md").read_text()  # the card documents the columns
+
+
+def test_publish_set_holds_out_the_validation_split_and_logs_the_setting(tmp_path: Path):
+    import pyarrow.parquet as pq
+
+    from tests.pipeline.test_filter_set import opsynth
+
+    rd, _ = _run(tmp_path, share=0.0)
+    bad = opsynth("publish", str(rd.path), "--to", str(tmp_path / "x"), "--allow-incomplete",
+                  "--set", "publish.validation_share=0.7")
+    assert bad.returncode != 0 and "validation_share must be in [0, 0.5)" in bad.stderr + bad.stdout
+    assert rd.load_config().publish.validation_share == 0.0  # a refused setting changes nothing
+    p = opsynth("publish", str(rd.path), "--to", str(tmp_path / "out"), "--allow-incomplete",
+                "--set", "publish.validation_share=0.3")
+    assert p.returncode == 0, p.stderr
+    assert rd.load_config().publish.validation_share == 0.3
+    log = rd.manifest()["publish_settings"]
+    assert log[-1]["set"] == {"publish.validation_share": 0.3} and log[-1]["before"] == {"publish.validation_share": 0.0}
+    held = list((tmp_path / "out" / "data").glob("validation-*.parquet"))
+    assert held and sum(pq.read_metadata(f).num_rows for f in held) > 0
