@@ -472,6 +472,17 @@ def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> l
     if any(removed.values()) or splits.get("validation"):
         out += ["## What changed", ""]
         out += [f"- **{k}**: {removed[k]:,} tasks removed ({why} atol = rtol = 1e-2)" for k, why in SHORTCUT_KINDS]
+        failed = sum(r["count"] for r in manifest.get("rejections", [])
+                     if r["reason_kind"].startswith("shortcut checks failed"))
+        if failed:
+            out.append(f"- **shortcut checks failed**: {failed:,} tasks removed (the checks did not finish, for "
+                       "example out of memory, so the task is unchecked)")
+        # a row the checks measured carries what matters; one they never reached carries nulls and was kept
+        checked = sum(1 for r in rows if any(r.get(c) is not None for c in
+                                             ("inputs_that_matter", "ops_that_matter", "fragile_ulp_ratio")))
+        if rows and any(removed.values()):
+            out.append(f"- the shortcut checks measured {checked:,} of the {len(rows):,} rows published"
+                       + ("" if checked == len(rows) else "; the others were kept unchecked (their columns are null)"))
         if splits.get("validation"):
             out.append(f"- a `validation` split of {splits['validation']:,} rows whose operator multisets never "
                        f"occur in `train` ({splits['train']:,} rows)")

@@ -60,6 +60,8 @@ def test_validation_split_loads_beside_train_and_shares_no_multiset(tmp_path: Pa
     card = (out / "README.md").read_text()
     assert "## What changed" in card and "**dead input**: 1 tasks removed" in card
     assert "**skippable operator**: 1 tasks" in card and "**fragile**: 1 tasks" in card
+    assert "measured 0 of the 37 rows published; the others were kept unchecked" in card
+    assert "shortcut checks failed" not in card  # none failed here
     assert "## Difficulty signals" in card and "`compile_speedup` < 1 in 0 rows" in card
 
 
@@ -93,7 +95,10 @@ def test_rows_say_which_inputs_and_operators_matter_from_either_table(tmp_path: 
     assert rows[f"{1:016x}"]["ops_that_matter"] == ["0:nn.Linear", "1:torch.tanh"]
     assert rows[f"{1:016x}"]["fragile_f64_ratio"] == 0.25
     assert rows[f"{2:016x}"]["inputs_that_matter"] is None and rows[f"{2:016x}"]["fragile_ulp_ratio"] is None
-    assert "inputs_that_matter" in (out / "README.md").read_text()  # the card documents the columns
+    card = (out / "README.md").read_text()
+    assert "inputs_that_matter" in card  # the card documents the columns
+    # two rows measured (one from each table), the rest kept without the checks: the card says so
+    assert f"the shortcut checks measured 2 of the {len(train)} rows published; the others were kept unchecked" in card
 
 
 def test_publish_set_holds_out_the_validation_split_and_logs_the_setting(tmp_path: Path):
