@@ -101,11 +101,21 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
             verdicts.append(json.loads(ln))
         except ValueError:
             verdicts.append({})
+    # the worker's first line says its own setup passed, before any candidate code ran (its nonce: only the worker
+    # had it then); without it, a worker that left no verdict failed in the verifier, not in the candidate
+    ready = bool(verdicts) and isinstance(verdicts[0], dict) and verdicts[0] == {"nonce": nonce, "ready": True}
+    if ready:
+        verdicts = verdicts[1:]
     if len(verdicts) != 1 or not isinstance(verdicts[0], dict) or verdicts[0].get("nonce") != nonce:
         tail = err.decode(errors="replace")[-300:].strip()
+        res["stderr_tail"] = tail
+        if not verdicts and not ready:
+            last = tail.splitlines()[-1] if tail else "no message"
+            res["error"] = (f"the verifier's worker failed before the candidate ran (rc {proc.returncode}): {last}; "
+                            "this is not the candidate's doing: report it with stderr_tail")
+            return res
         res["hack"] = "hack: " + (f"verdict channel: {len(verdicts)} lines, nonce {'ok' if verdicts and verdicts[-1].get('nonce') == nonce else 'wrong'}"
                                   if verdicts else f"the worker exited (rc {proc.returncode}) without a verdict")
-        res["stderr_tail"] = tail
         return res
     v = verdicts[0]["verdict"]
     return _result(res, v, t)

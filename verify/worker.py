@@ -46,8 +46,9 @@ def _flags() -> dict:
 _GUARDS: list = []  # every guard of this job: a refused call counts even when the candidate's error hides it
 
 
-def run_job(job: dict) -> dict:
-    """Load the task and the candidate (the build), then `_checked` under the device's timing lock."""
+def run_job(job: dict, ready: Any = None) -> dict:
+    """Load the task and the candidate (the build), then `_checked` under the device's timing lock. `ready()` is
+    called once the verifier's own setup is done, just before the candidate's code first runs."""
     import torch
 
     off = set(job.get("off", []))
@@ -65,7 +66,11 @@ def run_job(job: dict) -> dict:
                   "torch.cuda.Event.record": torch.cuda.Event.record}
     out: dict[str, Any] = {"built": False, "build_message": None, "correct": False, "hack": None, "draws": 0,
                            "worst_diff": None, "failing_draw": None, "times_ms": {}}
-    ref_ns = _load(job["task"], "reference")
+    try:
+        ref_ns = _load(job["task"], "reference")
+    except Exception as e:  # noqa: BLE001 - the task's own error, before any candidate code: no hack, no build
+        out["error"] = f"the task failed to load: {type(e).__name__}: {str(e)[:400]}"
+        return out
     flags0 = _flags()
     compiled_calls: list[str] = []
     real_compile = torch.compile
@@ -77,6 +82,8 @@ def run_job(job: dict) -> dict:
     if "compile_tripwire" not in off:
         torch.compile = tripwire
     t0 = _perf_counter()
+    if ready is not None:
+        ready()
     try:
         cand_ns = _load(job["candidate"], "candidate")
         out["built"] = True
@@ -311,7 +318,12 @@ def main() -> None:
     os.dup2(2, 1)  # the candidate's prints go to stderr; the verdict has its own pipe
     writer = os.fdopen(fd, "w")
     t0 = _perf_counter()
-    verdict = run_job(job)
+
+    def ready() -> None:  # the verifier's setup passed: a worker that dies from here on died in candidate code
+        writer.write(json.dumps({"nonce": nonce, "ready": True}) + "\n")
+        writer.flush()
+
+    verdict = run_job(job, ready)
     verdict["worker_s"] = _perf_counter() - t0
     writer.write(json.dumps({"nonce": nonce, "verdict": verdict}, default=str) + "\n")
     writer.flush()

@@ -77,3 +77,52 @@ def test_a_task_that_cannot_run_in_float64_is_verified_without_the_precision_che
                rounds=2)
     assert r["correct"] and r["reward"] >= 1 and r["hack"] is None, r
     assert r["precision_err"] is None
+
+
+PLAIN = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(8, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+TWIN = PLAIN + "\n\nclass ModelNew(Model):\n    pass\n"
+
+
+def test_a_broken_task_is_the_tasks_error_not_the_candidates_hack(tmp_path):
+    from verify.api import verify
+
+    task = tmp_path / "broken.py"
+    task.write_text(PLAIN.replace("class Model", "raise RuntimeError('the task is broken')\n\n\nclass Model", 1))
+    r = verify(str(task), TWIN, device="cpu", allow_torch=True, rounds=2)
+    assert r["reward"] == -1 and r["hack"] is None and not r["correct"]
+    assert r["error"].startswith("the task failed to load: RuntimeError: the task is broken"), r
+
+
+def test_a_worker_that_dies_before_the_candidate_runs_is_the_verifiers_error(tmp_path, monkeypatch):
+    from verify.api import verify
+
+    task = tmp_path / "plain.py"
+    task.write_text(PLAIN)
+    # a worker that exits at interpreter start, before the verifier's setup: nothing of the candidate ran
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    r = verify(str(task), TWIN, device="cpu", allow_torch=True, rounds=2)
+    assert r["reward"] == -1 and r["hack"] is None, r
+    assert r["error"].startswith("the verifier's worker failed before the candidate ran (rc 3)"), r
+    # the same exit from the candidate's own code is the candidate's: a hack
+    monkeypatch.delenv("PYTHONPATH")
+    r = verify(str(task), TWIN + "\nimport os\nos._exit(3)\n", device="cpu", allow_torch=True, rounds=2,
+               off=("static",))
+    assert r["hack"] == "hack: the worker exited (rc 3) without a verdict", r
