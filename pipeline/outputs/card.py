@@ -486,8 +486,8 @@ def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> l
         if splits.get("validation"):
             out.append(f"- a `validation` split of {splits['validation']:,} rows whose operator multisets never "
                        f"occur in `train` ({splits['train']:,} rows)")
-        out.append("- `profile_call` names the profile call that measured each row; its settings are in "
-                   "`manifest.json` under `profile_calls`")
+        out.append("- `profile_call` names the profile call that measured each row, and `shortcut_call` the one that "
+                   "ran its shortcut checks; their settings are in `manifest.json` under `profile_calls`")
         out.append("")
     n = len(rows)
     if n:

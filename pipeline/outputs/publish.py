@@ -204,8 +204,17 @@ def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
 
     version = opsynth_version()
     rows = [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
-    for r in rows:  # provenance: the call whose settings measured the row
-        r["profile_call"] = call_of((meas.get(r["task_id"]) or {}).get("started_at"), g.get("calls") or [])
+    calls = g.get("calls") or []
+    # shortcuts/ rows without started_at were written by a call from before it was recorded: when exactly one
+    # shortcuts-only call is of that age, it is theirs
+    only = [c["id"] for c in calls if c["settings"].get("profile.shortcuts_only") and not c.get("shortcut_rows_timed")]
+    for r in rows:  # provenance: the call whose settings measured the row, and the one that ran its shortcut checks
+        m = meas.get(r["task_id"]) or {}
+        r["profile_call"] = call_of(m.get("started_at"), calls)
+        if m.get("shortcuts_table"):  # a shortcuts-only call's; shards from before started_at: the run's only one
+            r["shortcut_call"] = call_of(m.get("shortcut_started_at"), calls) or (only[0] if len(only) == 1 else None)
+        else:
+            r["shortcut_call"] = r["profile_call"] if m.get("shortcut_checks") else None
     return rows
 
 

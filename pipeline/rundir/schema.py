@@ -221,7 +221,10 @@ SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min
                     "fragile_f64_ratio", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
-                       *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS)])
+                       *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
+                       # when the worker took the task: the publish's shortcut_call (shards written before it have
+                       # none; the run's one shortcuts-only call, when there is one, stands for them)
+                       MEASUREMENTS.field("started_at")])
 
 BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS, "shortcuts": SHORTCUTS,
             "contamination": CONTAMINATION, "dedupe": DEDUPE, "prescreen": PRESCREEN, "labels": LABELS}
@@ -288,6 +291,8 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "opsynth_version": (pa.string(), "opsynth version that built the row"),
     "profile_call": (pa.string(), "id of the profile call that measured the row (p00, p01...); its settings are "
                      "in the manifest's profile_calls"),
+    "shortcut_call": (pa.string(), "id of the profile call that ran the row's shortcut checks: profile_call, or a "
+                      "later shortcuts-only call (profile.shortcuts_only); null where they did not run"),
 }
 PUBLISHED = pa.schema([(name, t) for name, (t, _) in COLUMNS.items()])
 

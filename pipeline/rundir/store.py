@@ -152,8 +152,15 @@ class RunDir:
         extra = {r["task_id"]: r for r in self.read_rows("shortcuts") if r.get("status") == "ok"}
         failed = {r["task_id"]: f"{r['status']}: {r.get('error') or 'no detail'}" for r in self.read_rows("shortcuts")
                   if r.get("status") not in ("ok", "skipped", None)}
-        return [{**m, **{k: v for k, v in extra.get(m["task_id"], {}).items() if k not in ("status", "error")},
-                 **({"shortcut_error": failed[m["task_id"]]} if m["task_id"] in failed else {})}
+        def over(m: dict[str, Any]) -> dict[str, Any]:
+            e = extra.get(m["task_id"])
+            if e is None:
+                return {}
+            # the measurement's own started_at stays (its profile_call); the checks' is kept beside it
+            return {**{k: v for k, v in e.items() if k not in ("status", "error", "started_at")},
+                    "shortcuts_table": True, "shortcut_started_at": e.get("started_at")}
+
+        return [{**m, **over(m), **({"shortcut_error": failed[m["task_id"]]} if m["task_id"] in failed else {})}
                 for m in self.read_rows("measurements")]
 
     def require_table(self, table: str, stage_hint: str, columns: list[str] | None = None) -> pa.Table:

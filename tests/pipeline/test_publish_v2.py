@@ -119,3 +119,38 @@ def test_publish_set_holds_out_the_validation_split_and_logs_the_setting(tmp_pat
     assert log[-1]["set"] == {"publish.validation_share": 0.3} and log[-1]["before"] == {"publish.validation_share": 0.0}
     held = list((tmp_path / "out" / "data").glob("validation-*.parquet"))
     assert held and sum(pq.read_metadata(f).num_rows for f in held) > 0
+
+
+def test_shortcut_call_names_the_call_that_ran_each_rows_checks(tmp_path: Path):
+    import calendar
+
+    from pipeline.rundir.schema import SHORTCUTS, conform
+
+    rd, _ = _run(tmp_path, share=0.0)
+    at = lambda day: calendar.timegm(time.strptime(f"2026-12-0{day}T00:00:05Z", "%Y-%m-%dT%H:%M:%SZ"))  # noqa: E731
+    rd.set_stage_calls("profile", [
+        {"seconds": 10, "finished": "2026-12-01T00:00:10Z", "settings": {"profile.shortcut_checks": ["dead"]}},
+        {"seconds": 10, "finished": "2026-12-02T00:00:10Z", "settings": {"profile.shortcuts_only": True}},
+        {"seconds": 10, "finished": "2026-12-03T00:00:10Z", "settings": {"profile.shortcuts_only": True},
+         "shortcut_rows_timed": True}])
+    meas = rd.read_rows("measurements")
+    for m in meas:
+        m["started_at"] = at(1)
+    meas[0].update(shortcut_checks="dead,skip,fragile", inputs_that_matter=["x"])  # checked in its own call
+    rd.write_shard("measurements", 0, meas, MEASUREMENTS)
+    later = [{"task_id": f"{i:016x}", "status": "ok", "shortcut_checks": "dead,skip,fragile",
+              "inputs_that_matter": ["x"], "started_at": at(day)} for i, day in ((1, 2), (2, 3))]
+    rd.write_shard("shortcuts", 0, conform(later, SHORTCUTS), SHORTCUTS)
+    def published(k: int) -> dict[str, dict]:
+        import pyarrow.dataset as pds
+
+        out = publish(rd, tmp_path / f"out{k}", allow_incomplete=True)
+        return {r["task_id"]: r for r in pds.dataset(str(out / "data")).to_table().to_pylist()}
+
+    rows = published(0)
+    assert {rows[f"{i:016x}"]["profile_call"] for i in range(4)} == {"p00"}  # the measurements' call throughout
+    assert [rows[f"{i:016x}"]["shortcut_call"] for i in range(4)] == ["p00", "p01", "p02", None]
+    # a shard from before started_at was written: the only shortcuts-only call of that age (p01; p02 times its
+    # rows) stands for it
+    rd.write_shard("shortcuts", 0, conform([{**later[0], "started_at": None}], SHORTCUTS), SHORTCUTS)
+    assert published(1)[f"{1:016x}"]["shortcut_call"] == "p01"
