@@ -488,6 +488,14 @@ def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> l
                        f"occur in `train` ({splits['train']:,} rows)")
         out.append("- `profile_call` names the profile call that measured each row, and `shortcut_call` the one that "
                    "ran its shortcut checks; their settings are in `manifest.json` under `profile_calls`")
+        unnamed = sum(1 for r in rows if r.get("profile_call") is None)
+        if unnamed:
+            blind = [c for c in manifest.get("profile_calls") or [] if c.get("window") is None]
+            own = not any(c.get("settings") for c in blind)
+            says = ("all with the run's own settings" if own else "settings in `profile_calls`") if blind \
+                else "no recorded call holds their time"
+            out.append(f"- `profile_call` is null in {unnamed:,} rows: measured by calls the manifest records without "
+                       f"their time ({', '.join(c['id'] for c in blind) or 'none'}; {says})")
         out.append("")
     n = len(rows)
     if n:

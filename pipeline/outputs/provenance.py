@@ -20,7 +20,7 @@ def profile_calls(run_manifest: dict[str, Any]) -> list[dict[str, Any]]:
             end = time.mktime(time.strptime(c["finished"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
         out.append({"id": f"p{i:02d}", "settings": c.get("settings") or {},
                     "window": [end - float(c.get("seconds") or 0), end] if end is not None else None,
-                    **{k: c[k] for k in ("device", "workers", "gpus", "measured_now", "shortcut_rows_timed") if k in c}})
+                    **{k: c[k] for k in ("device", "workers", "gpus", "measured_now") if k in c}})
     return out
 
 

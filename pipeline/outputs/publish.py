@@ -187,6 +187,7 @@ def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False
 
     return {"cfg": cfg, "tasks": tasks, "accepted": accepted[:limit] if limit else accepted,
             "calls": profile_calls(rd.manifest()),
+            "done_at": {(tb, t): at for tb in ("measurements", "shortcuts") for t, at in rd.task_done_times(tb).items()},
             "accepted_total": len(accepted), "measurements": measurements, "contamination": contamination,
             "stages": stages, "status": status}
 
@@ -205,14 +206,13 @@ def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     version = opsynth_version()
     rows = [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
     calls = g.get("calls") or []
-    # shortcuts/ rows without started_at were written by a call from before it was recorded: when exactly one
-    # shortcuts-only call is of that age, it is theirs
-    only = [c["id"] for c in calls if c["settings"].get("profile.shortcuts_only") and not c.get("shortcut_rows_timed")]
+    # a row from a shard written before its table recorded started_at is dated by the shard's completion marker
+    done_at = g.get("done_at") or {}
     for r in rows:  # provenance: the call whose settings measured the row, and the one that ran its shortcut checks
-        m = meas.get(r["task_id"]) or {}
-        r["profile_call"] = call_of(m.get("started_at"), calls)
-        if m.get("shortcuts_table"):  # a shortcuts-only call's; shards from before started_at: the run's only one
-            r["shortcut_call"] = call_of(m.get("shortcut_started_at"), calls) or (only[0] if len(only) == 1 else None)
+        m, tid = meas.get(r["task_id"]) or {}, r["task_id"]
+        r["profile_call"] = call_of(m.get("started_at") or done_at.get(("measurements", tid)), calls)
+        if m.get("shortcuts_table"):  # a shortcuts-only call's
+            r["shortcut_call"] = call_of(m.get("shortcut_started_at") or done_at.get(("shortcuts", tid)), calls)
         else:
             r["shortcut_call"] = r["profile_call"] if m.get("shortcut_checks") else None
     return rows

@@ -78,6 +78,19 @@ class RunDir:
         shards = sorted(int(p.name.split("-")[1]) for p in d.glob("part-*")) if d.is_dir() else []
         return [s for s in shards if self.shard_path(table, s).exists()]
 
+    def task_done_times(self, table: str) -> dict[str, float]:
+        """task_id -> when its shard of `table` was completed (the completion marker's time): dates a row written
+        before its table recorded when each task was taken."""
+        out: dict[str, float] = {}
+        for s in self.done_shards(table):
+            try:
+                at = float(json.loads(self.marker_path(table, s).read_text())["time"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # a marker without a time dates nothing
+            for t in pq.read_table(self.shard_path(table, s), columns=["task_id"]).column(0).to_pylist():
+                out[t] = at
+        return out
+
     def last_write_time(self) -> float:
         """mtime of the newest completion marker of any table (0.0 for an empty run)."""
         return max((p.stat().st_mtime for p in self.path.glob("*/_done/part-*")), default=0.0)

@@ -277,8 +277,6 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                         gpus=(len(gpus) if gpus else 1) if cfg.run.device == "cuda" else 0,
                         measured_now=budget.submitted, **({"mps": uses_mps} if uses_mps is not None else {}),
                         **timing, **({"interrupted": True} if interrupted else {}),
-                        # its shortcuts/ rows carry started_at (a published row's shortcut_call finds the call by it)
-                        **({"shortcut_rows_timed": True} if cfg.profile.shortcuts_only else {}),
                         **({"settings": {f"profile.{k}": v for k, v in settings.items()}} if settings else {}))
         return profiled, skipped
 

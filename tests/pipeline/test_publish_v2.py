@@ -131,8 +131,7 @@ def test_shortcut_call_names_the_call_that_ran_each_rows_checks(tmp_path: Path):
     rd.set_stage_calls("profile", [
         {"seconds": 10, "finished": "2026-12-01T00:00:10Z", "settings": {"profile.shortcut_checks": ["dead"]}},
         {"seconds": 10, "finished": "2026-12-02T00:00:10Z", "settings": {"profile.shortcuts_only": True}},
-        {"seconds": 10, "finished": "2026-12-03T00:00:10Z", "settings": {"profile.shortcuts_only": True},
-         "shortcut_rows_timed": True}])
+        {"seconds": 10, "finished": "2026-12-03T00:00:10Z", "settings": {"profile.shortcuts_only": True}}])
     meas = rd.read_rows("measurements")
     for m in meas:
         m["started_at"] = at(1)
@@ -150,7 +149,22 @@ def test_shortcut_call_names_the_call_that_ran_each_rows_checks(tmp_path: Path):
     rows = published(0)
     assert {rows[f"{i:016x}"]["profile_call"] for i in range(4)} == {"p00"}  # the measurements' call throughout
     assert [rows[f"{i:016x}"]["shortcut_call"] for i in range(4)] == ["p00", "p01", "p02", None]
-    # a shard from before started_at was written: the only shortcuts-only call of that age (p01; p02 times its
-    # rows) stands for it
+    # shards from before started_at was recorded: their completion markers date them
     rd.write_shard("shortcuts", 0, conform([{**later[0], "started_at": None}], SHORTCUTS), SHORTCUTS)
-    assert published(1)[f"{1:016x}"]["shortcut_call"] == "p01"
+    rd.marker_path("shortcuts", 0).write_text(json.dumps({"rows": 1, "time": at(2) + 3}))
+    for m in meas:
+        m["started_at"] = None
+    rd.write_shard("measurements", 0, meas, MEASUREMENTS)
+    rd.marker_path("measurements", 0).write_text(json.dumps({"rows": len(meas), "time": at(1) + 4}))
+    again = published(1)
+    assert again[f"{1:016x}"]["shortcut_call"] == "p01" and again[f"{3:016x}"]["profile_call"] == "p00"
+
+
+def test_card_says_which_rows_no_recorded_call_dates(tmp_path: Path):
+    rd, _ = _run(tmp_path, share=0.0)
+    # a call from before calls recorded when they finished: its rows cannot be dated to it
+    rd.set_stage_calls("profile", [{"seconds": 10, "measured_now": 40}])
+    out = publish(rd, tmp_path / "out", allow_incomplete=True)
+    card = (out / "README.md").read_text()
+    assert "`profile_call` is null in 37 rows: measured by calls the manifest records without their time (p00; " \
+           "all with the run's own settings)" in card
