@@ -187,9 +187,17 @@ def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False
 
     return {"cfg": cfg, "tasks": tasks, "accepted": accepted[:limit] if limit else accepted,
             "calls": profile_calls(rd.manifest()),
-            "done_at": {(tb, t): at for tb in ("measurements", "shortcuts") for t, at in rd.task_done_times(tb).items()},
+            "done_at": _done_at(rd, measurements or []),
             "accepted_total": len(accepted), "measurements": measurements, "contamination": contamination,
             "stages": stages, "status": status}
+
+
+def _done_at(rd: RunDir, measurements: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """(table, task_id) -> its shard's completion time, read only for a table whose rows lack started_at (shards
+    written before that column): what dates them to a profile call."""
+    undated = {"measurements": any(m.get("started_at") is None for m in measurements),
+               "shortcuts": any(m.get("shortcuts_table") and m.get("shortcut_started_at") is None for m in measurements)}
+    return {(tb, t): at for tb, need in undated.items() if need for t, at in rd.task_done_times(tb).items()}
 
 
 def build_rows(rd: RunDir) -> list[dict[str, Any]]:

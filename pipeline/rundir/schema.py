@@ -222,8 +222,8 @@ SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
-                       # when the worker took the task: the publish's shortcut_call (shards written before it have
-                       # none; the run's one shortcuts-only call, when there is one, stands for them)
+                       # when the worker took the task: the publish's shortcut_call (a shard written before this
+                       # column is dated by its completion marker)
                        MEASUREMENTS.field("started_at")])
 
 BY_TABLE = {"tasks": TASKS, "measurements": MEASUREMENTS, "verdicts": VERDICTS, "shortcuts": SHORTCUTS,

@@ -162,9 +162,11 @@ class RunDir:
         """measurements/ with the shortcut measurements a shortcuts-only profile call took (shortcuts/, status ok)
         over each task's stored ones: what the filter judges and publish writes. A task whose checks ran and failed
         (out of memory, a crash) carries `shortcut_error` instead, so the filter does not keep it unchecked."""
-        extra = {r["task_id"]: r for r in self.read_rows("shortcuts") if r.get("status") == "ok"}
-        failed = {r["task_id"]: f"{r['status']}: {r.get('error') or 'no detail'}" for r in self.read_rows("shortcuts")
+        shortcuts = self.read_rows("shortcuts")
+        extra = {r["task_id"]: r for r in shortcuts if r.get("status") == "ok"}
+        failed = {r["task_id"]: f"{r['status']}: {r.get('error') or 'no detail'}" for r in shortcuts
                   if r.get("status") not in ("ok", "skipped", None)}
+
         def over(m: dict[str, Any]) -> dict[str, Any]:
             e = extra.get(m["task_id"])
             if e is None:
