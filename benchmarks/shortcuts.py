@@ -16,7 +16,9 @@ fragility check alone, the input move one ulp and scaled to the real size (sampl
 the GPU-fragile rows each catches and the GPU-clean rows each flags (shortcuts_cpu_vs_gpu.json). --against-run RUN
 screens, with the h200 preset's pre-screen, every release row that a shortcuts-only profile call measured in RUN's
 shortcuts/, and counts per kind the profile stage's findings it catches and the clean rows it flags
-(shortcuts_cpu_vs_profile.json)."""
+(shortcuts_cpu_vs_profile.json). --fresh-weights RUN screens the same rows with the fragility check alone, once
+with one model per task and once with each draw's own weights (profile.shortcut_fresh_weights), and counts the rows
+each flags (shortcuts_fresh_weights.json)."""
 
 from __future__ import annotations
 
@@ -241,8 +243,10 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
     from pipeline.rundir.store import RunDir
 
     cfg = load_preset("h200")
+    # the release's shortcuts-only calls built one model per task: the screen does too, to be compared with them
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
-                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile")))
+                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile"),
+                                                          shortcut_fresh_weights=False))
     gpu = {r["task_id"]: {**{k: bool(r.get(c)) for k, c in KINDS.items()}, **{c: r.get(c) for c in FRAGILE_RATIOS},
                           "fragile_s": r.get("gpu_busy_fragile_s") or 0.0, "ran": r["shortcut_checks"].split(",")}
            for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
@@ -279,6 +283,58 @@ def against_run_section(run: Path, workers: int, max_minutes: float | None) -> d
                               "seconds_kept": sum(gpu[t]["fragile_s"] for t in fr if scr[t] >= g) / total_s}
                              for g in GATES]
     out["rows"] = [{"task_id": t, "gpu": gpu[t], "cpu": cpu[t]} for t in sorted(cpu)]
+    return out
+
+
+def _fresh_item(item: tuple[dict, object]) -> tuple[str, dict]:
+    """One row's fragility verdict at screened shapes with one model (draw 0's weights) and with each draw's own."""
+    row, cfg = item
+    out = {}
+    for fresh in (False, True):
+        c = dataclasses.replace(cfg, profile=dataclasses.replace(cfg.profile, shortcut_fresh_weights=fresh))
+        try:
+            out["fresh" if fresh else "one"] = _screen_fragile((row, c))
+        except Exception as e:  # noqa: BLE001 - a row the screen cannot run is counted, not fatal
+            out["fresh" if fresh else "one"] = {"status": f"error ({type(e).__name__})", "fragile": ""}
+    return row["task_id"], out
+
+
+def fresh_weights_section(run: Path, workers: int, max_minutes: float | None) -> dict:
+    """What building each draw's model with its own weights adds to the fragility check: the release rows whose
+    fragility a shortcuts-only profile call in RUN judged (with one model per task), screened on the CPU with the
+    fragility check alone, once with one model and once with each draw's own; per verdict of the GPU (fragile,
+    clean), the rows each screen flags."""
+    import multiprocessing as mp
+
+    import pyarrow.parquet as pq
+
+    from pipeline.rundir.config import load_preset
+    from pipeline.rundir.store import RunDir
+
+    cfg = load_preset("h200")
+    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
+                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("fragile",)))
+    gpu = {r["task_id"]: bool(r.get("fragile")) for r in RunDir(run).read_rows("shortcuts")
+           if r["status"] == "ok" and "fragile" in (r.get("shortcut_checks") or "").split(",")}
+    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
+            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
+    ids = sorted(code)
+    box = time.time() + 60 * (max_minutes or 1e6)
+    cpu: dict[str, dict] = {}
+    pool = mp.get_context("spawn").Pool(workers, initializer=_cpu_init)
+    try:
+        for t, r in pool.imap_unordered(_fresh_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids]):
+            cpu[t] = r
+            if time.time() > box:
+                break
+    finally:
+        pool.terminate()
+    ok = [t for t in cpu if all(v["status"] == "ok" for v in cpu[t].values())]
+    out: dict = {"gpu_rows": len(ids), "screened": len(cpu), "screened_ok": len(ok)}
+    for verdict, rows in (("gpu_fragile", [t for t in ok if gpu[t]]), ("gpu_clean", [t for t in ok if not gpu[t]])):
+        out[verdict] = {"rows": len(rows), **{f"flagged_{k}": sum(1 for t in rows if cpu[t][k]["fragile"])
+                                              for k in ("one", "fresh")},
+                        "fresh_only": sorted(t for t in rows if cpu[t]["fresh"]["fragile"] and not cpu[t]["one"]["fragile"])}
     return out
 
 
@@ -329,6 +385,8 @@ def main() -> None:
                     "run (writes shortcuts_cpu_vs_gpu.json)")
     ap.add_argument("--against-run", default=None, help="only the CPU-vs-profile section: a run directory whose "
                     "shortcuts/ a shortcuts-only profile call measured (writes shortcuts_cpu_vs_profile.json)")
+    ap.add_argument("--fresh-weights", default=None, help="only the fresh-weights section: a run directory as for "
+                    "--against-run (writes shortcuts_fresh_weights.json)")
     ap.add_argument("--gpu-name", default=None, help="--against-run: the GPU that profile call ran on")
     ap.add_argument("--gpu-commit", default=None, help="--against-run: the commit that profile call ran")
     a = ap.parse_args()
@@ -340,6 +398,8 @@ def main() -> None:
         return _write_against(a, torch)
     if a.against_run:
         return _write_against_run(a, torch)
+    if a.fresh_weights:
+        return _write_fresh_weights(a, torch)
 
     from pipeline.rundir.config import load_preset
 
@@ -503,6 +563,32 @@ def _write_against_run(a, torch) -> None:
     out.with_suffix(".rows.jsonl").write_text("".join(json.dumps(x, default=str) + "\n" for x in rows))
     out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)}, indent=1)
                    + "\n")
+    print(f"wrote {out}")
+
+
+def _write_fresh_weights(a, torch) -> None:
+    t0 = time.time()
+    r = fresh_weights_section(Path(a.fresh_weights), a.cpu_workers, a.max_minutes)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    run = Path(a.fresh_weights).resolve()
+    shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else "DIR"
+    cmd = (f"python benchmarks/shortcuts.py --fresh-weights {shown} --cpu-workers {a.cpu_workers}"
+           + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else ""))
+    base = {"command": cmd, "hardware": "2-core CPU (no GPU), screened shapes", "torch": torch.__version__,
+            "commit": commit}
+    c, f = r["gpu_clean"], r["gpu_fragile"]
+    pct = lambda x, n: f"{100 * x / max(n, 1):.1f}%"  # noqa: E731
+    headline = [{"figure": "GPU-clean v1 rows the fragility screen flags: one model / each draw's own weights",
+                 "value": f"{c['flagged_one']} / {c['flagged_fresh']} of {c['rows']} "
+                          f"({pct(c['flagged_one'], c['rows'])} / {pct(c['flagged_fresh'], c['rows'])})",
+                 "target": None, **base},
+                {"figure": "GPU-fragile v1 rows the fragility screen flags: one model / each draw's own weights",
+                 "value": f"{f['flagged_one']} / {f['flagged_fresh']} of {f['rows']}", "target": None, **base}]
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    out = Path(a.out) / "shortcuts_fresh_weights.json"
+    out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)},
+                              indent=1) + "\n")
     print(f"wrote {out}")
 
 

@@ -11,7 +11,9 @@ tol). Three kinds are measured, each against the eager output of draw 0 (`ref0`,
   A replacement that leaves the operator's output bit-identical (a reshape skipped, ones replaced by 1) tests
   nothing and is not a finding;
 - fragile: on `draws` seeded draws, the output moves beyond tolerance when every floating input moves by one
-  ulp, or when the reference is recomputed in float64.
+  ulp, or when the reference is recomputed in float64. Each draw may bring its own weights (`model_for`), as the
+  verifier's draws do: a threshold weight (`le(softmax(x), w)`) can sit far from every value under one draw of
+  the weights and among them under the next.
 Ratios are the verifier's: max |changed - ref| / (tol + tol * |ref|); < 1 means the change passes. The functions
 return measurements only (names, ratios); filters/shortcut_checks.py decides with the config's thresholds.
 Each kind stops at its first finding unless `stop_first` is off: a task with one shortcut is out already.
@@ -41,6 +43,7 @@ GLUE = frozenset({
     "requires_grad_", "cpu", "cuda", "__format__", "__repr__", "stride", "data_ptr", "element_size",
 })
 Draw = Callable[[int], Sequence[Any]]
+ModelFor = Callable[[int], Any]
 
 
 def input_names(model: Any, n: int) -> list[str]:
@@ -264,36 +267,40 @@ def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, 
 
 def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence[Any] | None = None,
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
-              ulp_steps: int = 1) -> dict[str, Any]:
+              ulp_steps: int = 1, model_for: ModelFor | None = None) -> dict[str, Any]:
     """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
     the output with every floating input one ulp up, and against the float64 reference. ulp_steps > 1 moves the
     inputs that many ulps instead: a screen at 1/n of the real element count sees as many values within n ulps of
-    a step as the real size has within one (the pre-screen's extrapolation, see operators/prescreen.py)."""
+    a step as the real size has within one (the pre-screen's extrapolation, see operators/prescreen.py).
+    model_for(k): draw k's own model (fresh weights) for k >= 1; draw 0 keeps `model`. The caller's subs were
+    computed with `model`, so a draw with its own model computes its eager output again (one forward more)."""
     worst: dict[str, float | None] = {c: 0.0 for c in checks}
     found = ""
     for k in range(draws):
         x = draw(k)
-        ref = subs[k] if subs is not None and k < len(subs) else flatten(model(*x))[::stride]
+        own = model_for(k) if model_for is not None and k > 0 else None
+        mdl = model if own is None else own
+        ref = subs[k] if own is None and subs is not None and k < len(subs) else flatten(mdl(*x))[::stride]
         if FRAGILE_ULP in worst:
             worst[FRAGILE_ULP] = max(worst[FRAGILE_ULP], tolerance_ratio(
-                flatten(model(*_ulp_up(x, ulp_steps)))[::stride], ref, tol))
+                flatten(mdl(*_ulp_up(x, ulp_steps)))[::stride], ref, tol))
         if FRAGILE_F64 in worst and worst[FRAGILE_F64] is not None:
-            saved = _cast_model(model, None)
+            saved = _cast_model(mdl, None)
             try:
                 x64 = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
-                out64 = flatten(model(*x64))
+                out64 = flatten(mdl(*x64))
                 del x64
             except RuntimeError:  # a float32 tensor the forward makes itself meets float64: no float64 reference
                 out64 = None
             finally:
-                _cast_model(model, saved)
+                _cast_model(mdl, saved)
             if out64 is None or out64[::stride].shape != ref.shape:
                 worst[FRAGILE_F64] = None
             else:
                 # the float32 reference as a candidate against the float64 truth: what an exact kernel would see
                 worst[FRAGILE_F64] = max(worst[FRAGILE_F64], tolerance_ratio(ref.double(), out64[::stride], tol))
             del out64
-        del x
+        del x, own, mdl
         found = next((c for c in checks if worst[c] is not None and worst[c] >= 1), "")
         if stop_first and found:
             break
@@ -321,11 +328,12 @@ def screened_far(ratio_map: str | None, margin: float) -> dict[str, float]:
 def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] = KINDS, draws: int = 5,
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
             known_ratio: float | None = None, ulp_steps: int = 1, given_inputs: dict[str, float] | None = None,
-            given_ops: dict[str, float] | None = None) -> dict[str, Any]:
+            given_ops: dict[str, float] | None = None, model_for: ModelFor | None = None) -> dict[str, Any]:
     """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
     names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
     outputs (subs[0] of ref0), reused by the fragility check. given_inputs / given_ops: ratios taken from the
-    pre-screen (`screened_far`), not measured; `shortcut_screened` lists the ones used."""
+    pre-screen (`screened_far`), not measured; `shortcut_screened` lists the ones used. model_for: the
+    fragility check's fresh weights per draw (see `fragility`)."""
     m: dict[str, Any] = {"shortcut_checks": ",".join(k for k in KINDS if k in kinds)}
     screened: list[str] = []
     if "dead" in kinds:
@@ -340,7 +348,8 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
         s.pop("ops_seen")
         m.update(s, min_op_ratio=min(ratios.values(), default=None), op_ratios=_ratio_map(ratios))
     if "fragile" in kinds:
-        m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps))
+        m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps,
+                           model_for=model_for))
     if given_inputs is not None or given_ops is not None:
         m["shortcut_screened"] = screened
     return m

@@ -400,7 +400,8 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                                   f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
             if getattr(cfg.sample, "prescreen_shortcuts", "off") != "off" and not res.reason:
                 steps = ulp_steps(real.in_numels, plan.in_numels) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
-                _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps)
+                _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps,
+                                  _fresh_models(ns, seed) if cfg.profile.shortcut_fresh_weights else None)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
@@ -414,8 +415,16 @@ def ulp_steps(real_numels: list[int], screened_numels: list[int]) -> int:
     return max(1, min(ULP_STEPS_MAX, round(sum(real_numels) / n))) if n else 1
 
 
+def _fresh_models(ns: dict, seed: int) -> Any:
+    """Draw k's own model for the fragility check, seeded as the profile worker's (profile.shortcut_fresh_weights)."""
+    def model_for(k: int) -> Any:
+        torch.manual_seed(seed * 1000 + k)
+        return ns["Model"](*ns["get_init_inputs"]())
+    return model_for
+
+
 def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result,
-                      steps: int = 1) -> None:
+                      steps: int = 1, model_for: Any = None) -> None:
     """filters/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
     profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
     screen's reason."""
@@ -427,7 +436,7 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
     res.measurements.update(measure(model, draw, ref0, float(cfg.filter.compile_tolerance),
                                     kinds=tuple(p.shortcut_checks) or KINDS, draws=p.shortcut_draws, subs=subs,
                                     stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known,
-                                    ulp_steps=steps))
+                                    ulp_steps=steps, model_for=model_for))
     res.measurements["prescreen_ulp_steps"] = steps
     if cfg.sample.prescreen_shortcuts == "drop":
         res.reason = no_shortcuts(res.measurements, cfg.filter) or ""

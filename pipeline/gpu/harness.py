@@ -753,6 +753,14 @@ class Harness:
         with self._device_ctx():
             return _to(tuple(ns["get_inputs"]()), self.device)
 
+    def _fresh_model(self, ns: dict, k: int) -> Any:
+        """The task's model built again with weights seeded `seed * 1000 + k`, as `opsynth verify` (same seed) builds
+        the model of its draw k: the fragility check then holds the verifier's own weight draws."""
+        torch.manual_seed(self.s.seed * 1000 + k)
+        with self._device_ctx():
+            model = ns["Model"](*ns["get_init_inputs"]())
+        return model.to(self.device)
+
     def _profile(self, task: dict, m: dict) -> None:
         s, dev = self.s.profile, self.device
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
@@ -868,7 +876,9 @@ class Harness:
             t_kind = time.perf_counter()
             got = measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
                           kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
-                          stop_first=s.shortcut_stop_first, known_ratio=known, **given)
+                          stop_first=s.shortcut_stop_first, known_ratio=known,
+                          model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
+                          **given)
             screened += got.pop("shortcut_screened", [])
             m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind

@@ -104,6 +104,9 @@ class ProfileSection:
     shortcut_checks: tuple[str, ...] = ()
     shortcut_draws: int = 5
     shortcut_stop_first: bool = True
+    # the fragility check's draws 1.. each bring fresh weights (seeded as the verifier's draws), not the one model
+    # of the other checks: the verifier builds its model again on every draw
+    shortcut_fresh_weights: bool = True
     # > 0: the dead and skip kinds measure on the GPU only the inputs and operators whose pre-screen ratio (at the
     # screened shapes, sample.prescreen_shortcuts) is under this margin; the rest are taken as mattering from the
     # screen (shortcut_screened lists them). A task the screen gave no ratios, or whose operators the GPU numbers

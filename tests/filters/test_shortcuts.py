@@ -231,3 +231,49 @@ def test_an_input_measured_anyway_is_not_listed_as_from_the_screen():
     # one tensor input: its ratio is the caller's known draw-to-draw ratio, measured, whatever the screen said
     m = _measure(RoundTrip(), _draw((16, 16)), kinds=("dead",), known_ratio=3.0, given_inputs={"x": 50.0})
     assert json.loads(m["input_ratios"]) == {"x": 3.0} and m["shortcut_screened"] == []
+
+
+class Threshold(nn.Module):
+    """le(x, w): fragile only when the weight w lies among the input's values (the release's softmax -> le)."""
+
+    def __init__(self, w: float):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(w))
+
+    def forward(self, x):
+        return torch.le(x, self.w).float()
+
+
+def test_fresh_weights_per_draw_find_a_threshold_one_weight_draw_hides():
+    """Under draw 0's weight the threshold sits past every input value (nothing flips); draw 2's own weight sits
+    exactly on an input value, so one ulp up flips it. Only the check that builds each draw's model sees it."""
+    from filters.shortcuts import fragility
+
+    def draw(k):
+        return (torch.linspace(0.0, 1.0, 257),)
+
+    on_a_value = float(draw(0)[0][100])
+    with torch.no_grad():
+        fixed = fragility(Threshold(5.0), draw, TOL, draws=5, stop_first=False, checks=(FRAGILE_ULP,))
+        fresh = fragility(Threshold(5.0), draw, TOL, draws=5, stop_first=False, checks=(FRAGILE_ULP,),
+                          model_for=lambda k: Threshold(on_a_value if k == 2 else 5.0))
+    assert fixed["fragile"] == "" and fixed["fragile_ulp_ratio"] == 0.0
+    assert fresh["fragile"] == FRAGILE_ULP and fresh["fragile_ulp_ratio"] >= 1
+
+
+def test_draw_zero_keeps_the_callers_model_and_its_outputs():
+    """model_for is asked for draws 1.. only: draw 0 is the caller's model, whose output (subs[0]) is reused."""
+    from filters.shortcuts import fragility
+
+    asked = []
+
+    def model_for(k):
+        asked.append(k)
+        return Threshold(5.0)
+
+    def draw(k):
+        return (torch.linspace(0.0, 1.0, 33),)
+
+    with torch.no_grad():
+        fragility(Threshold(5.0), draw, TOL, draws=3, stop_first=False, model_for=model_for)
+    assert asked == [1, 2]

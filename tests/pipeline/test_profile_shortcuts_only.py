@@ -128,3 +128,45 @@ def test_a_tasks_checks_stop_at_the_first_kind_that_finds_one_unless_told_otherw
         assert row["dead_inputs"] == ["y"] and row["shortcut_checks"] == ran, row
         # the kinds after the finding cost nothing when stopped, and are measured when not
         assert (row["gpu_busy_fragile_s"] is None) == stop and (row["gpu_busy_skip_s"] is None) == stop
+
+
+# le(x, w) over inputs on a grid of eighths: w between grid points under most weight seeds, on one (0.5) under the
+# seed that ends in 2, where one ulp up flips every element equal to it
+THRESHOLD = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.tensor(0.5 if torch.initial_seed() % 1000 == 2 else 0.5625))
+
+    def forward(self, x):
+        return torch.le(x, self.w).float()
+
+def get_inputs():
+    return [torch.randint(0, 8, (4096,)).float() / 8]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_path):
+    """Draw 0's weights hide the threshold; the verifier's draw 2 builds the model with a weight that sits on the
+    inputs' values. The profile stage finds the task fragile only with profile.shortcut_fresh_weights (default)."""
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, seed=0),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    found = {}
+    for fresh in (True, False):
+        rd = RunDir(tmp_path / f"run{fresh}")
+        rd.init(cfg)
+        rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": THRESHOLD}], TASKS), TASKS)
+        profile.run(rd, cfg, "local")
+        cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_fresh_weights=fresh))
+        profile.run(rd, cfg2, "local")
+        row = rd.read_rows("shortcuts")[0]
+        assert row["shortcut_checks"] == "fragile", row
+        found[fresh] = row["fragile"]
+    assert found == {True: "one-ulp input move", False: ""}
