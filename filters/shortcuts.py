@@ -304,7 +304,8 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
         found = next((c for c in checks if worst[c] is not None and worst[c] >= 1), "")
         if stop_first and found:
             break
-    return {"fragile": found, "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64)}
+    return {"fragile": found, "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64),
+            "fragile_weights": "fresh" if model_for is not None and draws > 1 else "one"}
 
 
 def _ratio_map(ratios: dict[str, float]) -> str:

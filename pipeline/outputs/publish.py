@@ -99,6 +99,7 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "ops_that_matter": m.get("ops_that_matter"),
         "fragile_ulp_ratio": _finite(m.get("fragile_ulp_ratio")),
         "fragile_f64_ratio": _finite(m.get("fragile_f64_ratio")),
+        "fragile_weights": m.get("fragile_weights"),
         "flops": flops,
         "bytes_moved": moved,
         "arithmetic_intensity": flops / moved if flops is not None and moved else None,

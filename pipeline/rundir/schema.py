@@ -126,6 +126,8 @@ MEASUREMENTS = pa.schema([
                                             # move | float64 reference
     ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
     ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
+    ("fragile_weights", pa.string()),       # fresh: each draw built the model with its own seeded weights (as verify
+                                            # does) | one: one model for every draw | null: the check did not run
     ("gpu_busy_shortcut_s", pa.float64()),  # of gpu_busy_s: the shortcut checks
     ("gpu_busy_dead_s", pa.float64()),      # of gpu_busy_shortcut_s: the dead-input check
     ("gpu_busy_skip_s", pa.float64()),      # of gpu_busy_shortcut_s: the skippable-operator check
@@ -218,7 +220,7 @@ PRESCREEN = pa.schema([
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
                     "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "shortcut_screened", "fragile", "fragile_ulp_ratio",
-                    "fragile_f64_ratio", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
+                    "fragile_f64_ratio", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
@@ -268,6 +270,9 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
                           "floating input, over the check's draws (< 1 passes: the headroom an honest rounding has)"),
     "fragile_f64_ratio": (pa.float64(), "largest verifier ratio of the float32 output against a float64 reference, "
                           "over the check's draws (< 1 passes)"),
+    "fragile_weights": (pa.string(), "how the fragility check drew the weights: fresh (each draw builds the model "
+                        "with its own seeded weights, as `opsynth verify` does), one (one model for every draw), "
+                        "null (not measured)"),
     "flops": (pa.int64(), "floating-point operations of one forward, every operator family counted (cost model; "
               "how: the card's FLOPs section)"),
     "bytes_moved": (pa.int64(), "bytes read and written by one forward (cost model)"),

@@ -111,21 +111,35 @@ def _shards_left(budget: Budget, sizes: list[int], interval: float | None) -> in
     return left
 
 
-def _left_to_measure(rd: RunDir, k: int, ids: set[str],
-                     on_disk: dict[int, Counter], table_name: str = "measurements") -> dict[str, dict[str, Any]] | None:
+def _left_to_measure(rd: RunDir, k: int, ids: set[str], on_disk: dict[int, Counter],
+                     table_name: str = "measurements", stale: Any = None) -> dict[str, dict[str, Any]] | None:
     """None when measurement shard k is done and covers `ids` (the tasks at its positions); else the rows it
     already holds for them: none for a shard not written yet, some for one written before the run grew.
-    on_disk[k]: the statuses of the rows the shard holds on disk now, when it has any."""
+    on_disk[k]: the statuses of the rows the shard holds on disk now, when it has any. stale(row): a held row
+    this call measures again (its shard is then rewritten with the others kept)."""
     import pyarrow.parquet as pq
 
     if not rd.is_done(table_name, k):
         return {}
     path = rd.shard_path(table_name, k)
+    if stale is not None:
+        rows = pq.read_table(path).to_pylist()
+        on_disk[k] = Counter(r["status"] for r in rows)
+        held = {r["task_id"]: r for r in rows if r["task_id"] in ids and not stale(r)}
+        return None if set(held) == ids and len(rows) == len(ids) else held
     table = pq.read_table(path, columns=["task_id", "status"])
     on_disk[k] = Counter(table.column("status").to_pylist())
     if set(table.column("task_id").to_pylist()) == ids:
         return None
     return {r["task_id"]: r for r in pq.read_table(path).to_pylist() if r["task_id"] in ids}
+
+
+def _one_model_clean(row: dict[str, Any]) -> bool:
+    """A shortcuts row whose fragility check passed with one model for every draw (written before
+    profile.shortcut_fresh_weights): a call with fresh weights checks it again, since the verifier's draws each
+    build their own weights. A finding stands whatever the weights, and so does a row whose checks stopped earlier."""
+    return (row.get("status") == "ok" and "fragile" in (row.get("shortcut_checks") or "").split(",")
+            and not row.get("fragile") and row.get("fragile_weights") != "fresh")
 
 
 def _out_before_shortcuts(rd: RunDir) -> dict[str, tuple[str, str]]:
@@ -202,7 +216,10 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     shards = dict(chunks(tasks, size))
     # profile.shortcuts_only: the shortcut checks alone, into shortcuts/ beside the stored measurements (same shards)
     table, schema = ("shortcuts", SHORTCUTS) if cfg.profile.shortcuts_only else ("measurements", MEASUREMENTS)
-    left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk, table),
+    p = cfg.profile
+    stale = _one_model_clean if p.shortcuts_only and p.shortcut_fresh_weights and "fragile" in p.shortcut_checks \
+        else None
+    left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk, table, stale),
                       list(shards))
     for (k, rows), before in zip(shards.items(), left, strict=True):
         if before is not None:

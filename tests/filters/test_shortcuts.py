@@ -257,8 +257,8 @@ def test_fresh_weights_per_draw_find_a_threshold_one_weight_draw_hides():
         fixed = fragility(Threshold(5.0), draw, TOL, draws=5, stop_first=False, checks=(FRAGILE_ULP,))
         fresh = fragility(Threshold(5.0), draw, TOL, draws=5, stop_first=False, checks=(FRAGILE_ULP,),
                           model_for=lambda k: Threshold(on_a_value if k == 2 else 5.0))
-    assert fixed["fragile"] == "" and fixed["fragile_ulp_ratio"] == 0.0
-    assert fresh["fragile"] == FRAGILE_ULP and fresh["fragile_ulp_ratio"] >= 1
+    assert fixed["fragile"] == "" and fixed["fragile_ulp_ratio"] == 0.0 and fixed["fragile_weights"] == "one"
+    assert fresh["fragile"] == FRAGILE_ULP and fresh["fragile_ulp_ratio"] >= 1 and fresh["fragile_weights"] == "fresh"
 
 
 def test_draw_zero_keeps_the_callers_model_and_its_outputs():

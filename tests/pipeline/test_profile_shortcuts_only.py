@@ -168,5 +168,33 @@ def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_pa
         profile.run(rd, cfg2, "local")
         row = rd.read_rows("shortcuts")[0]
         assert row["shortcut_checks"] == "fragile", row
-        found[fresh] = row["fragile"]
-    assert found == {True: "one-ulp input move", False: ""}
+        found[fresh] = (row["fragile"], row["fragile_weights"])
+    assert found == {True: ("one-ulp input move", "fresh"), False: ("", "one")}
+
+
+def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
+    """Rows whose fragility one model passed are measured again (the threshold task is then found fragile); a row
+    with a finding stays as it was, and the shard is written again with both."""
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, seed=0),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    tasks = [{"task_id": "t", "name": "T", "code": THRESHOLD}, {"task_id": "dead", "name": "Dead", "code": DEAD_Y}]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+    profile.run(rd, cfg, "local")
+    kinds = ("dead", "skip", "fragile")
+
+    def call(fresh):
+        profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=kinds, shortcut_fresh_weights=fresh)), "local")
+        return {r["task_id"]: r for r in rd.read_rows("shortcuts")}
+
+    one = call(False)
+    assert one["t"]["fragile"] == "" and one["t"]["fragile_weights"] == "one"
+    assert one["dead"]["dead_inputs"] == ["y"]
+    assert call(False)["t"]["started_at"] == one["t"]["started_at"]  # the same settings: nothing measured again
+    fresh = call(True)
+    assert fresh["t"]["fragile"] == "one-ulp input move" and fresh["t"]["fragile_weights"] == "fresh"
+    assert fresh["dead"] == one["dead"]  # its finding stands: not measured again
+    assert call(True)["t"]["started_at"] == fresh["t"]["started_at"]  # and now the shard is done for good
