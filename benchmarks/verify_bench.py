@@ -190,34 +190,59 @@ def _baseline(path: str | None, n: int) -> tuple[list[dict], str]:
         f"the profile stage's eager_ms measured again on this GPU ({Path(path).name})"
 
 
+EAGER_TIMEOUT_S = 240.0  # one eager twin at most: a stuck one costs the section this, not the call
+EAGER_MEMORY_FACTOR = 6  # the twin's reservation over the task's forward peak (see eager_vs_release)
+
+
 def eager_vs_release(args: argparse.Namespace) -> dict:
-    """In chunks of 2W tasks until --n-release or the --max-minutes box: the figures cover the tasks verified."""
+    """In chunks of 2W tasks until --n-release or the --max-minutes box (negative: no new tasks, the figures from
+    --eager-rows alone). With --eager-rows FILE each task's result is appended as it lands, and a later call
+    verifies only the tasks the file lacks: the figures cover every task of the first --n-release in it."""
     rows, baseline = _baseline(args.eager_baseline, args.n_release)
-    ratios, failed = [], []
-    box = time.monotonic() + 60 * (args.max_minutes or 1e6)
+    path = Path(args.eager_rows) if args.eager_rows else None
+    done = {}
+    if path and path.is_file():
+        done = {r["task_id"]: r for r in map(json.loads, path.read_text().splitlines()) if r}
+    todo = [r for r in rows if r["task_id"] not in done]
+    box = time.monotonic() + 60 * (args.max_minutes if args.max_minutes is not None else 1e6)
     step = 2 * max(1, args.workers)
-    for i in range(0, len(rows), step):
+    for i in range(0, len(todo), step):
         if time.monotonic() > box:
             break
-        chunk = rows[i: i + step]
+        chunk = todo[i: i + step]
+
+        def keep(j: int, r: dict, chunk=chunk) -> None:
+            e = (r.get("times_ms") or {}).get("eager", {})
+            done[chunk[j]["task_id"]] = row = {
+                "task_id": chunk[j]["task_id"], "eager_ms": e.get("median"), "eager_iqr_ms": e.get("iqr"),
+                "runs": e.get("runs"), "wall_s": r.get("wall_s"), "gpu_peak_bytes": r.get("gpu_peak_bytes"),
+                "task_peak_bytes": r.get("task_peak_bytes"), "retried_alone": r.get("retried_alone"),
+                "error": r.get("error"), "hack": r.get("hack"), "stderr_tail": r.get("stderr_tail")}
+            print(json.dumps({k: row[k] for k in ("task_id", "eager_ms", "wall_s", "error")}, default=str)[:300],
+                  flush=True)
+            if path:
+                with path.open("a") as f:
+                    f.write(json.dumps(row, default=str) + "\n")
+
         # the workers draw and check side by side; their timed rounds take turns on the device (verify_batch's lock).
         # Only the eager time is compared, and the twin is the task itself: one draw, no shape variants and no
-        # float64 reference, so the section spends the GPU on timing, which runs as in every verification; it holds
-        # the inputs twice and the outputs (3x the task's peak, not the precision check's 5x)
-        got = verify_batch([_eager_twin(f"{RELEASE}:{row['task_id']}") for row in chunk], workers=args.workers, device=args.device, allow_torch=True,
-                           compile=False, draws=1, off=("precision",), memory_factor=3)
-        for row, r in zip(chunk, got, strict=True):
-            e = (r.get("times_ms") or {}).get("eager", {}).get("median")
-            if e:
-                ratios.append(e / row["eager_ms"])
-            else:  # no eager time: the twin failed, and the section says why
-                failed.append({"task": row["task_id"], "error": r.get("error"), "hack": r.get("hack"),
-                               "correct": r.get("correct"), "stderr_tail": r.get("stderr_tail")})
-                print(json.dumps(failed[-1], default=str)[:600], flush=True)
+        # float64 reference, so the section spends the GPU on timing, which runs as in every verification. It holds
+        # the inputs twice, the outputs of three forwards and two models: EAGER_MEMORY_FACTOR x the task's peak
+        # (each row's gpu_peak_bytes says what it held)
+        verify_batch([_eager_twin(f"{RELEASE}:{row['task_id']}") for row in chunk], workers=args.workers,
+                     device=args.device, allow_torch=True, compile=False, draws=1, off=("precision",),
+                     memory_factor=EAGER_MEMORY_FACTOR, timeout_s=EAGER_TIMEOUT_S, on_result=keep)
+    base = {r["task_id"]: r["eager_ms"] for r in rows}
+    got = [done[t] for t in base if t in done]
+    ratios = [r["eager_ms"] / base[r["task_id"]] for r in got if r.get("eager_ms")]
+    failed = [r for r in got if not r.get("eager_ms")]
     dev = sorted(abs(x - 1) for x in ratios)
-    return {"tasks": len(ratios), "baseline": baseline, "median_ratio": statistics.median(ratios) if ratios else None,
+    held = [r["gpu_peak_bytes"] / r["task_peak_bytes"] for r in got if r.get("gpu_peak_bytes") and r.get("task_peak_bytes")]
+    return {"tasks": len(ratios), "listed": len(rows), "baseline": baseline,
+            "median_ratio": statistics.median(ratios) if ratios else None,
             "p90_abs_dev": dev[int(0.9 * (len(dev) - 1))] if dev else None, "failed": len(failed),
-            "failed_examples": failed[:5]}
+            "failed_examples": failed[:5], "retried_alone": sum(1 for r in got if r.get("retried_alone")),
+            "gpu_peak_over_task_peak": _spread(held)}
 
 
 def _eager_twin(task: str) -> tuple[dict, str]:
@@ -299,7 +324,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--eager-baseline", help="eager_vs_release: measurements (parquet files) of the first release "
                     "tasks made again by the profile stage on this GPU, instead of the release's own eager_ms")
-    ap.add_argument("--max-minutes", type=float, default=None, help="eager_vs_release: stop starting chunks after this")
+    ap.add_argument("--max-minutes", type=float, default=None, help="eager_vs_release: stop starting chunks after this "
+                    "(negative: the figures from --eager-rows alone)")
+    ap.add_argument("--eager-rows", default=None, help="eager_vs_release: JSONL of each task's result, appended as "
+                    "it lands and read back to skip the tasks done (resume across calls)")
     ap.add_argument("--corpus-rows", default=None, help="corpus: JSONL of each pair's two results, appended as "
                     "chunks end and read back to skip the pairs done (resume across calls)")
     ap.add_argument("--corpus-minutes", type=float, default=None, help="corpus: stop starting chunks after this")

@@ -50,6 +50,9 @@ def _fake_verify(active: list, peak_seen: list, oom_when_crowded: bool):
     return fake
 
 
+GIB = 2**30
+
+
 def _tasks(n: int, peak: int) -> list:
     return [({"task_id": f"t{i}", "code": "", "peak_memory_bytes": peak}, "cand") for i in range(n)]
 
@@ -57,21 +60,21 @@ def _tasks(n: int, peak: int) -> list:
 def test_reservations_bound_how_many_run_at_once(monkeypatch):
     active, seen = [], []
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
-    # 5 x 10 = 50 bytes each in a 120-byte budget: at most two side by side though four workers are free
-    rows = verify_batch(_tasks(8, 10), workers=4, device="cuda", memory_budget=120)
+    # 8 x 1 GiB + 0.5 GiB = 8.5 GiB each in a 20 GiB budget: at most two side by side though four workers are free
+    rows = verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=20 * GIB)
     assert [r["reward"] for r in rows] == [1] * 8
     assert max(seen) == 2, seen
-    # a caller that knows its verifications hold less (3 x 10 = 30 bytes): four side by side
+    # a caller that knows its verifications hold less (3 x 1 GiB + 0.5 GiB): four side by side
     active, seen = [], []
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
-    verify_batch(_tasks(8, 10), workers=4, device="cuda", memory_budget=120, memory_factor=3)
+    verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=20 * GIB, memory_factor=3)
     assert max(seen) == 4, seen
 
 
 def test_out_of_memory_is_verified_again_alone(monkeypatch):
     active, seen = [], []
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=True))
-    rows = verify_batch(_tasks(6, 1), workers=3, device="cuda", memory_budget=10**6)
+    rows = verify_batch(_tasks(6, 1), workers=3, device="cuda", memory_budget=10 * GIB)
     assert max(seen) > 1  # they did run side by side, and the crowded ones ran out of memory
     assert [r["reward"] for r in rows] == [1] * 6
     assert any(r.get("retried_alone") for r in rows)
@@ -94,9 +97,10 @@ def test_each_gated_verification_is_capped_at_its_reservation_and_a_retry_alone_
         return {"task_id": task["task_id"], "reward": -1 if err else 1, "error": err}
 
     monkeypatch.setattr(api, "verify", fake)
-    rows = verify_batch(_tasks(3, 10), workers=2, device="cuda", memory_budget=10**6)
-    # 1.5 x the reservation (5 x the task's peak); then the retry, uncapped
-    assert caps[:3] == [75, 75, 75] and caps[3:] == [None], caps
+    rows = verify_batch(_tasks(3, GIB), workers=2, device="cuda", memory_budget=40 * GIB)
+    # 1.5 x the reservation (8 x the task's peak, and the fixed 0.5 GiB); then the retry, uncapped
+    cap = int(1.5 * (8 * GIB + GIB // 2))
+    assert caps[:3] == [cap, cap, cap] and caps[3:] == [None], caps
     assert [r["reward"] for r in rows] == [1, 1, 1]
     caps.clear()
     verify_batch(_tasks(2, 10), workers=2, device="cpu")
