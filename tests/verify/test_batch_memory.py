@@ -60,14 +60,14 @@ def _tasks(n: int, peak: int) -> list:
 def test_reservations_bound_how_many_run_at_once(monkeypatch):
     active, seen = [], []
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
-    # 8 x 1 GiB + 0.5 GiB = 8.5 GiB each in a 20 GiB budget: at most two side by side though four workers are free
-    rows = verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=20 * GIB)
+    # 5 x 1 GiB + 0.5 GiB = 5.5 GiB each in a 12 GiB budget: at most two side by side though four workers are free
+    rows = verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=12 * GIB)
     assert [r["reward"] for r in rows] == [1] * 8
     assert max(seen) == 2, seen
     # a caller that knows its verifications hold less (3 x 1 GiB + 0.5 GiB): four side by side
     active, seen = [], []
     monkeypatch.setattr(api, "verify", _fake_verify(active, seen, oom_when_crowded=False))
-    verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=20 * GIB, memory_factor=3)
+    verify_batch(_tasks(8, GIB), workers=4, device="cuda", memory_budget=16 * GIB, memory_factor=3)
     assert max(seen) == 4, seen
 
 
@@ -98,8 +98,8 @@ def test_each_gated_verification_is_capped_at_its_reservation_and_a_retry_alone_
 
     monkeypatch.setattr(api, "verify", fake)
     rows = verify_batch(_tasks(3, GIB), workers=2, device="cuda", memory_budget=40 * GIB)
-    # 1.5 x the reservation (8 x the task's peak, and the fixed 0.5 GiB); then the retry, uncapped
-    cap = int(1.5 * (8 * GIB + GIB // 2))
+    # 2.5 x the reservation (5 x the task's peak, and the fixed 0.5 GiB); then the retry, uncapped
+    cap = int(2.5 * (5 * GIB + GIB // 2))
     assert caps[:3] == [cap, cap, cap] and caps[3:] == [None], caps
     assert [r["reward"] for r in rows] == [1, 1, 1]
     caps.clear()
