@@ -400,6 +400,8 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                                   f"{m['fp64_ratio']:.3g} > 1 at the verifier tolerance {tol:g})")
             if getattr(cfg.sample, "prescreen_shortcuts", "off") != "off" and not res.reason:
                 steps = ulp_steps(real.in_numels, plan.in_numels) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
+                # the real-size check's own move (profile.shortcut_ulp_steps), scaled the same way
+                steps = min(ULP_STEPS_MAX, steps * cfg.profile.shortcut_ulp_steps)
                 _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps,
                                   _fresh_models(ns, seed) if cfg.profile.shortcut_fresh_weights else None)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict

@@ -876,7 +876,7 @@ class Harness:
             t_kind = time.perf_counter()
             got = measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
                           kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
-                          stop_first=s.shortcut_stop_first, known_ratio=known,
+                          stop_first=s.shortcut_stop_first, known_ratio=known, ulp_steps=s.shortcut_ulp_steps,
                           model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
                           **given)
             screened += got.pop("shortcut_screened", [])

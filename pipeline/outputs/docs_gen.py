@@ -55,6 +55,8 @@ FIELD_DOCS = {
     "profile.reserve_margin_measured": "margin on the measured peak for the memory reservation after the first forward",
     "profile.reserve_slack_gb": "slack added to each memory reservation (GiB)",
     "profile.shortcut_draws": "input draws the fragility check runs on",
+    "profile.shortcut_ulp_steps": "the fragility check moves every floating input by this many ulps (each "
+                                  "element's own); the CPU pre-screen multiplies its scaled move by it",
     "profile.shortcut_fresh_weights": "the fragility check builds the model again, with fresh seeded weights, on each "
                                       "draw after the first, as the verifier does",
     "profile.shortcut_stop_first": "each shortcut check kind stops at its first finding, and in the profile stage a "

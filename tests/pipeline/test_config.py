@@ -93,6 +93,7 @@ def test_profile_settings_for_one_call_change_only_those_keys():
     ("profile.max_runs=two", "is not a TOML value"),
     ("profile.max_runs=2", "profile.max_runs must be >= min_runs"),
     ("profile.timing_phases=1", "timing_phases must be true or false"),
+    ("profile.shortcut_ulp_steps=0", "profile.shortcut_ulp_steps must be >= 1 (got 0)"),
 ])
 def test_bad_profile_settings_name_the_key_and_the_fix(pair, fragment):
     with pytest.raises(ConfigError) as e:

@@ -198,3 +198,39 @@ def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
     assert fresh["t"]["fragile"] == "one-ulp input move" and fresh["t"]["fragile_weights"] == "fresh"
     assert fresh["dead"] == one["dead"]  # its finding stands: not measured again
     assert call(True)["t"]["started_at"] == fresh["t"]["started_at"]  # and now the shard is done for good
+
+
+# half the elements sit 50 ulps below the step at 1.5 (x * 3 > 1.5), the rest are random: a one-ulp move flips
+# none, a move of 100 ulps flips them all
+NEAR_STEP = '''import torch
+import torch.nn as nn
+
+BELOW = float(torch.tensor(1.5 - 50 * 2.0**-23, dtype=torch.float64) / 3)
+
+class Model(nn.Module):
+    def forward(self, x):
+        return (x * 3.0 > 1.5).float()
+
+def get_inputs():
+    x = torch.randn(4096)
+    return [torch.where(torch.rand(4096) < 0.5, torch.full_like(x, BELOW), x)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_fragility_checks_move_is_profile_shortcut_ulp_steps(tmp_path):
+    cfg = load_preset("demo")
+    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
+                              profile=dataclasses.replace(cfg.profile, compile=False))
+    found = {}
+    for steps in (1, 100):
+        rd = RunDir(tmp_path / f"run{steps}")
+        rd.init(cfg)
+        rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": NEAR_STEP}], TASKS), TASKS)
+        profile.run(rd, cfg, "local")
+        profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_ulp_steps=steps)), "local")
+        found[steps] = rd.read_rows("shortcuts")[0]["fragile"]
+    assert found == {1: "", 100: "one-ulp input move"}

@@ -1,0 +1,127 @@
+"""The honest corpus's tasks through the dataset's shortcut checks (filters/shortcuts.py) at their real sizes, with
+the verifier's own draws: weights seeded k and inputs seeded 500 + k for draw k (`opsynth verify`'s seed 0), each
+draw building its model afresh. A corpus pair whose task the checks drop cannot show whether honest candidates
+are punished: a correct kernel that rounds differently fails a fragile task at random.
+
+    python benchmarks/corpus_task_checks.py --device cpu --corpus benchmarks/verify_inductor/pairs.jsonl \
+        --kinds fragile --max-minutes 50
+
+Each task runs in a worker subprocess (one at a time, --timeout-s each). Prints a table and writes
+benchmarks/results/corpus_task_checks_<device>.json (with its "headline")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+INPUT_SEED = 500  # the verifier draws draw k's inputs from seed * 1000 + k + 500 (verify/worker.py)
+
+
+def check_task(item: tuple[str, str, tuple[str, ...], int]) -> dict:
+    """One task's shortcut measurements on `device` at its real sizes, the verifier's draws."""
+    import torch
+
+    from filters.shortcuts import measure
+    from filters.tensor_checks import flatten
+    from verify.task import load_task
+
+    spec, device, kinds, steps = item
+    t0 = time.perf_counter()
+    task = load_task(spec)
+    ns: dict = {"__name__": f"task_{task['task_id']}"}
+    exec(compile(task["code"], f"<task {task['task_id']}>", "exec"), ns)  # noqa: S102 - a released task
+    dev = torch.device(device)
+    on = dev if dev.type == "cuda" else torch.device("cpu")
+
+    def model_for(k: int):
+        torch.manual_seed(k)
+        with on:
+            return ns["Model"](*ns["get_init_inputs"]()).to(dev).eval()
+
+    def draw(k: int):
+        torch.manual_seed(k + INPUT_SEED)
+        with on:
+            return tuple(x.to(dev) if isinstance(x, torch.Tensor) else x for x in ns["get_inputs"]())
+
+    with torch.no_grad():
+        model = model_for(0)
+        ref0 = flatten(model(*draw(0)))
+        m = measure(model, draw, ref0, 1e-2, kinds=kinds, model_for=model_for, ulp_steps=steps)
+    return {"task_id": task["task_id"], "seconds": round(time.perf_counter() - t0, 1),
+            **{k: m.get(k) for k in ("shortcut_checks", "dead_inputs", "skippable_ops", "fragile",
+                                     "fragile_ulp_ratio", "fragile_f64_ratio", "fragile_weights")}}
+
+
+def dropped(r: dict) -> str:
+    """The finding that drops the task, or ''."""
+    if r.get("error"):
+        return ""
+    if r.get("dead_inputs"):
+        return f"dead input {r['dead_inputs'][0]}"
+    if r.get("skippable_ops"):
+        return f"skippable operator {r['skippable_ops'][0]}"
+    return f"fragile: {r['fragile']}" if r.get("fragile") else ""
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--corpus", action="append", required=True, help="JSONL of {task, candidate[, kind]}; repeatable")
+    ap.add_argument("--kinds", default="dead,skip,fragile")
+    ap.add_argument("--ulp-steps", type=int, default=1, help="the fragility check's input move in ulps "
+                    "(profile.shortcut_ulp_steps)")
+    ap.add_argument("--max-minutes", type=float, default=None, help="stop starting tasks after this")
+    ap.add_argument("--timeout-s", type=float, default=600.0)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    a = ap.parse_args()
+    kinds = tuple(a.kinds.split(","))
+    tasks = list(dict.fromkeys(json.loads(ln)["task"] for f in a.corpus for ln in Path(f).read_text().splitlines()
+                               if ln.strip()))
+    box = time.time() + 60 * (a.max_minutes if a.max_minutes is not None else 1e6)
+    rows = []
+    for spec in tasks:
+        if time.time() > box:
+            break
+        with mp.get_context("spawn").Pool(1) as pool:  # a crash or a hang costs this task, not the run
+            try:
+                r = pool.apply_async(check_task, ((spec, a.device, kinds, a.ulp_steps),)).get(timeout=a.timeout_s)
+            except Exception as e:  # noqa: BLE001 - a task the checks cannot run is counted with its error
+                r = {"task_id": spec.rsplit(":", 1)[-1], "error": f"{type(e).__name__}: {e}"[:300]}
+        r["dropped_by"] = dropped(r)
+        rows.append(r)
+        print(f"{r['task_id']:<18} {r.get('seconds', '-')!s:>7} {r['dropped_by'] or r.get('error') or 'kept'}",
+              flush=True)
+    import torch
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=ROOT).stdout.strip()
+    hw = "2-core CPU (no GPU)" if a.device == "cpu" else torch.cuda.get_device_name()
+    argv = [x.replace(str(ROOT) + "/", "") for x in sys.argv[1:]]
+    argv = ["OUT" if x == a.out and Path(x).is_absolute() and not x.startswith(str(ROOT)) else x for x in argv]
+    ok = [r for r in rows if not r.get("error")]
+    out_ = [r for r in ok if r["dropped_by"]]
+    headline = [{"figure": "honest-corpus tasks the shortcut checks drop (real sizes, the verifier's draws)",
+                 "value": f"{len(out_)} of {len(ok)} checked" + (f": {', '.join(r['task_id'] for r in out_)}"
+                                                                  if out_ else "")
+                 + (f" ({len(rows) - len(ok)} failed to run)" if len(ok) < len(rows) else ""),
+                 "target": "0", "command": "python benchmarks/corpus_task_checks.py " + " ".join(argv),
+                 "hardware": hw, "torch": torch.__version__, "commit": commit}]
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    path = Path(a.out) / f"corpus_task_checks_{'cpu' if a.device == 'cpu' else 'gpu'}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"headline": headline, "kinds": list(kinds), "ulp_steps": a.ulp_steps, "listed": len(tasks), "rows": rows},
+                               indent=1, default=str) + "\n")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
