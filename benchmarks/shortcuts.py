@@ -230,39 +230,54 @@ def _cpu_item(item: tuple[dict, object]) -> tuple[str, dict]:
         return row["task_id"], {"status": f"error ({type(e).__name__})"}
 
 
+def _judged_by_profile(run: Path) -> tuple[dict[str, dict], dict[str, str]]:
+    """The release rows a shortcuts-only profile call measured in RUN (its shortcuts/ table): per task, what each kind
+    found, the fragility ratios and seconds, and the kinds that ran; and their code (release rows only: a task
+    dedupe dropped is not one)."""
+    import pyarrow.parquet as pq
+
+    from pipeline.rundir.store import RunDir
+
+    gpu = {r["task_id"]: {**{k: bool(r.get(c)) for k, c in KINDS.items()}, **{c: r.get(c) for c in FRAGILE_RATIOS},
+                          "fragile_s": r.get("gpu_busy_fragile_s") or 0.0, "ran": r["shortcut_checks"].split(",")}
+           for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
+    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
+            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
+    return gpu, code
+
+
+def _screen_pool(fn, items: list, workers: int, max_minutes: float | None) -> dict[str, dict]:
+    """fn over items in a pool of CPU processes until the time box: {task_id: result} of those finished."""
+    import multiprocessing as mp
+
+    box = time.time() + 60 * (max_minutes or 1e6)
+    got: dict[str, dict] = {}
+    pool = mp.get_context("spawn").Pool(workers, initializer=_cpu_init)
+    try:
+        for t, r in pool.imap_unordered(fn, items):
+            got[t] = r
+            if time.time() > box:
+                break
+    finally:
+        pool.terminate()
+    return got
+
+
 def against_run_section(run: Path, workers: int, max_minutes: float | None) -> dict:
     """How well the pre-screen (the h200 preset's: all three kinds, the fragility move scaled to the real size)
     predicts the profile stage's own checks at real sizes: every release row a shortcuts-only profile call measured
     in RUN (its shortcuts/ table), screened on the CPU in a pool until the time box; per kind, the GPU's findings the
     screen catches and the GPU-clean rows it flags."""
-    import multiprocessing as mp
-
-    import pyarrow.parquet as pq
-
     from pipeline.rundir.config import load_preset
-    from pipeline.rundir.store import RunDir
 
     cfg = load_preset("h200")
     # the release's shortcuts-only calls built one model per task: the screen does too, to be compared with them
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
                               profile=dataclasses.replace(cfg.profile, shortcut_checks=("dead", "skip", "fragile"),
                                                           shortcut_fresh_weights=False))
-    gpu = {r["task_id"]: {**{k: bool(r.get(c)) for k, c in KINDS.items()}, **{c: r.get(c) for c in FRAGILE_RATIOS},
-                          "fragile_s": r.get("gpu_busy_fragile_s") or 0.0, "ran": r["shortcut_checks"].split(",")}
-           for r in RunDir(run).read_rows("shortcuts") if r["status"] == "ok" and r.get("shortcut_checks")}
-    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
-            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
-    ids = sorted(code)  # release rows only: a task dedupe dropped is not one
-    box = time.time() + 60 * (max_minutes or 1e6)
-    cpu: dict[str, dict] = {}
-    pool = mp.get_context("spawn").Pool(workers, initializer=_cpu_init)
-    try:
-        for t, r in pool.imap_unordered(_cpu_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids]):
-            cpu[t] = r
-            if time.time() > box:
-                break
-    finally:
-        pool.terminate()
+    gpu, code = _judged_by_profile(run)
+    ids = sorted(code)
+    cpu = _screen_pool(_cpu_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids], workers, max_minutes)
     ok = [t for t in cpu if cpu[t].get("status") == "ok"]
     out: dict = {"gpu_rows": len(ids), "screened": len(cpu), "screened_ok": len(ok), "kinds": {}}
     for k in KINDS:  # each kind over the rows the profile stage ran it on (it stops a task at its first finding)
@@ -304,31 +319,15 @@ def fresh_weights_section(run: Path, workers: int, max_minutes: float | None) ->
     fragility a shortcuts-only profile call in RUN judged (with one model per task), screened on the CPU with the
     fragility check alone, once with one model and once with each draw's own; per verdict of the GPU (fragile,
     clean), the rows each screen flags."""
-    import multiprocessing as mp
-
-    import pyarrow.parquet as pq
-
     from pipeline.rundir.config import load_preset
-    from pipeline.rundir.store import RunDir
 
     cfg = load_preset("h200")
     cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
                               profile=dataclasses.replace(cfg.profile, shortcut_checks=("fragile",)))
-    gpu = {r["task_id"]: bool(r.get("fragile")) for r in RunDir(run).read_rows("shortcuts")
-           if r["status"] == "ok" and "fragile" in (r.get("shortcut_checks") or "").split(",")}
-    code = {r["task_id"]: r["code"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
-            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist() if r["task_id"] in gpu}
-    ids = sorted(code)
-    box = time.time() + 60 * (max_minutes or 1e6)
-    cpu: dict[str, dict] = {}
-    pool = mp.get_context("spawn").Pool(workers, initializer=_cpu_init)
-    try:
-        for t, r in pool.imap_unordered(_fresh_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids]):
-            cpu[t] = r
-            if time.time() > box:
-                break
-    finally:
-        pool.terminate()
+    judged, code = _judged_by_profile(run)
+    gpu = {t: j["fragile"] for t, j in judged.items() if "fragile" in j["ran"]}
+    ids = sorted(t for t in code if t in gpu)
+    cpu = _screen_pool(_fresh_item, [({"task_id": t, "code": code[t]}, cfg) for t in ids], workers, max_minutes)
     ok = [t for t in cpu if all(v["status"] == "ok" for v in cpu[t].values())]
     out: dict = {"gpu_rows": len(ids), "screened": len(cpu), "screened_ok": len(ok)}
     for verdict, rows in (("gpu_fragile", [t for t in ok if gpu[t]]), ("gpu_clean", [t for t in ok if not gpu[t]])):
@@ -528,14 +527,10 @@ def _write_against(a, torch) -> None:
 def _write_against_run(a, torch) -> None:
     t0 = time.time()
     r = against_run_section(Path(a.against_run), a.cpu_workers, a.max_minutes)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    run = Path(a.against_run).resolve()
-    shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else "DIR"
-    cmd = (f"python benchmarks/shortcuts.py --against-run {shown} --cpu-workers {a.cpu_workers}"
-           + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else ""))
     # two machines made the figure: the GPU judged the rows (its call's commit), the CPU screened them
-    base = {"command": cmd, "hardware": f"2-core CPU (no GPU) against {a.gpu_name or 'the GPU of the profile call'}",
-            "torch": torch.__version__, "commit": f"{commit} (screen), {a.gpu_commit or '?'} (GPU)"}
+    base = {"command": _run_command("--against-run", a.against_run, a),
+            "hardware": f"2-core CPU (no GPU) against {a.gpu_name or 'the GPU of the profile call'}",
+            "torch": torch.__version__, "commit": f"{_commit()} (screen), {a.gpu_commit or '?'} (GPU)"}
     names = {"dead": "dead inputs", "skip": "skippable operators", "fragile": "fragile outputs"}
     headline = []
     for k, v in r["kinds"].items():
@@ -566,16 +561,24 @@ def _write_against_run(a, torch) -> None:
     print(f"wrote {out}")
 
 
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+
+
+def _run_command(flag: str, run: str, a) -> str:
+    """The command line of a run-directory section, RUN relative to the checkout (else DIR: no machine paths)."""
+    path = Path(run).resolve()
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else "DIR"
+    return (f"python benchmarks/shortcuts.py {flag} {shown} --cpu-workers {a.cpu_workers}"
+            + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else ""))
+
+
 def _write_fresh_weights(a, torch) -> None:
     t0 = time.time()
     r = fresh_weights_section(Path(a.fresh_weights), a.cpu_workers, a.max_minutes)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    run = Path(a.fresh_weights).resolve()
-    shown = run.relative_to(ROOT) if run.is_relative_to(ROOT) else "DIR"
-    cmd = (f"python benchmarks/shortcuts.py --fresh-weights {shown} --cpu-workers {a.cpu_workers}"
-           + (f" --max-minutes {a.max_minutes:g}" if a.max_minutes else ""))
-    base = {"command": cmd, "hardware": "2-core CPU (no GPU), screened shapes", "torch": torch.__version__,
-            "commit": commit}
+    base = {"command": _run_command("--fresh-weights", a.fresh_weights, a), "hardware": "2-core CPU (no GPU), "
+            "screened shapes", "torch": torch.__version__, "commit": _commit()}
     c, f = r["gpu_clean"], r["gpu_fragile"]
     pct = lambda x, n: f"{100 * x / max(n, 1):.1f}%"  # noqa: E731
     headline = [{"figure": "GPU-clean v1 rows the fragility screen flags: one model / each draw's own weights",
