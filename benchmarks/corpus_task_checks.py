@@ -5,6 +5,8 @@ are punished: a correct kernel that rounds differently fails a fragile task at r
 
     python benchmarks/corpus_task_checks.py --device cpu --corpus benchmarks/verify_inductor/pairs.jsonl \
         --kinds fragile --max-minutes 50
+    python benchmarks/corpus_task_checks.py --task data/releases/opsynth-ops-h200-v1:79c6cdbad6aa9222 \
+        --kinds fragile --ulp-steps 16 --out OUT
 
 Each task runs in a worker subprocess (one at a time, --timeout-s each). Prints a table and writes
 benchmarks/results/corpus_task_checks_<device>.json (with its "headline")."""
@@ -74,7 +76,9 @@ def dropped(r: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--corpus", action="append", required=True, help="JSONL of {task, candidate[, kind]}; repeatable")
+    ap.add_argument("--corpus", action="append", default=[], help="JSONL of {task, candidate[, kind]}; repeatable")
+    ap.add_argument("--task", action="append", default=[], help="a task (DATASET_DIR:task_id or a file) besides the "
+                    "corpus's; repeatable")
     ap.add_argument("--kinds", default="dead,skip,fragile")
     ap.add_argument("--ulp-steps", type=int, default=1, help="the fragility check's input move in ulps "
                     "(profile.shortcut_ulp_steps)")
@@ -83,8 +87,10 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
     a = ap.parse_args()
     kinds = tuple(a.kinds.split(","))
-    tasks = list(dict.fromkeys(json.loads(ln)["task"] for f in a.corpus for ln in Path(f).read_text().splitlines()
-                               if ln.strip()))
+    tasks = list(dict.fromkeys([json.loads(ln)["task"] for f in a.corpus for ln in Path(f).read_text().splitlines()
+                                if ln.strip()] + a.task))
+    if not tasks:
+        ap.error("name the tasks: --corpus FILE or --task SPEC")
     box = time.time() + 60 * (a.max_minutes if a.max_minutes is not None else 1e6)
     rows = []
     for spec in tasks:
