@@ -8,8 +8,8 @@ are punished: a correct kernel that rounds differently fails a fragile task at r
     python benchmarks/corpus_task_checks.py --task data/releases/opsynth-ops-h200-v1:79c6cdbad6aa9222 \
         --kinds fragile --ulp-steps 16 --out OUT
 
-Each task runs in a worker subprocess (one at a time, --timeout-s each). Prints a table and writes
-benchmarks/results/corpus_task_checks_<device>.json (with its "headline")."""
+Each task runs in a worker subprocess (--workers at once, --timeout-s each). Prints a table and writes
+benchmarks/results/corpus_task_checks_<device>[_ulp<N>].json (with its "headline")."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import multiprocessing as mp
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--ulp-steps", type=int, default=1, help="the fragility check's input move in ulps "
                     "(profile.shortcut_ulp_steps)")
     ap.add_argument("--max-minutes", type=float, default=None, help="stop starting tasks after this")
+    ap.add_argument("--workers", type=int, default=1, help="tasks checked at once, each in its own subprocess")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
     a = ap.parse_args()
@@ -92,19 +94,23 @@ def main() -> None:
     if not tasks:
         ap.error("name the tasks: --corpus FILE or --task SPEC")
     box = time.time() + 60 * (a.max_minutes if a.max_minutes is not None else 1e6)
-    rows = []
-    for spec in tasks:
+
+    def one(spec: str) -> dict | None:
         if time.time() > box:
-            break
+            return None
         with mp.get_context("spawn").Pool(1) as pool:  # a crash or a hang costs this task, not the run
             try:
                 r = pool.apply_async(check_task, ((spec, a.device, kinds, a.ulp_steps),)).get(timeout=a.timeout_s)
             except Exception as e:  # noqa: BLE001 - a task the checks cannot run is counted with its error
                 r = {"task_id": spec.rsplit(":", 1)[-1], "error": f"{type(e).__name__}: {e}"[:300]}
         r["dropped_by"] = dropped(r)
-        rows.append(r)
         print(f"{r['task_id']:<18} {r.get('seconds', '-')!s:>7} {r['dropped_by'] or r.get('error') or 'kept'}",
               flush=True)
+        return r
+
+    # the checks time nothing, so tasks may share the device; rows keep the listed order
+    with ThreadPoolExecutor(max(1, a.workers)) as ex:
+        rows = [r for r in ex.map(one, tasks) if r is not None]
     import torch
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -122,7 +128,8 @@ def main() -> None:
                  "hardware": hw, "torch": torch.__version__, "commit": commit}]
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
-    path = Path(a.out) / f"corpus_task_checks_{'cpu' if a.device == 'cpu' else 'gpu'}.json"
+    ulps = "" if a.ulp_steps == 1 else f"_ulp{a.ulp_steps}"
+    path = Path(a.out) / f"corpus_task_checks_{'cpu' if a.device == 'cpu' else 'gpu'}{ulps}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"headline": headline, "kinds": list(kinds), "ulp_steps": a.ulp_steps, "listed": len(tasks), "rows": rows},
                                indent=1, default=str) + "\n")
