@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 INPUT_SEED = 500  # the verifier draws draw k's inputs from seed * 1000 + k + 500 (verify/worker.py)
 
 
-def check_task(item: tuple[str, str, tuple[str, ...], int]) -> dict:
+def check_task(item: tuple[str, str, tuple[str, ...], int, int | None]) -> dict:
     """One task's shortcut measurements on `device` at its real sizes, the verifier's draws."""
     import torch
 
@@ -36,7 +36,7 @@ def check_task(item: tuple[str, str, tuple[str, ...], int]) -> dict:
     from filters.tensor_checks import flatten
     from verify.task import load_task
 
-    spec, device, kinds, steps = item
+    spec, device, kinds, steps, f64_draws = item
     t0 = time.perf_counter()
     task = load_task(spec)
     ns: dict = {"__name__": f"task_{task['task_id']}"}
@@ -57,7 +57,7 @@ def check_task(item: tuple[str, str, tuple[str, ...], int]) -> dict:
     with torch.no_grad():
         model = model_for(0)
         ref0 = flatten(model(*draw(0)))
-        m = measure(model, draw, ref0, 1e-2, kinds=kinds, model_for=model_for, ulp_steps=steps)
+        m = measure(model, draw, ref0, 1e-2, kinds=kinds, model_for=model_for, ulp_steps=steps, f64_draws=f64_draws)
     return {"task_id": task["task_id"], "seconds": round(time.perf_counter() - t0, 1),
             **{k: m.get(k) for k in ("shortcut_checks", "dead_inputs", "skippable_ops", "fragile",
                                      "fragile_ulp_ratio", "fragile_f64_ratio", "fragile_weights")}}
@@ -83,10 +83,13 @@ def main() -> None:
     ap.add_argument("--kinds", default="dead,skip,fragile")
     ap.add_argument("--ulp-steps", type=int, default=1, help="the fragility check's input move in ulps "
                     "(profile.shortcut_ulp_steps)")
+    ap.add_argument("--f64-draws", type=int, default=None, help="the float64 reference on the first N draws only "
+                    "(profile.shortcut_f64_draws; default: every draw)")
     ap.add_argument("--max-minutes", type=float, default=None, help="stop starting tasks after this")
     ap.add_argument("--workers", type=int, default=1, help="tasks checked at once, each in its own subprocess")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    ap.add_argument("--commit", help="the commit measured (default: git rev-parse of this checkout)")
     a = ap.parse_args()
     kinds = tuple(a.kinds.split(","))
     tasks = list(dict.fromkeys([json.loads(ln)["task"] for f in a.corpus for ln in Path(f).read_text().splitlines()
@@ -100,7 +103,7 @@ def main() -> None:
             return None
         with mp.get_context("spawn").Pool(1) as pool:  # a crash or a hang costs this task, not the run
             try:
-                r = pool.apply_async(check_task, ((spec, a.device, kinds, a.ulp_steps),)).get(timeout=a.timeout_s)
+                r = pool.apply_async(check_task, ((spec, a.device, kinds, a.ulp_steps, a.f64_draws),)).get(timeout=a.timeout_s)
             except Exception as e:  # noqa: BLE001 - a task the checks cannot run is counted with its error
                 r = {"task_id": spec.rsplit(":", 1)[-1], "error": f"{type(e).__name__}: {e}"[:300]}
         r["dropped_by"] = dropped(r)
@@ -113,8 +116,8 @@ def main() -> None:
         rows = [r for r in ex.map(one, tasks) if r is not None]
     import torch
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                        cwd=ROOT).stdout.strip()
     hw = "2-core CPU (no GPU)" if a.device == "cpu" else torch.cuda.get_device_name()
     argv = [x.replace(str(ROOT) + "/", "") for x in sys.argv[1:]]
     argv = ["OUT" if x == a.out and Path(x).is_absolute() and not x.startswith(str(ROOT)) else x for x in argv]
@@ -128,10 +131,10 @@ def main() -> None:
                  "hardware": hw, "torch": torch.__version__, "commit": commit}]
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
-    ulps = "" if a.ulp_steps == 1 else f"_ulp{a.ulp_steps}"
+    ulps = ("" if a.ulp_steps == 1 else f"_ulp{a.ulp_steps}") + ("" if a.f64_draws is None else f"_f64x{a.f64_draws}")
     path = Path(a.out) / f"corpus_task_checks_{'cpu' if a.device == 'cpu' else 'gpu'}{ulps}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"headline": headline, "kinds": list(kinds), "ulp_steps": a.ulp_steps, "listed": len(tasks), "rows": rows},
+    path.write_text(json.dumps({"headline": headline, "kinds": list(kinds), "ulp_steps": a.ulp_steps, "f64_draws": a.f64_draws, "listed": len(tasks), "rows": rows},
                                indent=1, default=str) + "\n")
     print(f"wrote {path}")
 

@@ -6,6 +6,8 @@
   penalized count and reward-level repeatability.
 - eager_vs_release: verify's eager median vs the release's eager_ms on N release tasks (GPU only: ratio stats).
 - throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
+- kept: the stored corpus figures counted again over the pairs whose task the dataset's shortcut checks keep
+  (--task-checks: a result of benchmarks/corpus_task_checks.py); needs --update and the corpus's --corpus files.
 
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
         --corpus benchmarks/verify_cpu/pairs.jsonl
@@ -107,6 +109,19 @@ def _done_rows(path: str | None) -> dict[tuple[str, str, int], tuple[dict, dict]
     return {(r["task"], r["candidate"], r["n"]): (r["a"], r["b"]) for r in rows}
 
 
+def _commit(args: argparse.Namespace) -> str:
+    return args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                         cwd=ROOT).stdout.strip()
+
+
+def _row_commits(path: str | None) -> dict[tuple[str, str, int], str]:
+    """The commit each kept corpus row was verified at (rows from before rows named it: none)."""
+    if not path or not Path(path).is_file():
+        return {}
+    rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
+    return {(r["task"], r["candidate"], r["n"]): r["commit"] for r in rows if r.get("commit")}
+
+
 def _spread(xs: list[float]) -> dict | None:
     return {"median": statistics.median(xs), "max": max(xs), "n": len(xs)} if xs else None
 
@@ -119,6 +134,7 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     it (throughput: this call's chunks only). A negative box computes the figures from the file alone."""
     todo = _pairs(args, task)
     done = _done_rows(args.corpus_rows)
+    done_commits = _row_commits(args.corpus_rows)
     box = time.monotonic() + 60 * (args.corpus_minutes if args.corpus_minutes is not None else 1e6)
     step = max(1, args.workers)
     new, batch_s = [], 0.0
@@ -140,7 +156,7 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
                 if args.corpus_rows:
                     with open(args.corpus_rows, "a") as f:
                         f.write(json.dumps({"task": k[0], "candidate": k[1], "n": k[2], "a": half[k][0],
-                                            "b": half[k][1]}, default=str) + "\n")
+                                            "b": half[k][1], "commit": _commit(args)}, default=str) + "\n")
 
         t0 = time.monotonic()
         # the chunk's first passes, then its second: a second pass starts after its first has filled the compile
@@ -163,7 +179,10 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     walls = [r["wall_s"] for r in a + b if r.get("wall_s")]
     phases = {k: [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})]
               for k in ("load", "draws", "warmup", "timing")}
-    return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "verified": 2 * len(pairs), "same_level": same,
+    fresh = set(new)
+    at_commit = [done_commits.get(k) or (_commit(args) if k in fresh else "not recorded") for k in reached]
+    return {"pairs": len(pairs), "listed": len(todo), "penalized": pen,
+            "pairs_by_commit": {c: at_commit.count(c) for c in dict.fromkeys(at_commit)}, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
             "wall_s_median": statistics.median(walls) if walls else None,
             # GPU memory a verification held at most, over the task's measured forward peak (verify_batch reserves
@@ -173,6 +192,28 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
             "phase_s_median": {k: statistics.median(v) for k, v in phases.items() if v},
             "batch_s": batch_s, "batch_pairs": 2 * len(new),
             "batch_per_hour": 3600 * 2 * len(new) / batch_s if batch_s else None, "workers": args.workers}
+
+
+def kept(args: argparse.Namespace, task: str, stored: dict) -> dict:
+    """The stored corpus section's penalized count over the pairs whose task the shortcut checks keep: a correct
+    kernel that rounds differently fails a task the checks drop (a fragile one) at random, whatever the verifier
+    does. Every listed pair must have been reached, so the pairs are the --corpus files' lines."""
+    c = stored.get("corpus")
+    if not c or c["pairs"] != c["listed"] or c["listed"] != len(_pairs(args, task)):
+        raise SystemExit("kept: needs --update over a corpus section that reached every pair of these --corpus files")
+    checks = [r for f in args.task_checks or [] for r in json.loads(Path(f).read_text())["rows"]]
+    out = {r["task_id"]: r["dropped_by"] for r in checks if r.get("dropped_by")}
+    seen = {r["task_id"] for r in checks if not r.get("error")}
+    tid = lambda t: t.rsplit(":", 1)[-1]  # noqa: E731
+    pairs = [t for t, _, _ in _pairs(args, task)]
+    unchecked = sorted({tid(t) for t in pairs} - seen)
+    if unchecked:
+        raise SystemExit(f"kept: the --task-checks files lack {len(unchecked)} corpus task(s), e.g. {unchecked[0]}")
+    on_kept = [t for t in pairs if tid(t) not in out]
+    pen = sum(1 for b in c["penalized_pairs"] if tid(b["task"]) not in out for r in b["rewards"] if r < 1)
+    return {"pairs": len(on_kept), "verified": 2 * len(on_kept), "penalized": pen,
+            "dropped": {t: out[t] for t in sorted({tid(t) for t in pairs} & set(out))},
+            "task_checks": [Path(f).name for f in args.task_checks or []]}
 
 
 def _baseline(path: str | None, n: int) -> tuple[list[dict], str]:
@@ -191,7 +232,7 @@ def _baseline(path: str | None, n: int) -> tuple[list[dict], str]:
            if "eager_ms" in pq.read_schema(f).names
            for r in pq.read_table(f, columns=["task_id", "eager_ms"]).to_pylist() if r["eager_ms"]}
     return [{"task_id": r["task_id"], "eager_ms": got[r["task_id"]]} for r in rel if r["task_id"] in got][:n], \
-        f"the profile stage's eager_ms measured again on this GPU ({Path(path).name})"
+        f"the profile stage's eager_ms measured again on this GPU ({path})"
 
 
 EAGER_TIMEOUT_S = 240.0  # one eager twin at most: a stuck one costs the section this, not the call
@@ -219,6 +260,7 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
             e = (r.get("times_ms") or {}).get("eager", {})
             done[chunk[j]["task_id"]] = row = {
                 "task_id": chunk[j]["task_id"], "eager_ms": e.get("median"), "eager_iqr_ms": e.get("iqr"),
+                "baseline_eager_ms": chunk[j]["eager_ms"],
                 "runs": e.get("runs"), "wall_s": r.get("wall_s"), "gpu_peak_bytes": r.get("gpu_peak_bytes"),
                 "task_peak_bytes": r.get("task_peak_bytes"), "retried_alone": r.get("retried_alone"),
                 "error": r.get("error"), "hack": r.get("hack"), "stderr_tail": r.get("stderr_tail")}
@@ -236,7 +278,8 @@ def eager_vs_release(args: argparse.Namespace) -> dict:
         verify_batch([_eager_twin(f"{RELEASE}:{row['task_id']}") for row in chunk], workers=args.workers,
                      device=args.device, allow_torch=True, compile=False, draws=1, off=("precision",),
                      memory_factor=EAGER_MEMORY_FACTOR, timeout_s=EAGER_TIMEOUT_S, on_result=keep)
-    base = {r["task_id"]: r["eager_ms"] for r in rows}
+    # a row keeps the baseline it was compared with: a later call's baseline, measured again, does not move it
+    base = {r["task_id"]: done.get(r["task_id"], {}).get("baseline_eager_ms") or r["eager_ms"] for r in rows}
     got = [done[t] for t in base if t in done]
     ratios = [r["eager_ms"] / base[r["task_id"]] for r in got if r.get("eager_ms")]
     failed = [r for r in got if not r.get("eager_ms")]
@@ -302,6 +345,11 @@ def headline(res: dict) -> list[dict]:
                      "target": "0", **by("corpus")})
         head.append({"figure": "reward-level repeatability, 2 runs", "value": f"{c['same_level']}/{c['pairs']}",
                      "target": ">= 99%", **by("corpus")})
+    if "kept" in res:
+        k = res["kept"]
+        head.append({"figure": "honest candidates penalized, on tasks the shortcut checks keep",
+                     "value": f"{k['penalized']} of {k['verified']} ({k['pairs']} pairs; {len(k['dropped'])} corpus "
+                     f"tasks dropped by {', '.join(k['task_checks'])})", "target": "0", **by("kept")})
     if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
         e = res["eager_vs_release"]
         head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
@@ -335,6 +383,7 @@ def main() -> None:
     ap.add_argument("--corpus-rows", default=None, help="corpus: JSONL of each pair's two results, appended as "
                     "chunks end and read back to skip the pairs done (resume across calls)")
     ap.add_argument("--corpus-minutes", type=float, default=None, help="corpus: stop starting chunks after this")
+    ap.add_argument("--task-checks", action="append", help="kept: a corpus_task_checks.py result; repeatable")
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
                     "benchmarks/verify_cuda/prebuild.py fills it ahead")
@@ -353,6 +402,8 @@ def main() -> None:
     if "hack" in secs or _pairs(args, task)[:1] == [(task, HONEST, False)]:  # the suite's extensions: routes, twin
         _prebuild(ext_dir)
     res: dict = {}
+    out = Path(args.out) / ("verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json")
+    stored = json.loads(out.read_text()) if args.update and out.is_file() else {}
     for s in secs:
         print(f"[{s}]")
         t0 = time.monotonic()
@@ -364,21 +415,24 @@ def main() -> None:
             res[s] = eager_vs_release(args)
         elif s == "throughput":
             res[s] = throughput(args, task, ext_dir, res)
+        elif s == "kept":
+            res[s] = kept(args, task, stored)
         res[s]["section_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                           cwd=ROOT).stdout.strip()
-    hw = "2-core CPU (no GPU)" if args.device == "cpu" else torch.cuda.get_device_name()
+    commit = _commit(args)
+    hw = "2-core CPU (no GPU)" if args.device == "cpu" else \
+        torch.cuda.get_device_name() if set(res) - {"kept"} else None
     # no machine paths in a committed result: the checkout's own paths relative, an outside --out named OUT
     argv = [a.replace(str(ROOT) + "/", "") for a in sys.argv[1:]]
     argv = ["OUT" if a == args.out and not a.startswith(str(ROOT)) and Path(a).is_absolute() else a for a in argv]
     cmd = "python benchmarks/verify_bench.py " + " ".join(argv)
     for s in res:
         res[s]["measured_by"] = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
-    name = "verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json"  # the GPU is named inside
-    out = Path(args.out) / name
-    if args.update and out.is_file():
-        res = {**{k: v for k, v in json.loads(out.read_text()).items() if k != "headline"}, **res}
+    if "kept" in res:  # a recount: the verifications are the corpus section's, on its hardware and commit
+        res["kept"]["measured_by"] = {**(res.get("corpus") or stored["corpus"])["measured_by"], "command": cmd,
+                                      "verified_by": (res.get("corpus") or stored["corpus"])["measured_by"]["command"]}
+    if args.update:  # the GPU is named inside the file, by each section
+        res = {**{k: v for k, v in stored.items() if k != "headline"}, **res}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"headline": headline(res), **res}, indent=1, default=str) + "\n")
     print(f"wrote {out}")

@@ -24,6 +24,6 @@ def no_shortcuts(m: dict[str, Any], f: Any) -> str | None:
         return (f"skippable operator: {m['skippable_ops'][0]} ({how}, the output stays within "
                 f"{f.compile_tolerance:g}: ratio {m.get('min_op_ratio')!s:.6})")
     if m.get("fragile"):
-        ratio = m.get("fragile_ulp_ratio") if m["fragile"].startswith("one-ulp") else m.get("fragile_f64_ratio")
+        ratio = m.get("fragile_ulp_ratio") if m["fragile"].endswith("ulp input move") else m.get("fragile_f64_ratio")
         return f"fragile: {m['fragile']} (the output moves beyond {f.compile_tolerance:g}: ratio {ratio!s:.6})"
     return None

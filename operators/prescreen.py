@@ -438,7 +438,7 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
     res.measurements.update(measure(model, draw, ref0, float(cfg.filter.compile_tolerance),
                                     kinds=tuple(p.shortcut_checks) or KINDS, draws=p.shortcut_draws, subs=subs,
                                     stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known,
-                                    ulp_steps=steps, model_for=model_for))
+                                    ulp_steps=steps, model_for=model_for, f64_draws=p.shortcut_f64_draws))
     res.measurements["prescreen_ulp_steps"] = steps
     if cfg.sample.prescreen_shortcuts == "drop":
         res.reason = no_shortcuts(res.measurements, cfg.filter) or ""

@@ -878,7 +878,7 @@ class Harness:
                           kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
                           stop_first=s.shortcut_stop_first, known_ratio=known, ulp_steps=s.shortcut_ulp_steps,
                           model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
-                          **given)
+                          f64_draws=s.shortcut_f64_draws, **given)
             screened += got.pop("shortcut_screened", [])
             m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind

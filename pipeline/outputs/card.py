@@ -459,7 +459,8 @@ def _numbered(built: dict[str, list[str]], order: tuple[str, ...]) -> list[str]:
 
 SHORTCUT_KINDS = (("dead input", "a tensor input redrawn alone leaves the output within the tolerance"),
                   ("skippable operator", "an operator replaced by a constant or skipped leaves it within"),
-                  ("fragile", "a one-ulp input move or the float64 reference moves it beyond"))
+                  ("fragile", "a move of every input by a few ulps (fragile_ulp_steps) or the float64 reference "
+                               "moves it beyond"))
 
 
 def shortcut_sections(manifest: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:

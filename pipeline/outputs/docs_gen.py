@@ -57,6 +57,8 @@ FIELD_DOCS = {
     "profile.shortcut_draws": "input draws the fragility check runs on",
     "profile.shortcut_ulp_steps": "the fragility check moves every floating input by this many ulps (each "
                                   "element's own); the CPU pre-screen multiplies its scaled move by it",
+    "profile.shortcut_f64_draws": "of the fragility check's draws, the first this many also compare against the "
+                                  "reference recomputed in float64",
     "profile.shortcut_fresh_weights": "the fragility check builds the model again, with fresh seeded weights, on each "
                                       "draw after the first, as the verifier does",
     "profile.shortcut_stop_first": "each shortcut check kind stops at its first finding, and in the profile stage a "

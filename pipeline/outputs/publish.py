@@ -98,6 +98,7 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "inputs_that_matter": m.get("inputs_that_matter"),
         "ops_that_matter": m.get("ops_that_matter"),
         "fragile_ulp_ratio": _finite(m.get("fragile_ulp_ratio")),
+        "fragile_ulp_steps": m.get("fragile_ulp_steps"),
         "fragile_f64_ratio": _finite(m.get("fragile_f64_ratio")),
         "fragile_weights": m.get("fragile_weights"),
         "flops": flops,

@@ -123,8 +123,9 @@ MEASUREMENTS = pa.schema([
     ("shortcut_screened", STR_LIST),        # inputs and operators taken from the pre-screen, not measured again
                                             # (profile.shortcut_screen_margin; null when off)
     ("fragile", pa.string()),               # "" or the honest rounding change that moves the output: one-ulp input
-                                            # move | float64 reference
-    ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input one ulp up
+                                            # move (N-ulp with profile.shortcut_ulp_steps N) | float64 reference
+    ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input moved up
+    ("fragile_ulp_steps", pa.int64()),      # the ulp check's input move in ulps (profile.shortcut_ulp_steps)
     ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
     ("fragile_weights", pa.string()),       # fresh: each draw built the model with its own seeded weights (as verify
                                             # does) | one: one model for every draw | null: the check did not run
@@ -220,7 +221,7 @@ PRESCREEN = pa.schema([
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
                     "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "shortcut_screened", "fragile", "fragile_ulp_ratio",
-                    "fragile_f64_ratio", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
+                    "fragile_ulp_steps", "fragile_f64_ratio", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
@@ -266,8 +267,11 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
                            "tolerance at the real sizes (null: the shortcut checks did not run on the row)"),
     "ops_that_matter": (STR_LIST, "operator calls (index:name) whose output replaced by a constant or skipped moves "
                         "the output beyond the tolerance (null: not measured)"),
-    "fragile_ulp_ratio": (pa.float64(), "largest verifier ratio of the output under a one-ulp move of every "
-                          "floating input, over the check's draws (< 1 passes: the headroom an honest rounding has)"),
+    "fragile_ulp_ratio": (pa.float64(), "largest verifier ratio of the output under a move of every floating input "
+                          "by fragile_ulp_steps ulps, over the check's draws (< 1 passes: the headroom an honest "
+                          "rounding has)"),
+    "fragile_ulp_steps": (pa.int64(), "the ulps every floating input moved in the fragility check (null: not "
+                          "measured)"),
     "fragile_f64_ratio": (pa.float64(), "largest verifier ratio of the float32 output against a float64 reference, "
                           "over the check's draws (< 1 passes)"),
     "fragile_weights": (pa.string(), "how the fragility check drew the weights: fresh (each draw builds the model "

@@ -134,12 +134,23 @@ def _left_to_measure(rd: RunDir, k: int, ids: set[str], on_disk: dict[int, Count
     return {r["task_id"]: r for r in pq.read_table(path).to_pylist() if r["task_id"] in ids}
 
 
-def _one_model_clean(row: dict[str, Any]) -> bool:
-    """A shortcuts row whose fragility check passed with one model for every draw (written before
-    profile.shortcut_fresh_weights): a call with fresh weights checks it again, since the verifier's draws each
-    build their own weights. A finding stands whatever the weights, and so does a row whose checks stopped earlier."""
-    return (row.get("status") == "ok" and "fragile" in (row.get("shortcut_checks") or "").split(",")
-            and not row.get("fragile") and row.get("fragile_weights") != "fresh")
+def checked_weaker(p: Any) -> Any:
+    """stale(row) for a shortcuts-only call: a row whose fragility check passed more weakly than this call's
+    would check it, with one model for every draw (written before profile.shortcut_fresh_weights) while this call
+    builds each draw's own weights, or with a smaller ulp move than profile.shortcut_ulp_steps (a row from before
+    the move was recorded moved one ulp). It is measured again. A finding stands whatever the weights or the move,
+    and so does a row whose checks stopped earlier. None when this call's check is no stronger than any row's."""
+    if not (p.shortcuts_only and "fragile" in p.shortcut_checks):
+        return None
+
+    def stale(row: dict[str, Any]) -> bool:
+        if row.get("status") != "ok" or "fragile" not in (row.get("shortcut_checks") or "").split(",") \
+                or row.get("fragile"):
+            return False
+        return (p.shortcut_fresh_weights and row.get("fragile_weights") != "fresh") \
+            or (row.get("fragile_ulp_steps") or 1) < p.shortcut_ulp_steps
+
+    return stale
 
 
 def _out_before_shortcuts(rd: RunDir) -> dict[str, tuple[str, str]]:
@@ -217,8 +228,7 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     # profile.shortcuts_only: the shortcut checks alone, into shortcuts/ beside the stored measurements (same shards)
     table, schema = ("shortcuts", SHORTCUTS) if cfg.profile.shortcuts_only else ("measurements", MEASUREMENTS)
     p = cfg.profile
-    stale = _one_model_clean if p.shortcuts_only and p.shortcut_fresh_weights and "fragile" in p.shortcut_checks \
-        else None
+    stale = checked_weaker(p)
     left = map_shards(lambda k: _left_to_measure(rd, k, {t["task_id"] for t in shards[k]}, on_disk, table, stale),
                       list(shards))
     for (k, rows), before in zip(shards.items(), left, strict=True):

@@ -172,7 +172,9 @@ def test_a_move_of_many_ulps_reaches_a_step_one_ulp_does_not():
 
     with torch.no_grad():
         assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,))["fragile"] == ""
-        assert fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,), ulp_steps=100)["fragile"] == FRAGILE_ULP
+        far = fragility(Step(), draw, TOL, draws=1, checks=(FRAGILE_ULP,), ulp_steps=100)
+        # the finding and the row name the move made, so a drop reason says how far the inputs went
+        assert (far["fragile"], far["fragile_ulp_steps"]) == ("100-ulp input move", 100)
 
 
 def test_ratio_maps_hold_every_part_measured_with_its_verdict():
@@ -277,3 +279,21 @@ def test_draw_zero_keeps_the_callers_model_and_its_outputs():
     with torch.no_grad():
         fragility(Threshold(5.0), draw, TOL, draws=3, stop_first=False, model_for=model_for)
     assert asked == [1, 2]
+
+
+def test_the_float64_reference_runs_on_the_first_f64_draws_only():
+    """(x + 1e8) - 1e8 loses x in float32 and keeps it in float64: a draw with x nonzero is fragile. With that draw
+    third, f64_draws=2 never compares it and every draw does."""
+    from filters.shortcuts import FRAGILE_F64, fragility
+
+    class Cancel(nn.Module):
+        def forward(self, x):
+            return (x + 1e8) - 1e8
+
+    def draw(k):
+        return (torch.full((64,), 3.0 if k == 2 else 0.0),)
+
+    with torch.no_grad():
+        assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,))["fragile"] == FRAGILE_F64
+        assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,), f64_draws=2)["fragile"] == ""
+        assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,), f64_draws=3)["fragile"] == FRAGILE_F64

@@ -3,6 +3,7 @@ measurements (which stay as they were), and the filter joins them: a planted dea
 
 import dataclasses
 
+from filters.shortcuts import ulp_move
 from pipeline.rundir.config import load_preset
 from pipeline.rundir.schema import TASKS, conform
 from pipeline.rundir.store import RunDir
@@ -169,7 +170,7 @@ def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_pa
         row = rd.read_rows("shortcuts")[0]
         assert row["shortcut_checks"] == "fragile", row
         found[fresh] = (row["fragile"], row["fragile_weights"])
-    assert found == {True: ("one-ulp input move", "fresh"), False: ("", "one")}
+    assert found == {True: (ulp_move(cfg.profile.shortcut_ulp_steps), "fresh"), False: ("", "one")}
 
 
 def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
@@ -195,7 +196,7 @@ def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
     assert one["dead"]["dead_inputs"] == ["y"]
     assert call(False)["t"]["started_at"] == one["t"]["started_at"]  # the same settings: nothing measured again
     fresh = call(True)
-    assert fresh["t"]["fragile"] == "one-ulp input move" and fresh["t"]["fragile_weights"] == "fresh"
+    assert fresh["t"]["fragile"] == ulp_move(cfg.profile.shortcut_ulp_steps) and fresh["t"]["fragile_weights"] == "fresh"
     assert fresh["dead"] == one["dead"]  # its finding stands: not measured again
     assert call(True)["t"]["started_at"] == fresh["t"]["started_at"]  # and now the shard is done for good
 
@@ -221,16 +222,24 @@ def get_init_inputs():
 
 
 def test_the_fragility_checks_move_is_profile_shortcut_ulp_steps(tmp_path):
+    """A row one ulp passed is measured again by a call with a larger move (which finds the step); a call with
+    the smaller move again leaves the finding as it stands."""
     cfg = load_preset("demo")
     cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
                               profile=dataclasses.replace(cfg.profile, compile=False))
-    found = {}
-    for steps in (1, 100):
-        rd = RunDir(tmp_path / f"run{steps}")
-        rd.init(cfg)
-        rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": NEAR_STEP}], TASKS), TASKS)
-        profile.run(rd, cfg, "local")
+    rd = RunDir(tmp_path / "run")
+    rd.init(cfg)
+    rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": NEAR_STEP}], TASKS), TASKS)
+    profile.run(rd, cfg, "local")
+
+    def call(steps):
         profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
             cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_ulp_steps=steps)), "local")
-        found[steps] = rd.read_rows("shortcuts")[0]["fragile"]
-    assert found == {1: "", 100: "one-ulp input move"}
+        row = rd.read_rows("shortcuts")[0]
+        return row["fragile"], row["fragile_ulp_steps"], row["started_at"]
+
+    one = call(1)
+    assert one[:2] == ("", 1)
+    far = call(100)
+    assert far[:2] == ("100-ulp input move", 100) and far[2] != one[2]
+    assert call(1) == far  # a finding stands: not measured again
