@@ -60,7 +60,8 @@ def check_task(item: tuple[str, str, tuple[str, ...], int, int | None]) -> dict:
         m = measure(model, draw, ref0, 1e-2, kinds=kinds, model_for=model_for, ulp_steps=steps, f64_draws=f64_draws)
     return {"task_id": task["task_id"], "seconds": round(time.perf_counter() - t0, 1),
             **{k: m.get(k) for k in ("shortcut_checks", "dead_inputs", "skippable_ops", "fragile",
-                                     "fragile_ulp_ratio", "fragile_f64_ratio", "fragile_weights")}}
+                                     "fragile_ulp_ratio", "fragile_ulp_steps", "fragile_f64_ratio",
+                                     "fragile_weights")}}
 
 
 def dropped(r: dict) -> str:
@@ -123,11 +124,14 @@ def main() -> None:
     argv = ["OUT" if x == a.out and Path(x).is_absolute() and not x.startswith(str(ROOT)) else x for x in argv]
     ok = [r for r in rows if not r.get("error")]
     out_ = [r for r in ok if r["dropped_by"]]
-    headline = [{"figure": "honest-corpus tasks the shortcut checks drop (real sizes, the verifier's draws)",
+    what = "honest-corpus tasks" if a.corpus else "tasks named"
+    how = (f", {a.ulp_steps}-ulp move" if a.ulp_steps != 1 else "") + \
+        (f", float64 on {a.f64_draws} draw(s)" if a.f64_draws is not None else "")
+    headline = [{"figure": f"{what} the shortcut checks drop (real sizes, the verifier's draws{how})",
                  "value": f"{len(out_)} of {len(ok)} checked" + (f": {', '.join(r['task_id'] for r in out_)}"
                                                                   if out_ else "")
                  + (f" ({len(rows) - len(ok)} failed to run)" if len(ok) < len(rows) else ""),
-                 "target": "0", "command": "python benchmarks/corpus_task_checks.py " + " ".join(argv),
+                 "target": "0" if a.corpus else None, "command": "python benchmarks/corpus_task_checks.py " + " ".join(argv),
                  "hardware": hw, "torch": torch.__version__, "commit": commit}]
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
