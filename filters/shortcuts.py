@@ -242,12 +242,23 @@ def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: boo
             "ops_that_matter": [o for o, r in ratios.items() if r >= 1], "ops_seen": ops}
 
 
-def _ulp_up(x: Sequence[Any], steps: int = 1) -> tuple:
-    """Every floating tensor moved up by `steps` ulps (its own ulp at each element; exact for steps = 1)."""
-    def up(t: torch.Tensor) -> torch.Tensor:
-        nxt = torch.nextafter(t, torch.full_like(t, math.inf))
+ULP_SIGN_SEED = 0  # the moves' directions: the same on every run on one kind of device
+
+
+def _ulp_move(x: Sequence[Any], steps: int = 1) -> tuple:
+    """Every floating tensor with each element moved `steps` of its own ulps, up or down at random (exact for
+    steps = 1). Rounding a correct kernel does differently has both signs: a sum over N moved elements then
+    moves as rounding noise does, about sqrt(N) of them, where moving all one way would add N and flag a long
+    reduction into a threshold that no reordering of the sum could flip. The directions come from a fixed seed
+    (the device's own generator: a CPU and a GPU draw different directions, as they draw different inputs)."""
+    def move(t: torch.Tensor) -> torch.Tensor:
+        g = torch.Generator(device=t.device).manual_seed(ULP_SIGN_SEED)
+        toward = torch.randint(0, 2, t.shape, generator=g, device=t.device, dtype=torch.uint8).to(t.dtype)
+        toward.mul_(2).sub_(1).mul_(math.inf)  # +inf or -inf per element
+        nxt = torch.nextafter(t, toward)
+        del toward
         return nxt if steps == 1 else t + steps * (nxt - t)
-    return tuple(up(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
+    return tuple(move(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
 
 
 def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, torch.dtype]:
@@ -274,7 +285,8 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
               ulp_steps: int = 1, model_for: ModelFor | None = None, f64_draws: int | None = None) -> dict[str, Any]:
     """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
-    the output with every floating input one ulp up, and against the float64 reference. ulp_steps > 1 moves the
+    the output with every floating input moved one ulp (each element up or down, see _ulp_move), and against the
+    float64 reference. ulp_steps > 1 moves the
     inputs that many ulps instead: a screen at 1/n of the real element count sees as many values within n ulps of
     a step as the real size has within one (the pre-screen's extrapolation, see operators/prescreen.py).
     model_for(k): draw k's own model (fresh weights) for k >= 1; draw 0 keeps `model`. The caller's subs were
@@ -291,7 +303,7 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
         ref = subs[k] if own is None and subs is not None and k < len(subs) else flatten(mdl(*x))[::stride]
         if FRAGILE_ULP in worst:
             worst[FRAGILE_ULP] = max(worst[FRAGILE_ULP], tolerance_ratio(
-                flatten(mdl(*_ulp_up(x, ulp_steps)))[::stride], ref, tol))
+                flatten(mdl(*_ulp_move(x, ulp_steps)))[::stride], ref, tol))
         if FRAGILE_F64 in worst and worst[FRAGILE_F64] is not None and (f64_draws is None or k < f64_draws):
             saved = _cast_model(mdl, None)
             try:

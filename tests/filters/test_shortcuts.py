@@ -297,3 +297,25 @@ def test_the_float64_reference_runs_on_the_first_f64_draws_only():
         assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,))["fragile"] == FRAGILE_F64
         assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,), f64_draws=2)["fragile"] == ""
         assert fragility(Cancel(), draw, TOL, draws=5, checks=(FRAGILE_F64,), f64_draws=3)["fragile"] == FRAGILE_F64
+
+
+def test_a_long_sum_into_a_sign_is_not_fragile_under_moves_of_both_signs():
+    """Row sums of 16,384 values sit 0.005 below zero. An exact sum keeps every sign, so no honest rounding flips
+    them; moving all 16,384 values up by 16 ulps would add about 0.013 to each sum and flip them all, moving each
+    up or down at random adds about 1e-4."""
+    from filters.shortcuts import FRAGILE_ULP, fragility
+
+    class SignOfSum(nn.Module):
+        def forward(self, x):
+            return x.sum(dim=1).sign()
+
+    def draw(k):
+        g = torch.Generator().manual_seed(k)
+        x = torch.randn(64, 2**14, generator=g).double()
+        x[:, -1] -= x.sum(dim=1) + 0.005
+        return (x.float(),)
+
+    x = draw(0)[0]
+    assert torch.equal(x.double().sum(dim=1).sign(), -torch.ones(64, dtype=torch.float64))  # the exact signs
+    with torch.no_grad():
+        assert fragility(SignOfSum(), draw, TOL, draws=2, checks=(FRAGILE_ULP,), ulp_steps=16)["fragile"] == ""

@@ -71,7 +71,8 @@ def test_a_scaled_screen_moves_its_inputs_by_the_element_ratio_only_when_asked()
     task = {"task_id": "t", "code": BIG}
     cfg = _cfg("record")
     one = prescreen(task, cfg)
-    assert one.scaled and one.measurements["prescreen_ulp_steps"] == 1
+    # unscaled, the screen moves its inputs as the real-size check does (profile.shortcut_ulp_steps)
+    assert one.scaled and one.measurements["prescreen_ulp_steps"] == cfg.profile.shortcut_ulp_steps
     scaled = prescreen(task, dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True)))
-    assert scaled.scaled and scaled.measurements["prescreen_ulp_steps"] > 1
+    assert scaled.scaled and scaled.measurements["prescreen_ulp_steps"] > cfg.profile.shortcut_ulp_steps
     assert scaled.record(task, False)["prescreen_ulp_steps"] == scaled.measurements["prescreen_ulp_steps"]
