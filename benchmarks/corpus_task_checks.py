@@ -9,7 +9,7 @@ are punished: a correct kernel that rounds differently fails a fragile task at r
         --kinds fragile --ulp-steps 16 --out OUT
 
 Each task runs in a worker subprocess (--workers at once, --timeout-s each). Prints a table and writes
-benchmarks/results/corpus_task_checks_<device>[_ulp<N>].json (with its "headline")."""
+benchmarks/results/corpus_task_checks_<device>[_ulp<N>][_f64x<N>][_<tag>].json (with its "headline")."""
 
 from __future__ import annotations
 
@@ -91,6 +91,7 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results"))
     ap.add_argument("--commit", help="the commit measured (default: git rev-parse of this checkout)")
+    ap.add_argument("--tag", help="a suffix for the result file's name, for another set of tasks at the same settings")
     a = ap.parse_args()
     kinds = tuple(a.kinds.split(","))
     tasks = list(dict.fromkeys([json.loads(ln)["task"] for f in a.corpus for ln in Path(f).read_text().splitlines()
@@ -135,7 +136,8 @@ def main() -> None:
                  "hardware": hw, "torch": torch.__version__, "commit": commit}]
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
-    ulps = ("" if a.ulp_steps == 1 else f"_ulp{a.ulp_steps}") + ("" if a.f64_draws is None else f"_f64x{a.f64_draws}")
+    ulps = ("" if a.ulp_steps == 1 else f"_ulp{a.ulp_steps}") + ("" if a.f64_draws is None else f"_f64x{a.f64_draws}") \
+        + (f"_{a.tag}" if a.tag else "")
     path = Path(a.out) / f"corpus_task_checks_{'cpu' if a.device == 'cpu' else 'gpu'}{ulps}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"headline": headline, "kinds": list(kinds), "ulp_steps": a.ulp_steps, "f64_draws": a.f64_draws, "listed": len(tasks), "rows": rows},

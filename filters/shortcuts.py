@@ -246,18 +246,22 @@ ULP_SIGN_SEED = 0  # the moves' directions: the same on every run on one kind of
 
 
 def _ulp_move(x: Sequence[Any], steps: int = 1) -> tuple:
-    """Every floating tensor with each element moved `steps` of its own ulps, up or down at random (exact for
-    steps = 1). Rounding a correct kernel does differently has both signs: a sum over N moved elements then
-    moves as rounding noise does, about sqrt(N) of them, where moving all one way would add N and flag a long
-    reduction into a threshold that no reordering of the sum could flip. The directions come from a fixed seed
-    (the device's own generator: a CPU and a GPU draw different directions, as they draw different inputs)."""
+    """Every floating tensor with each element moved `steps` of its upward ulp, up or down at random. Rounding
+    a correct kernel does differently has both signs: a sum over N moved elements then moves as rounding noise
+    does, about sqrt(N) of them, where moving all one way would add N and flag a long reduction into a threshold
+    that no reordering of the sum could flip. The directions come from a fixed seed (the device's own generator:
+    a CPU and a GPU draw different directions, as they draw different inputs). Infinities and the largest finite
+    values stay where they are. Two tensors of the input's size at a time: the inputs are the real ones."""
     def move(t: torch.Tensor) -> torch.Tensor:
         g = torch.Generator(device=t.device).manual_seed(ULP_SIGN_SEED)
-        toward = torch.randint(0, 2, t.shape, generator=g, device=t.device, dtype=torch.uint8).to(t.dtype)
-        toward.mul_(2).sub_(1).mul_(math.inf)  # +inf or -inf per element
-        nxt = torch.nextafter(t, toward)
-        del toward
-        return nxt if steps == 1 else t + steps * (nxt - t)
+        d = torch.nextafter(t, torch.tensor(math.inf, dtype=t.dtype, device=t.device))
+        d.sub_(t).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # each element's upward ulp
+        sign = torch.empty_like(t).bernoulli_(0.5, generator=g).mul_(-2).add_(1)  # -1 or +1
+        d.mul_(sign)
+        del sign
+        if steps != 1:
+            d.mul_(steps)
+        return d.add_(t)
     return tuple(move(t) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
 
 

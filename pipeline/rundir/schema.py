@@ -124,7 +124,7 @@ MEASUREMENTS = pa.schema([
                                             # (profile.shortcut_screen_margin; null when off)
     ("fragile", pa.string()),               # "" or the honest rounding change that moves the output: one-ulp input
                                             # move (N-ulp with profile.shortcut_ulp_steps N) | float64 reference
-    ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input moved up
+    ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input moved
     ("fragile_ulp_steps", pa.int64()),      # the ulp check's input move in ulps (profile.shortcut_ulp_steps)
     ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
     ("fragile_weights", pa.string()),       # fresh: each draw built the model with its own seeded weights (as verify
@@ -268,7 +268,7 @@ COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "ops_that_matter": (STR_LIST, "operator calls (index:name) whose output replaced by a constant or skipped moves "
                         "the output beyond the tolerance (null: not measured)"),
     "fragile_ulp_ratio": (pa.float64(), "largest verifier ratio of the output under a move of every floating input "
-                          "by fragile_ulp_steps ulps, over the check's draws (< 1 passes: the headroom an honest "
+                          "by fragile_ulp_steps ulps (each element up or down at random), over the check's draws (< 1 passes: the headroom an honest "
                           "rounding has)"),
     "fragile_ulp_steps": (pa.int64(), "the ulps every floating input moved in the fragility check (null: not "
                           "measured)"),

@@ -248,11 +248,13 @@ class Threshold(nn.Module):
 
 def test_fresh_weights_per_draw_find_a_threshold_one_weight_draw_hides():
     """Under draw 0's weight the threshold sits past every input value (nothing flips); draw 2's own weight sits
-    exactly on an input value, so one ulp up flips it. Only the check that builds each draw's model sees it."""
+    exactly on 17 input values, and the one-ulp move takes some of them up, past it. Only the check that builds
+    each draw's model sees it."""
     from filters.shortcuts import fragility
 
     def draw(k):
-        return (torch.linspace(0.0, 1.0, 257),)
+        x = torch.linspace(0.0, 1.0, 257)
+        return (torch.cat([x, x[100].repeat(16)]),)
 
     on_a_value = float(draw(0)[0][100])
     with torch.no_grad():
