@@ -107,10 +107,10 @@ class ProfileSection:
     # the fragility check's draws 1.. each bring fresh weights (seeded as the verifier's draws), not the one model
     # of the other checks: the verifier builds its model again on every draw
     shortcut_fresh_weights: bool = True
-    # the fragility check's input move, in ulps of each element. 1 is the smallest rounding change, but a correct
-    # kernel that reorders a reduction moves its values by several: release tasks 79c6cdbad6aa9222 (le(softmax(x),
-    # w), whose honest inductor candidate fails the verifier's draw 2) and 9b3b445dd436e772 pass a one-ulp move and
-    # fail a 16-ulp one at their real sizes with the verifier's draws (docs/shortcuts.md)
+    # the fragility check's input move, in ulps of each element (each up or down at random). 1 is the smallest
+    # rounding change, but a correct kernel that reorders a reduction moves its values by several: release task
+    # 79c6cdbad6aa9222 (le(softmax(x), w), whose honest inductor candidate fails the verifier's draw 2) passes a
+    # one-ulp move and fails a 16-ulp one at its real size with the verifier's draws (docs/shortcuts.md)
     shortcut_ulp_steps: int = 16
     # of those draws, the first this many also recompute the reference in float64, the dearest forward of the checks.
     # What it finds is float32 accumulation far from the exact value, a trait of the computation more than of one
