@@ -139,7 +139,8 @@ def checked_weaker(p: Any) -> Any:
     would check it, with one model for every draw (written before profile.shortcut_fresh_weights) while this call
     builds each draw's own weights, or with a smaller ulp move than profile.shortcut_ulp_steps (a row from before
     the move was recorded moved one ulp). It is measured again. A finding stands whatever the weights or the move,
-    and so does a row whose checks stopped earlier. None when this call's check is no stronger than any row's."""
+    and so does a row whose checks stopped earlier. None when the call checks no stored row's fragility again (it is
+    not shortcuts-only, or runs no fragility check)."""
     if not (p.shortcuts_only and "fragile" in p.shortcut_checks):
         return None
 
