@@ -26,15 +26,22 @@ def get_init_inputs():
 BOTH = DEAD_Y.replace("1e-6 * y", "y")
 
 
-def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_input(tmp_path):
+def _measured(path, tasks, seed=None):
+    """A demo run of `tasks` ({task_id: code}) measured by the profile stage without the new checks (one worker,
+    no compile): the run a shortcuts-only call adds to. Returns the run and its config."""
     cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
-                              profile=dataclasses.replace(cfg.profile, compile=False))
-    rd = RunDir(tmp_path / "run")
+    run = dataclasses.replace(cfg.run, workers=1, **({} if seed is None else {"seed": seed}))
+    cfg = dataclasses.replace(cfg, run=run, profile=dataclasses.replace(cfg.profile, compile=False))
+    rd = RunDir(path)
     rd.init(cfg)
-    tasks = [{"task_id": "dead", "name": "Dead", "code": DEAD_Y}, {"task_id": "both", "name": "Both", "code": BOTH}]
-    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
-    profile.run(rd, cfg, "local")  # the stored measurements, without the new checks
+    rows = [{"task_id": t, "name": t.title(), "code": code} for t, code in tasks.items()]
+    rd.write_shard("tasks", 0, conform(rows, TASKS), TASKS)
+    profile.run(rd, cfg, "local")
+    return rd, cfg
+
+
+def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_input(tmp_path):
+    rd, cfg = _measured(tmp_path / "run", {"dead": DEAD_Y, "both": BOTH})  # the stored measurements
     before = rd.shard_path("measurements", 0).read_bytes()
     assert {m["task_id"]: m["shortcut_checks"] for m in rd.read_rows("measurements")} == {"dead": None, "both": None}
 
@@ -109,13 +116,7 @@ def test_checks_that_failed_drop_the_task_instead_of_keeping_it_unchecked(tmp_pa
 
 
 def test_a_tasks_checks_stop_at_the_first_kind_that_finds_one_unless_told_otherwise(tmp_path):
-    cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
-                              profile=dataclasses.replace(cfg.profile, compile=False))
-    rd = RunDir(tmp_path / "run")
-    rd.init(cfg)
-    rd.write_shard("tasks", 0, conform([{"task_id": "dead", "name": "Dead", "code": DEAD_Y}], TASKS), TASKS)
-    profile.run(rd, cfg, "local")
+    rd, cfg = _measured(tmp_path / "run", {"dead": DEAD_Y})
     kinds = ("dead", "skip", "fragile")
     for stop, ran in ((True, "dead"), (False, "dead,skip,fragile")):
         cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
@@ -155,15 +156,9 @@ def get_init_inputs():
 def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_path):
     """Draw 0's weights hide the threshold; the verifier's draw 2 builds the model with a weight that sits on the
     inputs' values. The profile stage finds the task fragile only with profile.shortcut_fresh_weights (default)."""
-    cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, seed=0),
-                              profile=dataclasses.replace(cfg.profile, compile=False))
     found = {}
     for fresh in (True, False):
-        rd = RunDir(tmp_path / f"run{fresh}")
-        rd.init(cfg)
-        rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": THRESHOLD}], TASKS), TASKS)
-        profile.run(rd, cfg, "local")
+        rd, cfg = _measured(tmp_path / f"run{fresh}", {"t": THRESHOLD}, seed=0)
         cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
             cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_fresh_weights=fresh))
         profile.run(rd, cfg2, "local")
@@ -176,14 +171,7 @@ def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_pa
 def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
     """Rows whose fragility one model passed are measured again (the threshold task is then found fragile); a row
     with a finding stays as it was, and the shard is written again with both."""
-    cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1, seed=0),
-                              profile=dataclasses.replace(cfg.profile, compile=False))
-    rd = RunDir(tmp_path / "run")
-    rd.init(cfg)
-    tasks = [{"task_id": "t", "name": "T", "code": THRESHOLD}, {"task_id": "dead", "name": "Dead", "code": DEAD_Y}]
-    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
-    profile.run(rd, cfg, "local")
+    rd, cfg = _measured(tmp_path / "run", {"t": THRESHOLD, "dead": DEAD_Y}, seed=0)
     kinds = ("dead", "skip", "fragile")
 
     def call(fresh):
@@ -224,13 +212,7 @@ def get_init_inputs():
 def test_the_fragility_checks_move_is_profile_shortcut_ulp_steps(tmp_path):
     """A row one ulp passed is measured again by a call with a larger move (which finds the step); a call with
     the smaller move again leaves the finding as it stands."""
-    cfg = load_preset("demo")
-    cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, workers=1),
-                              profile=dataclasses.replace(cfg.profile, compile=False))
-    rd = RunDir(tmp_path / "run")
-    rd.init(cfg)
-    rd.write_shard("tasks", 0, conform([{"task_id": "t", "name": "T", "code": NEAR_STEP}], TASKS), TASKS)
-    profile.run(rd, cfg, "local")
+    rd, cfg = _measured(tmp_path / "run", {"t": NEAR_STEP})
 
     def call(steps):
         profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
