@@ -101,25 +101,18 @@ def _keys(todo: list[tuple[str, str, bool]]) -> list[tuple[str, str, int]]:
     return out
 
 
-def _done_rows(path: str | None) -> dict[tuple[str, str, int], tuple[dict, dict]]:
-    """(task, candidate, n) -> (first pass, second pass) from a --corpus-rows file."""
+def _stored_rows(path: str | None) -> dict[tuple[str, str, int], dict]:
+    """(task, candidate, n) -> its row of a --corpus-rows file: the first and second pass ("a", "b") and, for rows
+    that name it, the commit they were verified at."""
     if not path or not Path(path).is_file():
         return {}
     rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
-    return {(r["task"], r["candidate"], r["n"]): (r["a"], r["b"]) for r in rows}
+    return {(r["task"], r["candidate"], r["n"]): r for r in rows}
 
 
 def _commit(args: argparse.Namespace) -> str:
     return args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                          cwd=ROOT).stdout.strip()
-
-
-def _row_commits(path: str | None) -> dict[tuple[str, str, int], str]:
-    """The commit each kept corpus row was verified at (rows from before rows named it: none)."""
-    if not path or not Path(path).is_file():
-        return {}
-    rows = [json.loads(ln) for ln in Path(path).read_text().splitlines() if ln.strip()]
-    return {(r["task"], r["candidate"], r["n"]): r["commit"] for r in rows if r.get("commit")}
 
 
 def _spread(xs: list[float]) -> dict | None:
@@ -133,8 +126,9 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     are in; a later call given the same file verifies only the pairs it lacks, and the figures cover every pair in
     it (throughput: this call's chunks only). A negative box computes the figures from the file alone."""
     todo = _pairs(args, task)
-    done = _done_rows(args.corpus_rows)
-    done_commits = _row_commits(args.corpus_rows)
+    stored = _stored_rows(args.corpus_rows)
+    done = {k: (r["a"], r["b"]) for k, r in stored.items()}
+    commit = _commit(args)
     box = time.monotonic() + 60 * (args.corpus_minutes if args.corpus_minutes is not None else 1e6)
     step = max(1, args.workers)
     new, batch_s = [], 0.0
@@ -156,7 +150,7 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
                 if args.corpus_rows:
                     with open(args.corpus_rows, "a") as f:
                         f.write(json.dumps({"task": k[0], "candidate": k[1], "n": k[2], "a": half[k][0],
-                                            "b": half[k][1], "commit": _commit(args)}, default=str) + "\n")
+                                            "b": half[k][1], "commit": commit}, default=str) + "\n")
 
         t0 = time.monotonic()
         # the chunk's first passes, then its second: a second pass starts after its first has filled the compile
@@ -180,7 +174,7 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     phases = {k: [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})]
               for k in ("load", "draws", "warmup", "timing")}
     fresh = set(new)
-    at_commit = [done_commits.get(k) or (_commit(args) if k in fresh else "not recorded") for k in reached]
+    at_commit = [commit if k in fresh else stored[k].get("commit") or "not recorded" for k in reached]
     return {"pairs": len(pairs), "listed": len(todo), "penalized": pen,
             "pairs_by_commit": {c: at_commit.count(c) for c in dict.fromkeys(at_commit)}, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
@@ -314,7 +308,7 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
         t0 = time.monotonic()
         _batch(pairs, args, ext_dir)
         batch_n, batch_s = len(pairs), time.monotonic() - t0
-    rows = _done_rows(args.corpus_rows)
+    rows = _stored_rows(args.corpus_rows)
     keyed = list(zip(pairs, _keys(pairs), strict=True))
     cold = [p for p, k in keyed if k not in rows]
     warm = [p for p, k in keyed if k in rows]
