@@ -57,7 +57,9 @@ def check_task(item: tuple[str, str, tuple[str, ...], int, int | None]) -> dict:
     with torch.no_grad():
         model = model_for(0)
         ref0 = flatten(model(*draw(0)))
-        m = measure(model, draw, ref0, 1e-2, kinds=kinds, model_for=model_for, ulp_steps=steps, f64_draws=f64_draws)
+        # subs: draw 0's output is the fragility check's reference too, not a second forward
+        m = measure(model, draw, ref0, 1e-2, kinds=kinds, subs=[ref0], model_for=model_for, ulp_steps=steps,
+                    f64_draws=f64_draws)
     return {"task_id": task["task_id"], "seconds": round(time.perf_counter() - t0, 1),
             **{k: m.get(k) for k in ("shortcut_checks", "dead_inputs", "skippable_ops", "fragile",
                                      "fragile_ulp_ratio", "fragile_ulp_steps", "fragile_f64_ratio",
