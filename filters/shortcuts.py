@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from filters.tensor_checks import flatten, tensors, tolerance_ratio
 
 KINDS = ("dead", "skip", "fragile")
-FRAGILE_ULP = "one-ulp input move"  # the ulp check's name; a finding names its move (ulp_move)
+FRAGILE_ULP = "one-ulp input move"  # the ulp check's name; a finding names its move (ulp_finding)
 FRAGILE_F64 = "float64 reference"
 # calls that move or relabel values and compute nothing: skipping one is no shortcut a kernel could take
 GLUE = frozenset({
@@ -280,7 +280,7 @@ def _cast_model(model: Any, dtypes: dict[int, torch.dtype] | None) -> dict[int, 
     return saved
 
 
-def ulp_move(steps: int) -> str:
+def ulp_finding(steps: int) -> str:
     """The ulp check's finding as a row and a drop reason name it: the move it made."""
     return FRAGILE_ULP if steps == 1 else f"{steps}-ulp input move"
 
@@ -289,10 +289,9 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
               ulp_steps: int = 1, model_for: ModelFor | None = None, f64_draws: int | None = None) -> dict[str, Any]:
     """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
-    the output with every floating input moved one ulp (each element up or down, see _ulp_move), and against the
-    float64 reference. ulp_steps > 1 moves the
-    inputs that many ulps instead: a screen at 1/n of the real element count sees as many values within n ulps of
-    a step as the real size has within one (the pre-screen's extrapolation, see operators/prescreen.py).
+    the output with every floating input moved ulp_steps ulps (each element up or down, see _ulp_move), and
+    against the float64 reference. A screen at 1/n of the real element count moves n times as far: it sees as many
+    values within n ulps of a step as the real size has within one (operators/prescreen.py).
     model_for(k): draw k's own model (fresh weights) for k >= 1; draw 0 keeps `model`. The caller's subs were
     computed with `model`, so a draw with its own model computes its eager output again (one forward more).
     f64_draws: the float64 reference only on the first this many draws (None: every draw); it is the dearest
@@ -328,7 +327,7 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
         found = next((c for c in checks if worst[c] is not None and worst[c] >= 1), "")
         if stop_first and found:
             break
-    return {"fragile": ulp_move(ulp_steps) if found == FRAGILE_ULP else found,
+    return {"fragile": ulp_finding(ulp_steps) if found == FRAGILE_ULP else found,
             "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64),
             "fragile_ulp_steps": ulp_steps if FRAGILE_ULP in worst else None,
             "fragile_weights": "fresh" if model_for is not None and draws > 1 else "one"}

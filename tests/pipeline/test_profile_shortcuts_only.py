@@ -3,7 +3,7 @@ measurements (which stay as they were), and the filter joins them: a planted dea
 
 import dataclasses
 
-from filters.shortcuts import ulp_move
+from filters.shortcuts import ulp_finding
 from pipeline.rundir.config import load_preset
 from pipeline.rundir.schema import TASKS, conform
 from pipeline.rundir.store import RunDir
@@ -165,7 +165,7 @@ def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_pa
         row = rd.read_rows("shortcuts")[0]
         assert row["shortcut_checks"] == "fragile", row
         found[fresh] = (row["fragile"], row["fragile_weights"])
-    assert found == {True: (ulp_move(cfg.profile.shortcut_ulp_steps), "fresh"), False: ("", "one")}
+    assert found == {True: (ulp_finding(cfg.profile.shortcut_ulp_steps), "fresh"), False: ("", "one")}
 
 
 def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
@@ -184,7 +184,7 @@ def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
     assert one["dead"]["dead_inputs"] == ["y"]
     assert call(False)["t"]["started_at"] == one["t"]["started_at"]  # the same settings: nothing measured again
     fresh = call(True)
-    assert fresh["t"]["fragile"] == ulp_move(cfg.profile.shortcut_ulp_steps) and fresh["t"]["fragile_weights"] == "fresh"
+    assert fresh["t"]["fragile"] == ulp_finding(cfg.profile.shortcut_ulp_steps) and fresh["t"]["fragile_weights"] == "fresh"
     assert fresh["dead"] == one["dead"]  # its finding stands: not measured again
     assert call(True)["t"]["started_at"] == fresh["t"]["started_at"]  # and now the shard is done for good
 
