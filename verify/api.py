@@ -133,7 +133,8 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                failing_draw=v.get("failing_draw"), mismatch=v.get("mismatch"), precision_err=v.get("precision_err"),
                times_ms=times, speedup_eager=se, speedup_compile=sc, reward=reward(correct, se, sc),
                release_eager_ms=t.get("eager_ms"), release_compile_ms=t.get("compile_ms"),
-               timing_lock_wait_s=v.get("timing_lock_wait_s"), timed_region=v.get("timed_region"),
+               timing_lock_wait_s=v.get("timing_lock_wait_s"),
+               check_lock_wait_s=v.get("check_lock_wait_s"), timed_region=v.get("timed_region"),
                timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"),
                worker_s=v.get("worker_s"), gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"))
     if res["hack"]:

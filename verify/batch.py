@@ -12,7 +12,8 @@ from opsynth.errors import OpsynthError
 from verify.api import verify_batch
 
 COLUMNS = ("task_id", "candidate", "correct", "reward", "hack", "error", "build_message", "worst_diff",
-           "failing_draw", "speedup_eager", "speedup_compile", "wall_s", "gpu", "timing_lock_wait_s")
+           "failing_draw", "speedup_eager", "speedup_compile", "wall_s", "gpu", "timing_lock_wait_s",
+           "check_lock_wait_s")
 
 
 def read_pairs(path: Path) -> list[tuple[str, str]]:

@@ -30,7 +30,10 @@ def _batch(ext_dir: str, task: str, off: tuple[str, ...] = (), gpus: list[int] |
 def test_timed_regions_never_overlap(ext_dir, suite_task):
     rows = _batch(ext_dir, suite_task)
     assert not _overlapping(rows), [r["timed_region"] for r in rows]
-    assert max(r["timing_lock_wait_s"] for r in rows) > 0.1, rows  # one of them waited for the other's timing
+    # one of them waited for the other's timing: to time (both came to time together) or to warm up (the later
+    # one came while the other timed: its shared warm-up waits behind the exclusive hold)
+    waits = [r["timing_lock_wait_s"] + r["check_lock_wait_s"] for r in rows]
+    assert max(waits) > 0.1, rows
 
 
 def test_without_the_lock_timed_regions_overlap(ext_dir, suite_task):
