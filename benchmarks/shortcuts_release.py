@@ -26,7 +26,8 @@ KINDS = {"dead": "dead_inputs", "skip": "skippable_ops", "fragile": "fragile"}
 
 
 def summarize(measurements: list[dict], verdicts: list[dict], shortcuts: list[dict], calls: list[dict]) -> dict:
-    """Counts over the tasks to check; the shortcuts-only calls' seconds and tasks measured (their rate)."""
+    """Counts over the tasks to check; the shortcuts-only calls' seconds and tasks measured (their rate), and where
+    their workers' seconds went (the rows' call_* columns)."""
     ok = {r["task_id"] for r in measurements if r["status"] == "ok"}
     # the stages before the checks that drop: the filter's stored verdicts, and decontamination
     dropped = {v["task_id"] for v in verdicts if v["stage"] in ("filter", "decontaminate") and not v["keep"]}
@@ -47,7 +48,15 @@ def summarize(measurements: list[dict], verdicts: list[dict], shortcuts: list[di
     measured = sum(c.get("measured_now") or 0 for c in sc_calls)
     rate = measured / seconds if seconds else None
     left = len(todo) - len(checked)
-    return {"tasks_to_check": len(todo), "checked": len(checked), "failed": dict(failed), "found": dict(found),
+    # where the calls' worker seconds went, over the rows that recorded them (call_* columns)
+    timed = [r for r in checked if r.get("call_wall_s") is not None]
+    spent = {k: sum(r.get(f"call_{k}_s") or 0.0 for r in timed) for k in ("wall", "gpu_busy", "lock_wait",
+                                                                           "budget_wait")}
+    spent["host"] = spent["wall"] - spent["gpu_busy"] - spent["lock_wait"] - spent["budget_wait"]
+    walls = sorted(r["call_wall_s"] for r in timed)
+    return {"worker_seconds": {"rows": len(timed), **spent,
+                               "median_wall_s": walls[len(walls) // 2] if walls else None},
+            "tasks_to_check": len(todo), "checked": len(checked), "failed": dict(failed), "found": dict(found),
             "calls": len(sc_calls), "call_seconds": seconds, "measured_by_calls": measured,
             "tasks_per_s": rate, "left": left, "left_gpu_hours": left / rate / 3600 if rate else None}
 
@@ -84,6 +93,13 @@ def main() -> None:
                    f"{s['left_gpu_hours']:.1f} GPU-hours") if s["tasks_per_s"] else "no call yet",
          "target": None, **base},
     ]
+    w = s["worker_seconds"]
+    if w["rows"]:
+        share = lambda k: f"{100 * w[k] / w['wall']:.0f}%"  # noqa: E731
+        head.append({"figure": "where a re-check worker's seconds go (shortcuts-only calls)",
+                     "value": f"GPU held {share('gpu_busy')}, waiting for the GPU lock {share('lock_wait')}, for "
+                              f"memory {share('budget_wait')}, on the host {share('host')}; median "
+                              f"{w['median_wall_s']:.2f} s a task ({w['rows']} tasks)", "target": None, **base})
     for h in head:
         print(f"{h['figure']}: {h['value']}")
     out = Path(a.out) / "shortcuts_release_gpu.json"

@@ -223,8 +223,13 @@ SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min
                     "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "shortcut_screened", "fragile", "fragile_ulp_ratio",
                     "fragile_ulp_steps", "fragile_f64_ratio", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
+# the shortcuts-only call's own seconds per task, from the worker's measurement of it (column -> that measurement's
+# key): where the call's throughput goes. They stay in shortcuts/: measurements/ keeps its own call's seconds
+SHORTCUT_CALL_COLUMNS = {"call_wall_s": "wall_s", "call_cpu_s": "cpu_s", "call_gpu_busy_s": "gpu_busy_s",
+                         "call_lock_wait_s": "lock_wait_s", "call_budget_wait_s": "budget_wait_s"}
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
+                       *(pa.field(c, pa.float64()) for c in SHORTCUT_CALL_COLUMNS),
                        # when the worker took the task: the publish's shortcut_call (a shard written before this
                        # column is dated by its completion marker)
                        MEASUREMENTS.field("started_at")])

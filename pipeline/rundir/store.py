@@ -162,6 +162,8 @@ class RunDir:
         """measurements/ with the shortcut measurements a shortcuts-only profile call took (shortcuts/, status ok)
         over each task's stored ones: what the filter judges and publish writes. A task whose checks ran and failed
         (out of memory, a crash) carries `shortcut_error` instead, so the filter does not keep it unchecked."""
+        from pipeline.rundir.schema import SHORTCUT_CALL_COLUMNS
+
         shortcuts = self.read_rows("shortcuts")
         extra = {r["task_id"]: r for r in shortcuts if r.get("status") == "ok"}
         failed = {r["task_id"]: f"{r['status']}: {r.get('error') or 'no detail'}" for r in shortcuts
@@ -172,7 +174,8 @@ class RunDir:
             if e is None:
                 return {}
             # the measurement's own started_at stays (its profile_call); the checks' is kept beside it
-            return {**{k: v for k, v in e.items() if k not in ("status", "error", "started_at")},
+            return {**{k: v for k, v in e.items() if k not in ("status", "error", "started_at")
+                       and k not in SHORTCUT_CALL_COLUMNS},
                     "shortcuts_table": True, "shortcut_started_at": e.get("started_at")}
 
         return [{**m, **over(m), **({"shortcut_error": failed[m["task_id"]]} if m["task_id"] in failed else {})}

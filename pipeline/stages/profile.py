@@ -32,7 +32,7 @@ from pipeline.gpu.task_order import ExpectedWall
 from pipeline.gpu.worker_settings import WorkerSettings
 from pipeline.progress import Progress
 from pipeline.rundir.config import Config
-from pipeline.rundir.schema import MEASUREMENTS, SHORTCUTS, conform
+from pipeline.rundir.schema import MEASUREMENTS, SHORTCUT_CALL_COLUMNS, SHORTCUTS, conform
 from pipeline.rundir.store import RunDir, chunks, map_shards
 
 
@@ -273,6 +273,9 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
     def flush_ready() -> None:
         for k in [k for k, rows in pending.items() if len(results[k]) == len(rows)]:
             ordered = [results[k][t["task_id"]] for t in pending.pop(k)]
+            if table == "shortcuts":  # a row measured now names its seconds as the call's; a stored row has them
+                ordered = [{**r, **{c: r.get(src) for c, src in SHORTCUT_CALL_COLUMNS.items() if c not in r}}
+                           for r in ordered]
             rd.write_shard(table, k, conform(ordered, schema), schema)
             on_disk[k] = Counter(r["status"] for r in ordered)
 

@@ -59,6 +59,11 @@ def test_shortcuts_only_writes_beside_measurements_and_the_filter_names_the_inpu
     assert all(k > 0 for k in kinds) and sum(kinds) <= both["gpu_busy_shortcut_s"]
     assert both["shortcut_checks"] == "dead,skip,fragile"
     assert both["started_at"] is not None  # when the checks ran: the published row's shortcut_call
+    # the call's own seconds for the task (where a re-check's throughput goes), apart from the stored measurement's
+    assert both["call_gpu_busy_s"] >= both["gpu_busy_shortcut_s"] and both["call_wall_s"] >= both["call_gpu_busy_s"]
+    stored = {m["task_id"]: m for m in rd.read_rows("measurements")}
+    joined = {m["task_id"]: m for m in rd.measurement_rows()}
+    assert joined["both"]["wall_s"] == stored["both"]["wall_s"] and "call_wall_s" not in joined["both"]
 
     filter_stage.run(rd, cfg2)
     verdicts = {v["task_id"]: v for v in rd.read_rows("verdicts") if v["stage"] == "filter"}

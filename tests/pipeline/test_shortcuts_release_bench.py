@@ -1,0 +1,31 @@
+"""benchmarks/shortcuts_release.py: the re-check's progress over a release's tables, and where its workers' seconds
+went (the shortcuts rows' call_* columns; rows written before those columns are left out of that split)."""
+
+import sys
+from pathlib import Path
+
+
+def _summarize():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from shortcuts_release import summarize
+
+    return summarize
+
+
+def test_counts_and_the_split_of_worker_seconds():
+    measurements = [{"task_id": t, "status": "ok"} for t in "abcd"]
+    verdicts = [{"task_id": "d", "stage": "filter", "keep": False}]
+    timed = {"call_wall_s": 10.0, "call_gpu_busy_s": 2.0, "call_lock_wait_s": 1.0, "call_budget_wait_s": 3.0}
+    shortcuts = [{"task_id": "a", "status": "ok", "shortcut_checks": "dead", "dead_inputs": ["y"], **timed},
+                 {"task_id": "b", "status": "ok", "shortcut_checks": "dead,skip,fragile", **timed,
+                  "call_wall_s": 20.0},
+                 {"task_id": "c", "status": "ok", "shortcut_checks": "dead,skip,fragile"},  # before call_* existed
+                 {"task_id": "d", "status": "ok", "shortcut_checks": "dead", **timed}]  # dropped before: not counted
+    calls = [{"seconds": 50.0, "measured_now": 4, "settings": {"profile.shortcuts_only": True}},
+             {"seconds": 900.0, "measured_now": 100, "settings": {}}]
+    s = _summarize()(measurements, verdicts, shortcuts, calls)
+    assert (s["tasks_to_check"], s["checked"], s["found"], s["left"]) == (3, 3, {"dead": 1, "any": 1}, 0)
+    assert s["tasks_per_s"] == 4 / 50.0
+    w = s["worker_seconds"]
+    assert w["rows"] == 2 and w["wall"] == 30.0 and w["gpu_busy"] == 4.0 and w["budget_wait"] == 6.0
+    assert w["host"] == 30.0 - 4.0 - 2.0 - 6.0 and w["median_wall_s"] == 20.0
