@@ -480,7 +480,12 @@ def main() -> None:
                                "statuses": {s: sum(1 for r in results if r.get(side, {}).get("status", "error")
                                                    .split(" (")[0] == s) for s in
                                             {r.get(side, {}).get("status", "error").split(" (")[0] for r in results}},
-                               "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
+                               "minutes": round((time.time() - t0) / 60, 1),
+                               # the checks' settings (the h200 preset's): which checks these counts are of
+                               "settings": {k: getattr(cfg.profile, k) for k in (
+                                   "shortcut_draws", "shortcut_ulp_steps", "shortcut_f64_draws",
+                                   "shortcut_fresh_weights", "shortcut_stop_first")}
+                               | {"prescreen_ulp_scale": cfg.sample.prescreen_ulp_scale}}, indent=1) + "\n")
     print(f"wrote {out}")
 
 
