@@ -53,6 +53,9 @@ FAN_KEEP = 2**20
 # the largest fragility move of a scaled screen, in ulps (sample.prescreen_ulp_scale): 2**12 ulps is a relative move
 # of 5e-4, past which a smooth output's own sensitivity, not a step, would decide
 ULP_STEPS_MAX = 2**12
+# a scaled move's fragility flag stands where the output moved over this many times more than in proportion to the
+# move (a step met): a smooth output's response on v1 rows was 0.1 to 1.05 times in proportion, a step's 300 and more
+STEP_SLACK = 2.0
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
 # difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
 # screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
@@ -127,7 +130,7 @@ class Result:
                 "output_numel": m.get("output_numel"),
                 **{c: m.get(c) for c in ("shortcut_checks", "dead_inputs", "skippable_ops", "min_input_redraw_ratio",
                                          "min_op_ratio", "input_ratios", "op_ratios", "fragile",
-                                         "prescreen_ulp_steps")}}
+                                         "prescreen_ulp_steps", "prescreen_real_move_ratio")}}
 
 
 class _FanMode(TorchDispatchMode):
@@ -431,7 +434,7 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
     profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
     screen's reason."""
     from filters.shortcut_checks import no_shortcuts
-    from filters.shortcuts import KINDS, measure
+    from filters.shortcuts import KINDS, measure, ulp_finding
 
     p = cfg.profile
     known = float(res.measurements["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
@@ -440,8 +443,30 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
                                     stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known,
                                     ulp_steps=steps, model_for=model_for, f64_draws=p.shortcut_f64_draws))
     res.measurements["prescreen_ulp_steps"] = steps
+    if steps > p.shortcut_ulp_steps and res.measurements.get("fragile") == ulp_finding(steps):
+        _scaled_flag_or_real_move(model, draw, subs, stride, cfg, res, steps, model_for)
     if cfg.sample.prescreen_shortcuts == "drop":
         res.reason = no_shortcuts(res.measurements, cfg.filter) or ""
+
+
+def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cfg: Any, res: Result, steps: int,
+                              model_for: Any = None) -> None:
+    """A scaled move (n times the real one) meets the steps the real size meets, and also multiplies a smooth
+    output's own response n times: a smooth output with a moderate condition number then reads as fragile at the
+    screened shapes and not at the real ones. So a scaled flag is measured again with the real move
+    (profile.shortcut_ulp_steps, `prescreen_real_move_ratio`). It stands when the real move flags too, or when the
+    scaled response is over STEP_SLACK times the real one times n (a step met); a response in proportion to the
+    move is a smooth output's, and the real move's verdict is the screen's."""
+    from filters.shortcuts import fragility
+
+    m, p = res.measurements, cfg.profile
+    real = fragility(model, draw, float(cfg.filter.compile_tolerance), p.shortcut_draws, subs, stride,
+                     p.shortcut_stop_first, ulp_steps=p.shortcut_ulp_steps, model_for=model_for,
+                     f64_draws=p.shortcut_f64_draws)
+    m["prescreen_real_move_ratio"] = r = real["fragile_ulp_ratio"]
+    if real["fragile"] or r is None or m["fragile_ulp_ratio"] > STEP_SLACK * r * steps / p.shortcut_ulp_steps:
+        return
+    m.update(real)
 
 
 def _extrapolate(screened: int, real: int) -> float:

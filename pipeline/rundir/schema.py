@@ -215,6 +215,9 @@ PRESCREEN = pa.schema([
     ("op_ratios", pa.string()),
     ("fragile", pa.string()),
     ("prescreen_ulp_steps", pa.int64()),  # the fragility check's input move in ulps (sample.prescreen_ulp_scale)
+    # a scaled move's flag measured again with the real move (profile.shortcut_ulp_steps): its ratio (null: not
+    # measured again); a response in proportion to the move is a smooth output's, and that move's verdict stands
+    ("prescreen_real_move_ratio", pa.float64()),
 ])
 
 # `opsynth profile --shortcuts-only` over a run already measured: the shortcut columns of MEASUREMENTS, one row per

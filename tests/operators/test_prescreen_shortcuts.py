@@ -76,3 +76,19 @@ def test_a_scaled_screen_moves_its_inputs_by_the_element_ratio_only_when_asked()
     scaled = prescreen(task, dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True)))
     assert scaled.scaled and scaled.measurements["prescreen_ulp_steps"] > cfg.profile.shortcut_ulp_steps
     assert scaled.record(task, False)["prescreen_ulp_steps"] == scaled.measurements["prescreen_ulp_steps"]
+
+
+def test_a_scaled_flag_stands_for_a_step_and_gives_way_to_the_real_move_on_a_smooth_output():
+    cfg = _cfg("drop")
+    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True))
+    # sin(500 x): 16 ulps move it well within tolerance, the scaled move (hundreds of times more) far past it, in
+    # proportion: a smooth output, not a step the scaled move met
+    smooth = prescreen({"task_id": "s", "code": BIG.replace("(torch.tanh(x) > 0.5).float()", "torch.sin(500.0 * x)")},
+                       cfg)
+    m = smooth.measurements
+    assert m["prescreen_ulp_steps"] > cfg.profile.shortcut_ulp_steps and m["prescreen_real_move_ratio"] < 1
+    assert m["fragile"] == "" and m["fragile_ulp_steps"] == cfg.profile.shortcut_ulp_steps and smooth.reason == ""
+    assert smooth.record({"task_id": "s"}, False)["prescreen_real_move_ratio"] == m["prescreen_real_move_ratio"]
+    step = prescreen({"task_id": "t", "code": BIG}, cfg)  # a comparison after tanh: the scaled flag stands
+    sm = step.measurements
+    assert sm["fragile"] and sm["fragile_ulp_steps"] == sm["prescreen_ulp_steps"] and step.reason.startswith("fragile:")
