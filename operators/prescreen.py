@@ -53,9 +53,11 @@ FAN_KEEP = 2**20
 # the largest fragility move of a scaled screen, in ulps (sample.prescreen_ulp_scale): 2**12 ulps is a relative move
 # of 5e-4, past which a smooth output's own sensitivity, not a step, would decide
 ULP_STEPS_MAX = 2**12
-# a scaled move's fragility flag stands where the output moved over this many times more than in proportion to the
-# move (a step met): a smooth output's response on v1 rows was 0.1 to 1.05 times in proportion, a step's 300 and more
-STEP_SLACK = 2.0
+# a scaled move's fragility flag gives way only where the output moved in proportion to the move, within this factor
+# either way: a smooth output's response is linear in so small a move (0.87 to 1.05 times in proportion on v1
+# rows); a step met makes it grow far past proportion (307 times), one already crossed by the real move stays
+# under it (0.14 and 0.53 times, both fragile at the real size)
+PROPORTIONAL = 1.25
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
 # difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
 # screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
@@ -454,9 +456,9 @@ def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cf
     """A scaled move (n times the real one) meets the steps the real size meets, and also multiplies a smooth
     output's own response n times: a smooth output with a moderate condition number then reads as fragile at the
     screened shapes and not at the real ones. So a scaled flag is measured again with the real move
-    (profile.shortcut_ulp_steps, `prescreen_real_move_ratio`). It stands when the real move flags too, or when the
-    scaled response is over STEP_SLACK times the real one times n (a step met); a response in proportion to the
-    move is a smooth output's, and the real move's verdict is the screen's."""
+    (profile.shortcut_ulp_steps, `prescreen_real_move_ratio`). A response in proportion to the move (the scaled
+    ratio n times the real one, within PROPORTIONAL either way) is a smooth output's, and the real move's verdict
+    is the screen's; otherwise (a step met, or crossed) the flag stands."""
     from filters.shortcuts import fragility
 
     m, p = res.measurements, cfg.profile
@@ -464,9 +466,11 @@ def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cf
                      p.shortcut_stop_first, ulp_steps=p.shortcut_ulp_steps, model_for=model_for,
                      f64_draws=p.shortcut_f64_draws)
     m["prescreen_real_move_ratio"] = r = real["fragile_ulp_ratio"]
-    if real["fragile"] or r is None or m["fragile_ulp_ratio"] > STEP_SLACK * r * steps / p.shortcut_ulp_steps:
+    if real["fragile"] or not r:
         return
-    m.update(real)
+    proportion = m["fragile_ulp_ratio"] / (r * steps / p.shortcut_ulp_steps)
+    if 1 / PROPORTIONAL <= proportion <= PROPORTIONAL:
+        m.update(real)
 
 
 def _extrapolate(screened: int, real: int) -> float:
