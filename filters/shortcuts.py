@@ -250,10 +250,13 @@ def _ulp_move(x: Sequence[Any], steps: int = 1) -> tuple:
     a correct kernel does differently has both signs: a sum over N moved elements then moves as rounding noise
     does, about sqrt(N) of them, where moving all one way would add N and flag a long reduction into a threshold
     that no reordering of the sum could flip. The directions come from a fixed seed (the device's own generator:
-    a CPU and a GPU draw different directions, as they draw different inputs). Infinities and the largest finite
-    values stay where they are. Two tensors of the input's size at a time: the inputs are the real ones."""
+    a CPU and a GPU draw different directions, as they draw different inputs); one stream per call, so two inputs
+    of one shape move independently, as their rounding does. Infinities and the largest finite values stay where
+    they are. Two tensors of the input's size at a time: the inputs are the real ones."""
+    gens: dict[torch.device, torch.Generator] = {}
+
     def move(t: torch.Tensor) -> torch.Tensor:
-        g = torch.Generator(device=t.device).manual_seed(ULP_SIGN_SEED)
+        g = gens.get(t.device) or gens.setdefault(t.device, torch.Generator(device=t.device).manual_seed(ULP_SIGN_SEED))
         d = torch.nextafter(t, torch.tensor(math.inf, dtype=t.dtype, device=t.device))
         d.sub_(t).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)  # each element's upward ulp
         sign = torch.empty_like(t).bernoulli_(0.5, generator=g).mul_(-2).add_(1)  # -1 or +1

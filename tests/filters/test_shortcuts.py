@@ -321,3 +321,15 @@ def test_a_long_sum_into_a_sign_is_not_fragile_under_moves_of_both_signs():
     assert torch.equal(x.double().sum(dim=1).sign(), -torch.ones(64, dtype=torch.float64))  # the exact signs
     with torch.no_grad():
         assert fragility(SignOfSum(), draw, TOL, draws=2, checks=(FRAGILE_ULP,), ulp_steps=16)["fragile"] == ""
+
+
+def test_inputs_of_one_shape_move_in_their_own_directions():
+    """Rounding differences of two inputs are independent: the move draws each input's directions from one stream,
+    not the same pattern for every input of a shape (which would cancel in x - y)."""
+    from filters.shortcuts import _ulp_move
+
+    x = torch.ones(4096)
+    a, b = _ulp_move((x, x.clone()), steps=1)
+    up_a, up_b = a > x, b > x
+    assert 0.4 < up_a.float().mean() < 0.6 and not torch.equal(up_a, up_b)
+    assert torch.equal(_ulp_move((x, x.clone()))[1], b)  # the same directions on every call
