@@ -18,7 +18,9 @@ screens, with the h200 preset's pre-screen, every release row that a shortcuts-o
 shortcuts/, and counts per kind the profile stage's findings it catches and the clean rows it flags
 (shortcuts_cpu_vs_profile.json). --fresh-weights RUN screens the same rows with the fragility check alone, once
 with one model per task and once with each draw's own weights (profile.shortcut_fresh_weights), and counts the rows
-each flags (shortcuts_fresh_weights.json)."""
+each flags (shortcuts_fresh_weights.json). --scaled-flags N screens the first N sample rows with the fragility check
+alone and counts the rows the scaled move flags and those measured again with the real move and let through as
+smooth (shortcuts_scaled_flags.json)."""
 
 from __future__ import annotations
 
@@ -188,6 +190,38 @@ def _screen_fragile(item: tuple[dict, object]) -> dict:
     row, cfg = item
     res = prescreen(row, cfg)
     return {"status": res.status, "fragile": (res.measurements or {}).get("fragile") or ""}
+
+
+def _screen_scaled(item: tuple[dict, object]) -> dict:
+    """The pre-screen's fragility check alone on one row: its verdict and, where the scaled move flagged it and the
+    real move was measured again, that ratio and the response's proportion to the move."""
+    from operators.prescreen import prescreen
+
+    row, cfg = item
+    m = prescreen(row, cfg).measurements or {}
+    return {"task_id": row["task_id"], "ok": "fragile" in m, "fragile": m.get("fragile") or "",
+            "real": m.get("prescreen_real_move_ratio"), "proportion": m.get("prescreen_move_proportion")}
+
+
+def scaled_flags_section(n: int, seed: int, workers: int) -> dict:
+    """On the first n rows of the sample: the rows the scaled move flags fragile, and those the screen measures
+    again with the real move and lets through as smooth (a response in proportion to the move)."""
+    import multiprocessing as mp
+
+    from pipeline.rundir.config import load_preset
+
+    cfg = load_preset("h200")
+    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_shortcuts="record"),
+                              profile=dataclasses.replace(cfg.profile, shortcut_checks=("fragile",)))
+    with mp.get_context("spawn").Pool(workers, initializer=_cpu_init) as pool:
+        got = [g for g in pool.map(_screen_scaled, [(r, cfg) for r in _rows(500, seed)[:n]], chunksize=2) if g["ok"]]
+    again = [g for g in got if g["real"] is not None]
+    through = [g for g in again if not g["fragile"]]
+    props = sorted(g["proportion"] for g in through)
+    return {"screened": len(got), "flagged_scaled": sum(1 for g in got if g["fragile"]) + len(through),
+            "measured_again": len(again), "let_through": [g["task_id"] for g in through],
+            "let_through_proportion": [props[0], props[-1]] if props else None,
+            "standing_proportions": {g["task_id"]: g["proportion"] for g in again if g["fragile"]}}
 
 
 def against_section(path: Path, workers: int) -> dict:
@@ -386,6 +420,8 @@ def main() -> None:
                     "shortcuts/ a shortcuts-only profile call measured (writes shortcuts_cpu_vs_profile.json)")
     ap.add_argument("--fresh-weights", default=None, help="only the fresh-weights section: a run directory as for "
                     "--against-run (writes shortcuts_fresh_weights.json)")
+    ap.add_argument("--scaled-flags", type=int, default=0, help="only the scaled-flags section: the first N rows "
+                    "of the sample, the pre-screen's fragility check alone (writes shortcuts_scaled_flags.json)")
     ap.add_argument("--gpu-name", default=None, help="--against-run: the GPU that profile call ran on")
     ap.add_argument("--gpu-commit", default=None, help="--against-run: the commit that profile call ran")
     a = ap.parse_args()
@@ -393,6 +429,8 @@ def main() -> None:
 
     if a.sampler:
         return _write_sampler(a, torch)
+    if a.scaled_flags:
+        return _write_scaled_flags(a, torch)
     if a.against:
         return _write_against(a, torch)
     if a.against_run:
@@ -595,6 +633,24 @@ def _write_fresh_weights(a, torch) -> None:
     for h in headline:
         print(f"{h['figure']:<60} {h['value']}")
     out = Path(a.out) / "shortcuts_fresh_weights.json"
+    out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)},
+                              indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+def _write_scaled_flags(a, torch) -> None:
+    t0 = time.time()
+    r = scaled_flags_section(a.scaled_flags, a.seed, a.cpu_workers)
+    lo_hi = r["let_through_proportion"]
+    headline = [{"figure": "v1 rows the pre-screen's scaled move flags fragile, and those it lets through as smooth",
+                 "value": f"{r['flagged_scaled']} of {r['screened']} flagged; {r['measured_again']} measured again "
+                          f"with the real move, {len(r['let_through'])} let through"
+                          + (f" ({lo_hi[0]:.2f} to {lo_hi[1]:.2f} times in proportion)" if lo_hi else ""),
+                 "target": None, "command": f"python benchmarks/shortcuts.py --scaled-flags {a.scaled_flags} "
+                                            f"--seed {a.seed} --cpu-workers {a.cpu_workers}",
+                 "hardware": "2-core CPU (no GPU), screened shapes", "torch": torch.__version__, "commit": _commit()}]
+    print(f"{headline[0]['figure']}: {headline[0]['value']}")
+    out = Path(a.out) / "shortcuts_scaled_flags.json"
     out.write_text(json.dumps({"headline": headline, **r, "minutes": round((time.time() - t0) / 60, 1)},
                               indent=1) + "\n")
     print(f"wrote {out}")

@@ -468,7 +468,8 @@ def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cf
     m["prescreen_real_move_ratio"] = r = real["fragile_ulp_ratio"]
     if real["fragile"] or not r:
         return
-    proportion = m["fragile_ulp_ratio"] / (r * steps / p.shortcut_ulp_steps)
+    # kept beside the record (not a prescreen/ column): what benchmarks/shortcuts.py --scaled-flags reads
+    m["prescreen_move_proportion"] = proportion = m["fragile_ulp_ratio"] / (r * steps / p.shortcut_ulp_steps)
     if 1 / PROPORTIONAL <= proportion <= PROPORTIONAL:
         m.update(real)
 

@@ -3,7 +3,7 @@ the screen's reason with `drop` (a planted dead input), and a task where every i
 
 import dataclasses
 
-from operators.prescreen import prescreen
+from operators.prescreen import PROPORTIONAL, prescreen
 from pipeline.rundir.config import load_preset
 
 CODE = '''import torch
@@ -88,6 +88,7 @@ def test_a_scaled_flag_stands_for_a_step_and_gives_way_to_the_real_move_on_a_smo
     m = smooth.measurements
     assert m["prescreen_ulp_steps"] > cfg.profile.shortcut_ulp_steps and m["prescreen_real_move_ratio"] < 1
     assert m["fragile"] == "" and m["fragile_ulp_steps"] == cfg.profile.shortcut_ulp_steps and smooth.reason == ""
+    assert 1 / PROPORTIONAL <= m["prescreen_move_proportion"] <= PROPORTIONAL
     assert smooth.record({"task_id": "s"}, False)["prescreen_real_move_ratio"] == m["prescreen_real_move_ratio"]
     step = prescreen({"task_id": "t", "code": BIG}, cfg)  # a comparison after tanh: the scaled flag stands
     sm = step.measurements
