@@ -54,8 +54,8 @@ FAN_KEEP = 2**20
 # of 5e-4, past which a smooth output's own sensitivity, not a step, would decide
 ULP_STEPS_MAX = 2**12
 # a scaled move's fragility flag gives way only where the output moved in proportion to the move, within this factor
-# either way: a smooth output's response is linear in so small a move (0.87 to 1.05 times in proportion on v1
-# rows); a step met makes it grow far past proportion (307 times), one already crossed by the real move stays
+# either way: a smooth output's response is linear in so small a move (0.93 to 1.05 times in proportion on v1
+# rows); a step met makes it grow far past proportion (24 and 330 times), one already crossed by the real move stays
 # under it (0.14 and 0.53 times, both fragile at the real size)
 PROPORTIONAL = 1.25
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
