@@ -20,7 +20,7 @@ TIERS: list[tuple[str, list[str]]] = [
     # the checks: a record and the config's section in, a reason or None out (labels reads operators' pins);
     # tensor_checks measures what the output checks judge; the old filters.contamination / filters.dedupe names
     # are the detectors' modules
-    ("filters", ["filters.*"]),
+    ("filters", ["filters.*", "measures.*"]),
     # the sampler draws tasks and screens them with the filter's output checks and the detectors' op signature
     ("sampler", ["operators.sample", "operators.prescreen", "operators.llm_composer"]),
     # pipeline, bottom up: plain contracts, the run directory, the profile worker, what is built from a run,

@@ -766,6 +766,8 @@ class Harness:
         ns: dict[str, Any] = {"__name__": f"task_{task.get('task_id')}"}
         exec(compile(task["code"], f"<task {task.get('task_id')}>", "exec"), ns)  # noqa: S102 - checked upstream
         draws = s.input_draws
+        if s.shortcuts_only and s.shortcut_mode == "cheap":
+            draws = min(draws, 2)  # the stored measurements judged the draws; the cheap checks read draws 0 and 1
         self._warm_kernels(task.get("ops") or [])
         with self.lock.hold(label="eager"):
             base = torch.cuda.memory_allocated(dev) if self.cuda else 0
@@ -860,8 +862,10 @@ class Harness:
         from filters.tensor_checks import tolerance_ratio
 
         s, t = self.s.profile, time.perf_counter()
+        tol = self.s.filter.compile_tolerance
+        cheap = s.shortcut_mode == "cheap"
         # one tensor input: redrawing it alone is draw 1 against draw 0, measured above (exactly, unsampled)
-        known = tolerance_ratio(subs[1], subs[0], self.s.filter.compile_tolerance) if stride == 1 else None
+        known = tolerance_ratio(subs[1], subs[0], tol) if stride == 1 and len(subs) > 1 else None
         # profile.shortcut_screen_margin: parts the pre-screen found far from tolerance are not measured again
         task = task or {}
         gate = s.shortcut_screen_margin > 0 and "screen_op_ratios" in task  # profile attaches screens that have them
@@ -874,21 +878,41 @@ class Harness:
         # finds one, as the filter drops on that finding alone (the fragility check, the dearest, is then spared)
         for kind in (k for k in KINDS if k in s.shortcut_checks):
             t_kind = time.perf_counter()
-            got = measure(model, lambda k: self._draw(ns, k), ref0, self.s.filter.compile_tolerance,
-                          kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
-                          stop_first=s.shortcut_stop_first, known_ratio=known, ulp_steps=s.shortcut_ulp_steps,
-                          model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
-                          f64_draws=s.shortcut_f64_draws, **given)
+            if cheap and kind == "fragile":
+                from measures.cheap_shortcuts import scaled_fragility
+
+                got = scaled_fragility(model, lambda k: self._draw(ns, k), tol, subs[0], stride,
+                                       s.shortcut_ulp_steps, s.shortcut_move_scale)
+                got.pop("fragile_scaled_ratio")
+            else:
+                kind_given = dict(given)
+                if cheap and kind == "skip":
+                    kind_given["given_ops"] = {**self._reduced_far(ns), **kind_given.get("given_ops", {})}
+                got = measure(model, lambda k: self._draw(ns, k), ref0, tol,
+                              kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
+                              stop_first=s.shortcut_stop_first, known_ratio=known, ulp_steps=s.shortcut_ulp_steps,
+                              model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
+                              f64_draws=s.shortcut_f64_draws, **kind_given)
             screened += got.pop("shortcut_screened", [])
             m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind
             ran.append(kind)
             if s.shortcut_stop_first and (got.get("dead_inputs") or got.get("skippable_ops") or got.get("fragile")):
                 break
-        if gate:
+        if gate or (cheap and "skip" in ran):
             m["shortcut_screened"] = screened
         m["shortcut_checks"] = ",".join(ran)
         m["gpu_busy_shortcut_s"] = time.perf_counter() - t
+
+    def _reduced_far(self, ns: dict) -> dict[str, float]:
+        """The cheap skip check's operators taken as mattering: those whose skip ratio at the reduced batch
+        (measures/cheap_shortcuts.py) is at least profile.shortcut_skip_margin. Empty when the task has no batch to
+        cut or does not run at it: then every operator is measured at the real size."""
+        from measures.cheap_shortcuts import reduced_op_ratios
+
+        ratios = reduced_op_ratios(ns, self.s.seed, self.s.filter.compile_tolerance, self.device)
+        margin = self.s.profile.shortcut_skip_margin
+        return {o: r for o, r in (ratios or {}).items() if r >= margin}
 
     def _warm_in_drain(self, ns: dict, model: Any, compiled: Any, m: dict) -> tuple[tuple, int]:
         """Announce the timed runs from a shared hold (the compile check's, still held, or a new one) and, while

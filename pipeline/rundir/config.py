@@ -123,6 +123,13 @@ class ProfileSection:
     # screen (shortcut_screened lists them). A task the screen gave no ratios, or whose operators the GPU numbers
     # otherwise, is measured in full. 0: every part on the GPU
     shortcut_screen_margin: float = 0.0
+    # cheap: the checks in a few forwards (measures/cheap_shortcuts.py): the fragility check on draw 0 alone with
+    # the move shortcut_move_scale times shortcut_ulp_steps standing for the draws, float64 once; the skip check at
+    # the batch cut by 16, measuring at the real size only the operators whose ratio there is under
+    # shortcut_skip_margin; dead inputs as in exhaustive. exhaustive: every draw, input and operator at the real size
+    shortcut_mode: str = "cheap"
+    shortcut_move_scale: int = 10
+    shortcut_skip_margin: float = 10.0
     # run only the shortcut checks on a run already measured (`opsynth profile --shortcuts-only`): rows go to
     # shortcuts/, beside the stored measurements, which the filter joins by task_id
     shortcuts_only: bool = False
@@ -385,6 +392,11 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
     _check(p.shortcut_draws >= 1, where, f"profile.shortcut_draws must be >= 1 (got {p.shortcut_draws})")
     _check(p.shortcut_f64_draws >= 1, where, f"profile.shortcut_f64_draws must be >= 1 (got {p.shortcut_f64_draws})")
     _check(p.shortcut_ulp_steps >= 1, where, f"profile.shortcut_ulp_steps must be >= 1 (got {p.shortcut_ulp_steps})")
+    _check(p.shortcut_mode in ("cheap", "exhaustive"), where,
+           f"profile.shortcut_mode must be cheap or exhaustive (got {p.shortcut_mode!r})")
+    _check(p.shortcut_move_scale >= 1, where, f"profile.shortcut_move_scale must be >= 1 (got {p.shortcut_move_scale})")
+    _check(p.shortcut_skip_margin >= 1, where,
+           f"profile.shortcut_skip_margin must be >= 1, a ratio past the tolerance (got {p.shortcut_skip_margin})")
     _check(p.shortcut_screen_margin == 0 or p.shortcut_screen_margin >= 1, where,
            f"profile.shortcut_screen_margin must be 0 (off) or >= 1, a ratio past the tolerance "
            f"(got {p.shortcut_screen_margin})")

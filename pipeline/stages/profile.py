@@ -148,7 +148,10 @@ def checked_weaker(p: Any) -> Any:
         if row.get("status") != "ok" or "fragile" not in (row.get("shortcut_checks") or "").split(",") \
                 or row.get("fragile"):
             return False
-        return (p.shortcut_fresh_weights and row.get("fragile_weights") != "fresh") \
+        # a cheap call takes an exhaustive row or a cheap one (weights "scaled"); an exhaustive call with fresh
+        # weights takes only its own kind of row
+        enough = ("fresh", "scaled") if p.shortcut_mode == "cheap" else ("fresh",)
+        return (p.shortcut_fresh_weights and row.get("fragile_weights") not in enough) \
             or (row.get("fragile_ulp_steps") or 1) < p.shortcut_ulp_steps
 
     return stale

@@ -160,12 +160,13 @@ def get_init_inputs():
 
 def test_the_fragility_check_builds_each_draws_model_with_its_own_weights(tmp_path):
     """Draw 0's weights hide the threshold; the verifier's draw 2 builds the model with a weight that sits on the
-    inputs' values. The profile stage finds the task fragile only with profile.shortcut_fresh_weights (default)."""
+    inputs' values. The exhaustive checks find the task fragile only with profile.shortcut_fresh_weights (default)."""
     found = {}
     for fresh in (True, False):
         rd, cfg = _measured(tmp_path / f"run{fresh}", {"t": THRESHOLD}, seed=0)
         cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(
-            cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_fresh_weights=fresh))
+            cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_fresh_weights=fresh,
+            shortcut_mode="exhaustive"))
         profile.run(rd, cfg2, "local")
         row = rd.read_rows("shortcuts")[0]
         assert row["shortcut_checks"] == "fragile", row
@@ -181,7 +182,8 @@ def test_a_call_with_fresh_weights_checks_again_what_one_model_passed(tmp_path):
 
     def call(fresh):
         profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
-            cfg.profile, shortcuts_only=True, shortcut_checks=kinds, shortcut_fresh_weights=fresh)), "local")
+            cfg.profile, shortcuts_only=True, shortcut_checks=kinds, shortcut_fresh_weights=fresh,
+            shortcut_mode="exhaustive")), "local")
         return {r["task_id"]: r for r in rd.read_rows("shortcuts")}
 
     one = call(False)
@@ -230,3 +232,22 @@ def test_the_fragility_checks_move_is_profile_shortcut_ulp_steps(tmp_path):
     far = call(100)
     assert far[:2] == ("100-ulp input move", 100) and far[2] != one[2]
     assert call(1) == far  # a finding stands: not measured again
+
+
+def test_a_cheap_call_takes_exhaustive_rows_and_an_exhaustive_call_measures_cheap_rows_again(tmp_path):
+    """The stale-row rule across the two modes: a cheap call (fragile_weights "scaled") leaves a row an exhaustive
+    call checked as it is, and an exhaustive call with fresh weights measures a cheap row again."""
+    rd, cfg = _measured(tmp_path / "run", {"t": THRESHOLD}, seed=0)
+
+    def call(mode):
+        profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_mode=mode)), "local")
+        return rd.read_rows("shortcuts")[0]
+
+    cheap = call("cheap")
+    assert cheap["fragile"] == "" and cheap["fragile_weights"] == "scaled"
+    assert call("cheap")["started_at"] == cheap["started_at"]  # its own kind of row: not measured again
+    full = call("exhaustive")
+    assert full["fragile_weights"] == "fresh" and full["started_at"] != cheap["started_at"]
+    assert full["fragile"] == ulp_finding(cfg.profile.shortcut_ulp_steps)  # draw 2's weights sit on the grid
+    assert call("cheap")["started_at"] == full["started_at"]

@@ -1,0 +1,312 @@
+"""The shortcut checks' verdicts, exhaustive against cheap, on random rows of a release at their real sizes.
+
+    python benchmarks/shortcut_agreement.py measure --device cuda --n 600 --seed 0 --workers 8 \
+        --rows runs/agreement.rows.jsonl --max-minutes 8
+    python benchmarks/shortcut_agreement.py report --rows runs/agreement.rows.jsonl \
+        --hardware "NVIDIA H100 80GB HBM3" --torch 2.11.0+cu130 --commit C
+
+`measure` runs, per row and in a pool of processes sharing the device, every kind of the exhaustive checks
+(filters/shortcuts.py with the profile defaults: 5 draws, each after the first with its own weights, every
+floating input moved 16 ulps, float64 on draw 0; every input and operator at the real size), each kind apart so
+each has its own verdict, and the measurements the cheap checks decide from (filters/cheap_shortcuts.py), with the
+seconds of each part. Rows are appended to --rows as they finish; a second call skips the rows already there, so
+the work resumes across calls. `report` compares the verdicts per kind (rows the exhaustive checks drop and the
+cheap ones keep, and the reverse), prints a table and writes benchmarks/results/shortcut_agreement.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RELEASE = ROOT / "data" / "releases" / "opsynth-ops-h200-v1"
+KINDS = ("dead", "skip", "fragile")
+from measures.cheap_shortcuts import scaled_verdict  # noqa: E402
+
+MOVES = (80, 160)  # draw-0 moves (ulps) beside the exhaustive check's 16, which the cheap fragility check may choose from
+
+
+def sample_rows(n: int, seed: int, release: Path = RELEASE) -> list[dict]:
+    """n rows of the release's train split drawn at random (seeded), with their code."""
+    import pyarrow.parquet as pq
+
+    rows = [r for p in sorted((release / "data").glob("train-*.parquet"))
+            for r in pq.read_table(p, columns=["task_id", "code"]).to_pylist()]
+    return random.Random(seed).sample(rows, min(n, len(rows)))
+
+
+def _sync(dev: str) -> None:
+    import torch
+
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def measure_row(row: dict, seed: int, tol: float, dev: str) -> dict:
+    """Every exhaustive kind and the cheap checks' measurements for one row, with each part's seconds."""
+    import torch
+
+    from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, dead_inputs, fragility, skippable_ops
+    from filters.tensor_checks import flatten, sample_stride, tolerance_ratio
+    from measures.cheap_shortcuts import cheap_measure
+    from operators.trace import load_module
+
+    secs: dict[str, float] = {}
+
+    def timed(name, fn):
+        _sync(dev)
+        t = time.perf_counter()
+        out = fn()
+        _sync(dev)
+        secs[name] = time.perf_counter() - t
+        return out
+
+    ns = load_module(row["code"], "agreement")
+
+    def draw(k: int) -> tuple:
+        torch.manual_seed(seed + 1 + k)
+        with torch.device(dev):
+            return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in ns["get_inputs"]())
+
+    def model_for(k: int):
+        torch.manual_seed(seed * 1000 + k if k else seed)
+        with torch.device(dev):
+            return ns["Model"](*ns["get_init_inputs"]()).to(dev)
+
+    out: dict = {"task_id": row["task_id"], "status": "ok"}
+    with torch.no_grad():
+        model = timed("build", lambda: model_for(0))
+        ref0 = timed("ref0", lambda: flatten(model(*draw(0))).clone())
+        stride = sample_stride(ref0.numel())
+        sub0 = ref0[::stride]
+        sub1 = timed("draw1", lambda: flatten(model(*draw(1)))[::stride].clone())
+        known = tolerance_ratio(sub1, sub0, tol) if stride == 1 else None
+        d = timed("dead", lambda: dead_inputs(model, draw, ref0, tol, stop_first=True, known_ratio=known))
+        s = timed("skip", lambda: skippable_ops(model, draw, ref0, tol, stop_first=False))
+        per: list[float] = []
+        r64 = None
+
+        def frag() -> None:
+            nonlocal r64
+            for k in range(5):  # fragility()'s own loop, one draw at a time so each draw's ratio is kept
+                mdl = model if k == 0 else model_for(k)
+                checks = (FRAGILE_ULP, FRAGILE_F64) if k == 0 else (FRAGILE_ULP,)
+                f = fragility(mdl, lambda _j, k=k: draw(k), tol, draws=1, subs=[sub0] if k == 0 else None,
+                              stride=stride, checks=checks, ulp_steps=16)
+                per.append(f["fragile_ulp_ratio"])
+                if k == 0:
+                    r64 = f["fragile_f64_ratio"]
+                if max(per) >= 1 or (r64 or 0) >= 1:
+                    break
+        timed("fragile", frag)
+        out["exhaustive"] = {
+            "dead": d["dead_inputs"], "input_ratios": d["input_redraw_ratios"],
+            "skip": [o for o, r in s["op_ratios"].items() if r < 1], "op_ratios": s["op_ratios"],
+            "fragile": max(per) >= 1 or (r64 or 0) >= 1, "ulp_ratios": per, "f64_ratio": r64}
+        cheap_secs: dict[str, float] = {}
+        out["cheap"] = cheap_measure(model, draw, ref0, sub0, stride, tol, ns=ns, seed=seed, dev=dev,
+                                     known_ratio=known, moves=MOVES, seconds=cheap_secs, sync=lambda: _sync(dev),
+                                     fresh_model=model_for)
+        out["cheap_seconds"] = cheap_secs
+    out["seconds"] = secs
+    return out
+
+
+def _worker_row(item: tuple) -> dict:
+    row, seed, tol, dev = item
+    t = time.perf_counter()
+    try:
+        r = measure_row(row, seed, tol, dev)
+    except Exception as e:  # noqa: BLE001 - a row that fails is counted, not fatal
+        r = {"task_id": row["task_id"], "status": f"error: {type(e).__name__}: {e}"[:300]}
+    finally:
+        import gc
+
+        gc.collect()
+        try:
+            import torch
+
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
+    r["wall_s"] = time.perf_counter() - t
+    return r
+
+
+def measure_cmd(a: argparse.Namespace) -> None:
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from pipeline.rundir.config import load_preset
+
+    cfg = load_preset("h200")
+    tol, seed = float(cfg.filter.compile_tolerance), int(cfg.run.seed)
+    rows_path = Path(a.rows)
+    rows_path.parent.mkdir(parents=True, exist_ok=True)
+    done = {json.loads(line)["task_id"] for line in rows_path.read_text().splitlines()} if rows_path.exists() else set()
+    todo = [r for r in sample_rows(a.n, a.seed) if r["task_id"] not in done]
+    print(f"{len(done)} rows already measured, {len(todo)} to go", flush=True)
+    box = time.time() + 60 * a.max_minutes
+    t0 = time.time()
+    n = 0
+    with ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn")) as pool, rows_path.open("a") as f:
+        jobs = {pool.submit(_worker_row, (r, seed, tol, a.device)) for r in todo}
+        while jobs and time.time() < box:
+            fin, jobs = wait(jobs, timeout=max(0.1, box - time.time()), return_when=FIRST_COMPLETED)
+            for j in fin:
+                f.write(json.dumps(j.result()) + "\n")
+                f.flush()
+                n += 1
+        for j in jobs:
+            j.cancel()
+        for p in list((getattr(pool, "_processes", None) or {}).values()):
+            p.kill()
+    print(f"measured {n} rows in {time.time() - t0:.0f} s ({n / max(1e-9, time.time() - t0):.2f} rows/s)", flush=True)
+
+
+def cheap_verdicts(r: dict, move: int = 160, band: float = 1.25, margin: float = 10.0,
+                   fresh: bool = False) -> dict:
+    """The cheap checks' verdict per kind for one measured row, and the parts they would run at the real size:
+    - dead: the exhaustive check's own (it runs as it is);
+    - skip: operators whose reduced ratio is at least `margin` matter; the rest are measured at the real size (their
+      exhaustive ratios); every operator is, when the reduced forward numbered other calls or did not run;
+    - fragile: float64 on draw 0, then draw 0 moved `move` ulps (and draw 1 with its own weights, `fresh`); a flag
+      measured again with the real move (16 ulps) gives way when the response is in proportion to the move, within
+      `band` either way."""
+    ex, ch = r["exhaustive"], r["cheap"]
+    real_ops = ex["op_ratios"]
+    reduced = ch.get("reduced_op_ratios")
+    if reduced is None or set(reduced) != set(real_ops):
+        remeasured = list(real_ops)
+    else:
+        remeasured = [o for o in real_ops if reduced[o] < margin]
+    skip = [o for o in remeasured if real_ops[o] < 1]
+    r16 = ex["ulp_ratios"][0]
+    found, _ = scaled_verdict(ex["f64_ratio"], ch[f"move{move}"], r16, move // 16, 16, band)
+    fragile = bool(found)
+    if fresh and not fragile and ch[f"fresh1_move{max(MOVES)}"] >= 1:
+        fragile = True  # draw 1 with its own weights is not measured with the real move: its flag stands
+    again = (ex["f64_ratio"] or 0.0) < 1 and ch[f"move{move}"] >= 1
+    return {"dead": bool(ex["dead"]), "skip": bool(skip), "fragile": fragile, "ops_remeasured": len(remeasured),
+            "ops": len(real_ops), "move_again": again}
+
+
+def exhaustive_verdicts(r: dict) -> dict:
+    ex = r["exhaustive"]
+    return {"dead": bool(ex["dead"]), "skip": bool(ex["skip"]), "fragile": bool(ex["fragile"])}
+
+
+def agreement(rows: list[dict], **rule) -> dict:
+    """Per kind: rows the exhaustive checks drop, the cheap ones drop, and the two disagreements (share of rows)."""
+    n = len(rows)
+    out: dict = {"rows": n, "rule": rule}
+    pairs = [(exhaustive_verdicts(r), cheap_verdicts(r, **rule)) for r in rows]
+    for k in (*KINDS, "any"):
+        def v(d: dict, k: str = k) -> bool:
+            return any(d[x] for x in KINDS) if k == "any" else d[k]
+        missed = [r["task_id"] for r, (e, c) in zip(rows, pairs, strict=True) if v(e) and not v(c)]
+        extra = [r["task_id"] for r, (e, c) in zip(rows, pairs, strict=True) if v(c) and not v(e)]
+        out[k] = {"exhaustive_drops": sum(v(e) for e, _ in pairs), "cheap_drops": sum(v(c) for _, c in pairs),
+                  "exhaustive_drop_cheap_keep": len(missed), "cheap_drop_exhaustive_keep": len(extra),
+                  "missed_share": len(missed) / n if n else None, "extra_share": len(extra) / n if n else None,
+                  "missed": missed[:20], "extra": extra[:20]}
+    out["ops_remeasured_share"] = (sum(c["ops_remeasured"] for _, c in pairs) /
+                                   max(1, sum(c["ops"] for _, c in pairs)))
+    out["move_again_share"] = sum(c["move_again"] for _, c in pairs) / n if n else None
+    return out
+
+
+def costs(rows: list[dict], rule: dict) -> dict:
+    """Seconds per row of each part, summed over rows, and the cheap checks' seconds under `rule` (the skip check's
+    real-size seconds in proportion to the operators measured again; the real move's where a flag is measured
+    again)."""
+    part = {}
+    for r in rows:
+        for k, v in {**r["seconds"], **{f"cheap_{k}": v for k, v in r["cheap_seconds"].items()}}.items():
+            part[k] = part.get(k, 0.0) + v
+    n = len(rows)
+    exhaustive = sum(part.get(k, 0.0) for k in ("dead", "skip", "fragile"))
+    move, cheap = rule.get("move", 160), 0.0
+    for r in rows:
+        c = cheap_verdicts(r, **rule)
+        s, cs = r["seconds"], r["cheap_seconds"]
+        cheap += s["dead"] + cs["skip_reduced"] + s["skip"] * c["ops_remeasured"] / max(1, c["ops"])
+        cheap += cs["f64"] + cs[f"move{move}"] + (cs["fresh1"] if rule.get("fresh") else 0.0)
+        cheap += cs[f"move{move}"] if c["move_again"] else 0.0  # the real move costs a forward as the scaled one
+    return {"rows": n, "seconds_per_row": {k: v / n for k, v in sorted(part.items())},
+            "exhaustive_checks_s_per_row": exhaustive / n, "cheap_checks_s_per_row": cheap / n,
+            "eager_forward_s_per_row": part.get("ref0", 0.0) / n}
+
+
+RULES = [dict(move=m, band=b, margin=g, fresh=f) for m in (80, 160) for b in (1.25, 2.0) for g in (3.0, 10.0)
+         for f in (False, True)]
+CHOSEN = dict(move=160, band=1.25, margin=10.0, fresh=False)
+
+
+def report_cmd(a: argparse.Namespace) -> None:
+    rows_all = [json.loads(line) for line in Path(a.rows).read_text().splitlines()]
+    rows = [r for r in rows_all if r["status"] == "ok"]
+    chosen = dict(CHOSEN, **json.loads(a.rule)) if a.rule else CHOSEN
+    table = [agreement(rows, **rule) for rule in RULES]
+    main_ = agreement(rows, **chosen)
+    cost = costs(rows, chosen)
+    print(f"{len(rows)} rows measured ({len(rows_all) - len(rows)} failed)")
+    print(f"{'kind':8} {'exh drops':>9} {'cheap drops':>11} {'exh-only':>9} {'cheap-only':>10}")
+    for k in (*KINDS, "any"):
+        g = main_[k]
+        print(f"{k:8} {g['exhaustive_drops']:9d} {g['cheap_drops']:11d} {g['missed_share']:9.2%} "
+              f"{g['extra_share']:10.2%}")
+    print(f"checks' seconds per row: exhaustive {cost['exhaustive_checks_s_per_row']:.3f}, cheap "
+          f"{cost['cheap_checks_s_per_row']:.3f}, one eager forward {cost['eager_forward_s_per_row']:.4f}")
+    for t in table:
+        print(t["rule"], {k: (t[k]["exhaustive_drop_cheap_keep"], t[k]["cheap_drop_exhaustive_keep"])
+                          for k in (*KINDS, "any")}, f"ops again {t['ops_remeasured_share']:.2f}")
+    head = [{"figure": f"{k}: rows the exhaustive checks drop and the cheap ones keep / the reverse",
+             "value": f"{main_[k]['missed_share']:.2%} / {main_[k]['extra_share']:.2%} of {len(rows)} rows "
+                      f"(exhaustive drops {main_[k]['exhaustive_drops']}, cheap {main_[k]['cheap_drops']})",
+             "target": "<= 0.5% (no dead input missed) / <= 3%"} for k in KINDS]
+    head.append({"figure": "the checks' seconds per row, exhaustive against cheap (same processes, same GPU)",
+                 "value": f"{cost['exhaustive_checks_s_per_row']:.3f} s against {cost['cheap_checks_s_per_row']:.3f} s "
+                          f"({cost['exhaustive_checks_s_per_row'] / max(1e-9, cost['cheap_checks_s_per_row']):.1f}x)",
+                 "target": "10x cheaper"})
+    for h in head:
+        h.update(command=f"python benchmarks/shortcut_agreement.py measure --device cuda --n {a.n} --seed 0 "
+                         f"--workers 6 (then report)", hardware=a.hardware, torch=a.torch, commit=a.commit)
+    out = {"headline": head, "chosen_rule": chosen, "agreement": main_, "costs": cost, "rules": table,
+           "failed": [{"task_id": r["task_id"], "status": r["status"]} for r in rows_all if r["status"] != "ok"]}
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {a.out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--device", default="cuda")
+    m.add_argument("--n", type=int, default=600)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--workers", type=int, default=8)
+    m.add_argument("--rows", required=True)
+    m.add_argument("--max-minutes", type=float, default=8.0)
+    r = sub.add_parser("report")
+    r.add_argument("--rows", required=True)
+    r.add_argument("--hardware", required=True)
+    r.add_argument("--torch", required=True)
+    r.add_argument("--commit", required=True)
+    r.add_argument("--n", type=int, default=640, help="the sample size the measure calls used (for the record)")
+    r.add_argument("--rule", default="", help="JSON overriding the chosen rule's fields")
+    r.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "shortcut_agreement.json"))
+    a = ap.parse_args()
+    if a.cmd == "measure":
+        measure_cmd(a)
+    else:
+        report_cmd(a)
+
+
+if __name__ == "__main__":
+    main()

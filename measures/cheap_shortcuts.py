@@ -1,0 +1,157 @@
+"""The shortcut checks in a few forwards per task: the measurements the cheap checks decide from.
+
+- Fragility: the float64 reference and one input move on draw 0, the move `scale` times the real one
+  (profile.shortcut_ulp_steps), so that one draw meets as many values within rounding of a step as the
+  exhaustive check's draws do together. A smooth output answers such a move in proportion; where the scaled move
+  flags the task, the real move is measured too, and a response in proportion to the move is a smooth output's.
+- Skippable operators: every operator at reduced sizes (the batch cut, the weights unchanged), and at the real size
+  only those whose reduced ratio is under a margin.
+- Dead inputs: at the real size, as the exhaustive check (one forward per tensor input).
+torch and stdlib only: the GPU worker runs it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, _ulp_move, fragility, skippable_ops, ulp_finding
+from filters.tensor_checks import flatten, tolerance_ratio
+
+BATCH = "batch_size"
+BATCH_CUT = 16  # the reduced skip check's batch: the real one over this, at least 1
+# a scaled flag gives way only where the output moved in proportion to the move, within this factor either way (a
+# smooth output's response is linear in so small a move; a step met grows far past proportion)
+PROPORTIONAL = 1.25
+
+
+def scaled_verdict(f64: float | None, scaled: float, real: float | None, scale: int, ulp_steps: int,
+                   band: float = PROPORTIONAL) -> tuple[str, float]:
+    """The cheap fragility check's finding ("" none) and the ratio it names, from draw 0's float64 ratio, its ratio
+    under the scaled move (ulp_steps * scale ulps) and, where that one is 1 or more, under the real move (ulp_steps).
+    A response in proportion to the move is a smooth output's: the real move's verdict stands. Otherwise a step was
+    met, and one of the draws the scaled move stands for would meet it."""
+    if f64 is not None and f64 >= 1:
+        return FRAGILE_F64, f64
+    if scaled < 1:
+        return "", scaled / scale
+    if real is None:
+        raise ValueError("a scaled move's flag needs the real move's ratio")
+    if real >= 1:
+        return ulp_finding(ulp_steps), real
+    if 1 / band <= scaled / max(real * scale, 1e-300) <= band:
+        return "", real
+    return ulp_finding(ulp_steps * scale), scaled
+
+
+def scaled_fragility(model: Any, draw: Callable[[int], tuple], tol: float, sub0: Any, stride: int, ulp_steps: int,
+                     scale: int, band: float = PROPORTIONAL) -> dict[str, Any]:
+    """The fragility check in two or three forwards on draw 0 (see the module doc), as the exhaustive check's
+    columns; fragile_weights "scaled" says how it was measured."""
+    f64 = fragility(model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride,
+                    checks=(FRAGILE_F64,))["fragile_f64_ratio"]
+    scaled, real = 0.0, None
+    if f64 is None or f64 < 1:
+        x0 = draw(0)
+        scaled = fragility_moves(model, x0, sub0, stride, tol, (ulp_steps * scale,))[ulp_steps * scale]
+        if scaled >= 1:
+            real = fragility_moves(model, x0, sub0, stride, tol, (ulp_steps,))[ulp_steps]
+        del x0
+    found, ratio = scaled_verdict(f64, scaled, real, scale, ulp_steps, band)
+    return {"fragile": found, "fragile_ulp_ratio": ratio if found != FRAGILE_F64 else None,
+            "fragile_f64_ratio": f64, "fragile_ulp_steps": ulp_steps, "fragile_weights": "scaled",
+            "fragile_scaled_ratio": scaled}
+
+
+def reduced_batch(ns: dict[str, Any]) -> int | None:
+    """The batch the reduced skip check uses, or None when the task has no batch constant to cut."""
+    b = ns.get(BATCH)
+    if type(b) is not int or b <= 1:
+        return None
+    return max(1, b // BATCH_CUT)
+
+
+def _model_draw(ns: dict[str, Any], seed: int, dev: str, batch: int | None) -> tuple[Any, Callable[[int], tuple]]:
+    """The model (weights seeded `seed`, as the profile worker's) and its seeded draws, with the module's batch
+    constant set to `batch` while drawing (None: the real one)."""
+    real = ns.get(BATCH)
+
+    def patched(fn: Callable[[], Any]) -> Any:
+        if batch is not None:
+            ns[BATCH] = batch
+        try:
+            return fn()
+        finally:
+            if batch is not None:
+                ns[BATCH] = real
+
+    def draw(k: int) -> tuple:
+        torch.manual_seed(seed + 1 + k)
+        with torch.device(dev):
+            got = patched(lambda: ns["get_inputs"]())
+        return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in got)
+
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        model = patched(lambda: ns["Model"](*ns["get_init_inputs"]())).to(dev)
+    return model, draw
+
+
+def reduced_op_ratios(ns: dict[str, Any], seed: int, tol: float, dev: str) -> dict[str, float] | None:
+    """Every operator call's skip ratio at the reduced batch (skippable_ops, every call measured), or None when
+    the task has no batch to cut or does not run at it."""
+    batch = reduced_batch(ns)
+    if batch is None:
+        return None
+    try:
+        model, draw = _model_draw(ns, seed, dev, batch)
+        ref = flatten(model(*draw(0)))
+        if ref is None:
+            return None
+        return skippable_ops(model, draw, ref.clone(), tol, stop_first=False)["op_ratios"]
+    except RuntimeError:  # a shape the task cannot take at that batch: the real size decides every call
+        return None
+
+
+def fragility_moves(model: Any, x0: Sequence[Any], sub0: Any, stride: int, tol: float,
+                    moves: Sequence[int]) -> dict[int, float]:
+    """Draw 0's output under each input move (ulps, each element up or down at random) as the verifier's ratio."""
+    return {s: tolerance_ratio(flatten(model(*_ulp_move(x0, s)))[::stride], sub0, tol) for s in moves}
+
+
+def cheap_measure(model: Any, draw: Callable[[int], tuple], ref0: Any, sub0: Any, stride: int, tol: float, *,
+                  ns: dict[str, Any], seed: int, dev: str, known_ratio: float | None = None,
+                  moves: Sequence[int] = (16, 80), seconds: dict[str, float] | None = None,
+                  sync: Callable[[], None] = lambda: None,
+                  fresh_model: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """What the cheap checks decide from, for benchmarks/shortcut_agreement.py: draw 0's float64 ratio, its
+    ratios under each move in `moves`, and every operator's ratio at the reduced batch; `seconds` gets each part's."""
+    secs = seconds if seconds is not None else {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        sync()
+        t = time.perf_counter()
+        out = fn()
+        sync()
+        secs[name] = time.perf_counter() - t
+        return out
+
+    f64 = timed("f64", lambda: fragility(model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride,
+                                         checks=(FRAGILE_F64,))["fragile_f64_ratio"])
+    x0 = draw(0)
+    got: dict[str, Any] = {"f64_ratio": f64}
+    for s in moves:
+        got[f"move{s}"] = timed(f"move{s}", lambda s=s, x=x0: fragility_moves(model, x, sub0, stride, tol, (s,))[s])
+    del x0
+    if fresh_model is not None:  # draw 1 with its own weights, the largest move: the weights' thresholds move too
+        def fresh() -> float:
+            mdl, x1 = fresh_model(1), draw(1)
+            ref1 = flatten(mdl(*x1))[::stride]
+            return fragility_moves(mdl, x1, ref1, stride, tol, (max(moves),))[max(moves)]
+        got[f"fresh1_move{max(moves)}"] = timed("fresh1", fresh)
+    got["reduced_batch"] = reduced_batch(ns)
+    got["reduced_op_ratios"] = timed("skip_reduced", lambda: reduced_op_ratios(ns, seed, tol, dev))
+    got["fragile_checks"] = [FRAGILE_ULP, FRAGILE_F64]
+    return got
