@@ -251,3 +251,43 @@ def test_a_cheap_call_takes_exhaustive_rows_and_an_exhaustive_call_measures_chea
     assert full["fragile_weights"] == "fresh" and full["started_at"] != cheap["started_at"]
     assert full["fragile"] == ulp_finding(cfg.profile.shortcut_ulp_steps)  # draw 2's weights sit on the grid
     assert call("cheap")["started_at"] == full["started_at"]
+
+
+# a batched task: the sigmoid term is skippable at every batch, the tanh and the sum matter far past the margin
+BATCHED_SKIP = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) + torch.sigmoid(x) * 1e-5
+
+batch_size = 64
+
+def get_inputs():
+    return [torch.randn(batch_size, 32)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_the_cheap_skip_check_measures_at_the_real_size_only_what_the_reduced_batch_leaves_in_doubt(tmp_path):
+    import json
+
+    rd, cfg = _measured(tmp_path / "run", {"t": BATCHED_SKIP})
+    row = {}
+    for mode in ("cheap", "exhaustive"):
+        if rd.done_shards("shortcuts"):
+            import shutil
+
+            shutil.rmtree(rd.path / "shortcuts")
+        profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
+            cfg.profile, shortcuts_only=True, shortcut_checks=("skip",), shortcut_stop_first=False,
+            shortcut_mode=mode)), "local")
+        row[mode] = rd.read_rows("shortcuts")[0]
+    cheap, full = row["cheap"], row["exhaustive"]
+    assert cheap["skippable_ops"] == full["skippable_ops"] != []  # the same finding either way
+    taken = set(cheap["shortcut_screened"])
+    assert taken and not taken & set(cheap["skippable_ops"])  # only operators far past the margin are taken
+    assert set(json.loads(cheap["op_ratios"])) == set(json.loads(full["op_ratios"]))
+    assert full["shortcut_screened"] is None
