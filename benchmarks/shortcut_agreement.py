@@ -118,7 +118,11 @@ def measure_row(row: dict, seed: int, tol: float, dev: str) -> dict:
 
 
 def _worker_row(item: tuple) -> dict:
-    row, seed, tol, dev = item
+    row, seed, tol, dev, inflight = item
+    import os
+
+    mark = Path(inflight) / str(os.getpid())
+    mark.write_text(row["task_id"])  # read by the parent if this process dies on the row
     t = time.perf_counter()
     try:
         r = measure_row(row, seed, tol, dev)
@@ -135,6 +139,7 @@ def _worker_row(item: tuple) -> dict:
         except Exception:  # noqa: BLE001
             pass
     r["wall_s"] = time.perf_counter() - t
+    mark.unlink(missing_ok=True)
     return r
 
 
@@ -154,18 +159,48 @@ def measure_cmd(a: argparse.Namespace) -> None:
     box = time.time() + 60 * a.max_minutes
     t0 = time.time()
     n = 0
-    with ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn")) as pool, rows_path.open("a") as f:
-        jobs = {pool.submit(_worker_row, (r, seed, tol, a.device)) for r in todo}
-        while jobs and time.time() < box:
-            fin, jobs = wait(jobs, timeout=max(0.1, box - time.time()), return_when=FIRST_COMPLETED)
-            for j in fin:
-                f.write(json.dumps(j.result()) + "\n")
-                f.flush()
-                n += 1
-        for j in jobs:
-            j.cancel()
-        for p in list((getattr(pool, "_processes", None) or {}).values()):
-            p.kill()
+    import tempfile
+    from concurrent.futures.process import BrokenProcessPool
+
+    inflight = tempfile.mkdtemp(prefix="agreement-inflight-")
+    with rows_path.open("a") as f:
+        while todo and time.time() < box:  # a new pool after a worker that died took the pool with it
+            with ProcessPoolExecutor(a.workers, mp_context=mp.get_context("spawn")) as pool:
+                jobs = {pool.submit(_worker_row, (r, seed, tol, a.device, inflight)): r for r in todo}
+                pending = set(jobs)
+                broken = False
+                while pending and time.time() < box and not broken:
+                    fin, pending = wait(pending, timeout=max(0.1, box - time.time()), return_when=FIRST_COMPLETED)
+                    for j in fin:
+                        try:
+                            got = j.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            continue
+                        f.write(json.dumps(got) + "\n")
+                        f.flush()
+                        n += 1
+                        todo = [r for r in todo if r["task_id"] != got["task_id"]]
+                for j in pending:
+                    j.cancel()
+                for p in list((getattr(pool, "_processes", None) or {}).values()):
+                    p.kill()
+            if broken:  # each row a process had taken runs again alone: the one that kills its process is recorded
+                suspects = [m.read_text() for m in Path(inflight).iterdir()]
+                for m in Path(inflight).iterdir():
+                    m.unlink()
+                print(f"a worker died; {len(suspects)} rows in flight run again one at a time", flush=True)
+                for tid in suspects:
+                    row = next(r for r in todo if r["task_id"] == tid)
+                    with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as alone:
+                        try:
+                            got = alone.submit(_worker_row, (row, seed, tol, a.device, inflight)).result()
+                        except BrokenProcessPool:
+                            got = {"task_id": tid, "status": "crashed: the worker process died"}
+                    f.write(json.dumps(got) + "\n")
+                    f.flush()
+                    n += 1
+                    todo = [r for r in todo if r["task_id"] != tid]
     print(f"measured {n} rows in {time.time() - t0:.0f} s ({n / max(1e-9, time.time() - t0):.2f} rows/s)", flush=True)
 
 
