@@ -77,6 +77,9 @@ def tiny_model(out: Path, answers: list[str]) -> tuple[Any, Any]:
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     cfg = GPT2Config(vocab_size=len(vocab), n_positions=16, n_embd=16, n_layer=2, n_head=2,
                      bos_token_id=1, eos_token_id=1, pad_token_id=0)
+    import torch
+
+    torch.manual_seed(0)  # the same tiny model every run
     model = GPT2LMHeadModel(cfg)
     model.save_pretrained(out / "model")
     tok.save_pretrained(out / "model")
@@ -89,17 +92,20 @@ def grpo_step(out: Path, n_tasks: int = 2, budget_s: float = 120.0, dataset: str
     from trl import GRPOConfig, GRPOTrainer
 
     rows = list(load_tasks(dataset, n_tasks))
-    answers = {r["task_id"]: dict(stub_policy(r)) for r in rows}
-    vocab = [a for r in rows for a in (answers[r["task_id"]]["honest"], answers[r["task_id"]]["hack"])]
-    model, tok = tiny_model(out, vocab)
-    seen: dict[str, Any] = {"rewards": [], "kinds": []}
+    # each task's honest answer and hack: the tiny model picks among all of them, whatever the prompt, so an answer
+    # may be another task's (its ModelNew computes the other task: incorrect)
+    owner = {text: (r["task_id"], kind) for r in rows for kind, text in stub_policy(r)[:2]}
+    model, tok = tiny_model(out, list(owner))
+    seen: dict[str, Any] = {"rewards": [], "kinds": [], "reasons": []}
 
     class Recording(TrlReward):  # trl_reward's logic, keeping what the step scored
         def __call__(self, prompts=None, completions=None, **kw):
             scores = super().__call__(prompts=prompts, completions=completions, **kw)
-            for tid, c in zip(kw["task_id"], completions, strict=True):
+            for tid, c, e in zip(kw["task_id"], completions, self.last_extras, strict=True):
                 text = c[0]["content"] if isinstance(c, list) else c
-                seen["kinds"].append(next((k for k, a in answers[tid].items() if a == text), "other"))
+                of, kind = owner.get(text, (None, "other"))
+                seen["kinds"].append(kind if of in (tid, None) else f"{kind} for another task")
+                seen["reasons"].append(e["reason"])
             seen["rewards"] += scores
             return scores
 
@@ -112,8 +118,8 @@ def grpo_step(out: Path, n_tasks: int = 2, budget_s: float = 120.0, dataset: str
     trainer = GRPOTrainer(model=model, processing_class=tok, reward_funcs=reward, train_dataset=ds, args=args)
     trainer.train()
     logged = {k: v for h in trainer.state.log_history for k, v in h.items()}
-    return {"rewards": seen["rewards"], "kinds": seen["kinds"], "rewards_seen": len(seen["rewards"]),
-            "logged": logged, "extras": reward.last_extras}
+    return {"rewards": seen["rewards"], "kinds": seen["kinds"], "reasons": seen["reasons"],
+            "rewards_seen": len(seen["rewards"]), "logged": logged}
 
 
 def main() -> None:
@@ -133,7 +139,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             m = grpo_step(Path(d), a.tasks, a.budget_s, a.dataset)
         print("GRPOTrainer step:", {k: v for k, v in m["logged"].items() if k.startswith(("reward", "opsynth"))})
-        print("answers:", list(zip(m["kinds"], m["rewards"], strict=True)))
+        for kind, r, why in zip(m["kinds"], m["rewards"], m["reasons"], strict=True):
+            print(f"  {kind:<26} {r:>5.1f}  {why[:70]}")
 
 
 if __name__ == "__main__":

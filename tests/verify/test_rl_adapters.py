@@ -83,6 +83,11 @@ def test_trl_grpo_trainer_step_on_two_tasks(tmp_path):
     spec.loader.exec_module(example)
     m = example.grpo_step(tmp_path, n_tasks=2, budget_s=BUDGET_S, dataset=str(tmp_path / "none"))  # tiny tasks
     assert m["rewards_seen"] == 4 and len(m["kinds"]) == 4, m
-    for kind, r in zip(m["kinds"], m["rewards"], strict=True):  # the random tiny model picks which answer
+    for kind, r, why in zip(m["kinds"], m["rewards"], m["reasons"], strict=True):  # the tiny model picks the answer
+        assert kind != "other", m  # every completion decoded to one of the answers, whole
         assert (r >= 1) == (kind == "honest") and (r == -1.0) == (kind != "honest"), m
+        if kind.startswith("hack"):
+            assert why.startswith("hack: "), m
+        elif kind == "honest for another task":
+            assert why.startswith("incorrect: "), m
     assert "rewards/opsynth_reward/mean" in m["logged"] and "opsynth/correct" in m["logged"], m["logged"]
