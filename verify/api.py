@@ -59,7 +59,7 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     GPU the worker sees alone (CUDA_VISIBLE_DEVICES). `lock_wait_grace_s`: with a timing lock, the seconds the worker
     spends waiting for it (a neighbour times, or holds it for its draws) do not count against `timeout_s`, up to this
     many in all: a neighbour that hangs while it holds the lock then costs this candidate no timeout (0: every second
-    counts, as before). The worker reports its waits on a pipe of their own; a candidate that fakes them gains at most
+    counts). The worker reports its waits on a pipe of their own; a candidate that fakes them gains at most
     the grace, so no verification runs longer than timeout_s + lock_wait_grace_s."""
     t = task if isinstance(task, dict) else load_task(task)
     src = _text(candidate)
