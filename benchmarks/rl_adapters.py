@@ -91,7 +91,7 @@ def main() -> None:
     hw = torch.cuda.get_device_name() if gpu else "2-core CPU (no GPU)"
     commit = a.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                         cwd=ROOT).stdout.strip()
-    command = "python benchmarks/rl_adapters.py " + " ".join(sys.argv[1:])
+    command = " ".join(["python benchmarks/rl_adapters.py", *sys.argv[1:]])
     n = len(got["kinds"])
     verified = sum(e["format_ok"] for e in next(iter(got["results"].values()))["extras"])
     where = "GPU" if gpu else "CPU"
@@ -103,7 +103,9 @@ def main() -> None:
         print(f"{name:<36} {r['wall_s']:>7.1f}  {r['scores']}")
         headline.append({"figure": f"RL reward adapter {name}: one rollout batch of {n} answers ({verified} verified, "
                                    f"{n - verified} malformed), {where}",
-                         "value": f"{r['wall_s']:.1f} s wall, {a.workers} workers; scores {r['scores']}",
+                         "value": f"{r['wall_s']:.1f} s wall, "
+                                  + ("one call per answer, one after another" if "naive" in name
+                                     else f"{a.workers} workers") + f"; scores {r['scores']}",
                          "target": None, "command": command, "hardware": hw, "torch": torch.__version__,
                          "commit": commit})
         detail[name] = {"wall_s": round(r["wall_s"], 2),
