@@ -41,6 +41,8 @@ TIERS: list[tuple[str, list[str]]] = [
     ("pipeline stages", ["pipeline.stages.*"]),
     # the reward a training job calls: candidate checks and timing over the task format (verify/)
     ("verify", ["verify", "verify.*"]),
+    # the reward where trainers work (TRL, verl): adapters over verify_batch
+    ("rl", ["opsynth.rl"]),
     ("cli", ["pipeline.cli"]),
     # scripts that regenerate operators' pinned data: they may use anything, nothing imports them
     ("pinning", ["pinning.*"]),

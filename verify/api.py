@@ -48,14 +48,19 @@ def _limits(cap: int) -> Any:
 def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
            compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
            off: tuple[str, ...] = (), extensions_dir: str | None = None, timing_lock: str | None = None,
-           gpu: int | None = None, near: float = NEAR, gpu_memory_cap: int | None = None) -> dict:
+           gpu: int | None = None, near: float = NEAR, gpu_memory_cap: int | None = None,
+           lock_wait_grace_s: float = 0.0) -> dict:
     """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
     or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves).
     `gpu_memory_cap`: bytes the worker's CUDA allocator may hold (verify_batch passes a verification's reservation,
     so a candidate that allocates past it runs out of memory instead of starving its neighbours; None: the GPU).
     `near`: how close (relative) a speedup must lie to the reward's 5% line to get the extra timed rounds.
     `timing_lock`: a lock file shared by the workers of one device (verify_batch makes one per device); `gpu`: the
-    GPU the worker sees alone (CUDA_VISIBLE_DEVICES)."""
+    GPU the worker sees alone (CUDA_VISIBLE_DEVICES). `lock_wait_grace_s`: with a timing lock, the seconds the worker
+    spends waiting for it (a neighbour times, or holds it for its draws) do not count against `timeout_s`, up to this
+    many in all: a neighbour that hangs while it holds the lock then costs this candidate no timeout (0: every second
+    counts). The worker reports its waits on a pipe of their own; a candidate that fakes them gains at most
+    the grace, so no verification runs longer than timeout_s + lock_wait_grace_s."""
     t = task if isinstance(task, dict) else load_task(task)
     src = _text(candidate)
     res: dict[str, Any] = {"task_id": t["task_id"], "device": device, "policy": "allow-torch" if allow_torch else "strict",
@@ -78,20 +83,33 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     r, w = os.pipe()
+    # the worker's lock waits, on a pipe of their own (never the verdict's): they extend its deadline up to the grace
+    er, ew = os.pipe() if timing_lock and lock_wait_grace_s > 0 else (None, None)
+    argv = [sys.executable, "-m", "verify.worker", str(w)] + ([str(ew)] if ew is not None else [])
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "verify.worker", str(w)], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(w,), env=env, cwd=root,
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            pass_fds=(w,) if ew is None else (w, ew), env=env, cwd=root,
                             preexec_fn=None if device.startswith("cuda") else _limits(MEMORY_CAP_BYTES))
     os.close(w)
+    waits = None
+    if ew is not None:
+        os.close(ew)
+        waits = LockWaits(er)
     try:
-        _, err = proc.communicate(json.dumps(job).encode(), timeout=timeout_s)
+        _, err = _communicate(proc, json.dumps(job).encode(), t0, timeout_s, waits, lock_wait_grace_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
         _clear_stale_locks(env.get("TORCH_EXTENSIONS_DIR"))
         os.close(r)
-        res.update(hack=None, error=f"timed out after {timeout_s:.0f} s", wall_s=time.monotonic() - t0)
+        credit = waits.stop(lock_wait_grace_s) if waits else 0.0
+        waited = f" of its own, and {credit:.0f} s waiting for the device's timing lock" if credit >= 0.5 else ""
+        res.update(hack=None, error=f"timed out after {timeout_s:.0f} s{waited}", wall_s=time.monotonic() - t0,
+                   lock_wait_credit_s=credit)
         return res
+    if waits:
+        waits.stop(lock_wait_grace_s)
     with os.fdopen(r) as f:
         lines = [ln for ln in f.read().splitlines() if ln.strip()]
     res["wall_s"] = time.monotonic() - t0
@@ -119,6 +137,74 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
         return res
     v = verdicts[0]["verdict"]
     return _result(res, v, t)
+
+
+class LockWaits:
+    """Reads a worker's lock events (b"w": waiting for the timing lock, b"h": holding it) from `fd` on a thread, and
+    says how many seconds it has waited so far."""
+
+    def __init__(self, fd: int) -> None:
+        import threading
+
+        self.fd, self.total, self.since = fd, 0.0, None
+        self._stop = threading.Event()
+        self._mu = threading.Lock()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        import select
+
+        try:
+            while not self._stop.is_set():
+                if not select.select([self.fd], [], [], 0.2)[0]:
+                    continue
+                data = os.read(self.fd, 256)
+                if not data:
+                    break  # the worker is gone
+                now = time.monotonic()
+                with self._mu:
+                    for b in data:
+                        if b == ord("w") and self.since is None:
+                            self.since = now
+                        elif b == ord("h") and self.since is not None:
+                            self.total += now - self.since
+                            self.since = None
+        finally:
+            with self._mu:
+                if self.since is not None:
+                    self.total += time.monotonic() - self.since
+                    self.since = None
+            os.close(self.fd)
+
+    def credit(self, grace: float) -> float:
+        """Seconds waited so far (a wait in progress included), at most `grace`."""
+        with self._mu:
+            ongoing = time.monotonic() - self.since if self.since is not None else 0.0
+            return min(grace, self.total + ongoing)
+
+    def stop(self, grace: float) -> float:
+        credit = self.credit(grace)
+        self._stop.set()
+        self._thread.join(timeout=2)
+        return credit
+
+
+def _communicate(proc: subprocess.Popen, data: bytes, t0: float, timeout_s: float, waits: LockWaits | None,
+                 grace: float) -> tuple[Any, bytes]:
+    """proc.communicate with a deadline of t0 + timeout_s, pushed back by the lock waits `waits` credits (at most
+    `grace`); raises subprocess.TimeoutExpired past it."""
+    if waits is None:
+        return proc.communicate(data, timeout=timeout_s)
+    first = True
+    while True:
+        left = t0 + timeout_s + waits.credit(grace) - time.monotonic()
+        if left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout_s)
+        try:
+            return proc.communicate(data if first else None, timeout=min(left, 1.0))
+        except subprocess.TimeoutExpired:
+            first = False
 
 
 def _result(res: dict, v: dict, t: dict) -> dict:

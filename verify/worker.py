@@ -46,9 +46,10 @@ def _flags() -> dict:
 _GUARDS: list = []  # every guard of this job: a refused call counts even when the candidate's error hides it
 
 
-def run_job(job: dict, ready: Any = None) -> dict:
+def run_job(job: dict, ready: Any = None, notify: Any = None) -> dict:
     """Load the task and the candidate (the build), then `_checked` under the device's timing lock. `ready()` is
-    called once the verifier's own setup is done, just before the candidate's code first runs."""
+    called once the verifier's own setup is done, just before the candidate's code first runs; `notify(event)` hears
+    the lock's "lock_wait" and "lock_held" events (verify() credits the waits against its deadline)."""
     import torch
 
     off = set(job.get("off", []))
@@ -95,7 +96,7 @@ def run_job(job: dict, ready: Any = None) -> dict:
         out["build_message"] = "the candidate defines no ModelNew"
         return out
     guard_on = not job.get("allow_torch") and "guard" not in off
-    lock = _timing_lock(job, sync)
+    lock = _timing_lock(job, sync, notify)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     try:
@@ -107,13 +108,26 @@ def run_job(job: dict, ready: Any = None) -> dict:
         out.update(timing_lock_wait_s=lock.wait_exclusive_s, check_lock_wait_s=lock.wait_s - lock.wait_exclusive_s)
 
 
-def _timing_lock(job: dict, sync: Any) -> Any:
+def _timing_lock(job: dict, sync: Any, notify: Any = None) -> Any:
     """The batch's lock of this device (a no-op lock without one, or with `timing_lock` off): the draws hold it
     shared, the timed rounds exclusively, so no neighbour's verification runs while this worker times."""
     from pipeline.gpu.gpu_share import GpuLock
 
     path = job.get("timing_lock") if "timing_lock" not in job.get("off", []) else None
-    return GpuLock(path, notify=lambda _: None, sync=sync)
+    return GpuLock(path, notify=notify or (lambda _: None), sync=sync)
+
+
+def _lock_events(fd: int | None) -> Any:
+    """notify for the lock: one byte per event on the parent's events pipe (b"w" waiting, b"h" holding)."""
+    if fd is None:
+        return None
+
+    def notify(event: str) -> None:
+        try:
+            os.write(fd, b"w" if event == "lock_wait" else b"h")
+        except OSError:
+            pass
+    return notify
 
 
 def _reference64(r64: Any, ref: Any, xs: list, trs: list) -> list | None:
@@ -313,6 +327,7 @@ def _resolve(name: str) -> Any:
 
 def main() -> None:
     fd = int(sys.argv[1])
+    events = int(sys.argv[2]) if len(sys.argv) > 2 else None  # verify()'s lock_wait_grace_s: the lock's waits
     job = json.loads(sys.stdin.read())
     nonce = job.pop("nonce")
     os.dup2(2, 1)  # the candidate's prints go to stderr; the verdict has its own pipe
@@ -323,7 +338,7 @@ def main() -> None:
         writer.write(json.dumps({"nonce": nonce, "ready": True}) + "\n")
         writer.flush()
 
-    verdict = run_job(job, ready)
+    verdict = run_job(job, ready, _lock_events(events))
     verdict["worker_s"] = _perf_counter() - t0
     writer.write(json.dumps({"nonce": nonce, "verdict": verdict}, default=str) + "\n")
     writer.flush()

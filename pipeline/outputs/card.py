@@ -402,6 +402,44 @@ df = pl.read_parquet("hf://datasets/{r}/data/*.parquet")
 ```"""
 
 
+def _rl(manifest: dict[str, Any]) -> list[str]:
+    """How to train on the `prompt` column with TRL and verl, and which template wrote it (none for a manifest
+    written before the column existed)."""
+    p = manifest.get("prompt")
+    if not p:
+        return []
+    r = REPO_PLACEHOLDER
+    custom = " (a custom template from the run's config: `publish.prompt_system` / `publish.prompt_user`)" \
+        if p.get("custom_system") or p.get("custom_user") else ""
+    allow = ", allow_torch=True" if p.get("policy") == "allow-torch" else ""
+    return [
+        "## Training with RL (TRL, verl)",
+        "",
+        f"Every row's `prompt` holds the task as chat messages (`role`, `content`): template `{p['version']}`{custom}, "
+        f"policy `{p['policy']}`. They give the task's code, the rules the reward enforces (the policy, what counts "
+        "as a hack, the tolerance, the reward levels) and the answer format: one fenced Python block defining "
+        "`ModelNew`. TRL's `GRPOTrainer` and verl read the column as it is. The reward is opsynth's verifier "
+        "(`opsynth verify`), through the adapters of `opsynth.rl`: an answer with no code "
+        "block, two blocks or no `ModelNew` scores -1, each answer has a wall-clock budget, and a rollout batch is "
+        "verified in parallel worker processes (and GPUs).",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "from trl import GRPOConfig, GRPOTrainer",
+        "from opsynth.rl import make_trl_reward",
+        "",
+        f'ds = load_dataset("{r}", split="train")',
+        f"reward = make_trl_reward(device=\"cuda\", workers=8, gpus=[0, 1]{allow})  # extras: reward.last_extras",
+        "trainer = GRPOTrainer(model=\"MODEL\", reward_funcs=reward, train_dataset=ds, args=GRPOConfig(...))",
+        "",
+        "# verl: rows in its parquet form, scored by verl_compute_score (reward_model.reward_manager=batch)",
+        "from opsynth.rl import to_verl",
+        'ds.map(to_verl, with_indices=True, remove_columns=ds.column_names).to_parquet("train.parquet")',
+        "```",
+        "",
+    ]
+
+
 def _type_name(t) -> str:
     import pyarrow as pa
 
@@ -606,6 +644,7 @@ def render(manifest: dict[str, Any], rows: list[dict[str, Any]], plot_files: dic
         "",
         _usage(),
         "",
+        *_rl(manifest),
         "## Plots",
         "",
         *(plots or ["No measurements in this release, so no plots."]),

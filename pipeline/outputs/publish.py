@@ -3,7 +3,8 @@
 Layout of the folder (what `hub.push` uploads, and what `load_dataset(folder)` reads):
 
     data/train-00000-of-0000N.parquet   accepted tasks; `ops`, `data_source`, `code` first and typed as
-                                        in CUDA-Agent-Ops-6K (strings), typed metadata after them
+                                        in CUDA-Agent-Ops-6K (strings), then `prompt` (chat messages for
+                                        TRL and verl), typed metadata after them
     contamination/contamination.parquet every decontaminated task, its nearest KernelBench problem and scores
     rejections/rejections.parquet       every dropped task: the first stage that dropped it and why
     rejections/summary.parquet          the same, counted per stage and reason
@@ -65,9 +66,27 @@ def _finite(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
 
 
+def prompt_settings(cfg: Any) -> dict[str, str]:
+    """The publish section's prompt settings, as `opsynth.prompt.render` takes them."""
+    p = cfg.publish
+    return {"policy": p.prompt_policy, "system": p.prompt_system, "user": p.prompt_user}
+
+
+def prompt_record(cfg: Any) -> dict[str, Any]:
+    """What the manifest (and the card) say of the `prompt` column: its template version and policy."""
+    from opsynth.prompt import prompt_version
+
+    s = prompt_settings(cfg)
+    return {"version": prompt_version(s["system"], s["user"], s["policy"]), "policy": s["policy"],
+            "custom_system": bool(s["system"]), "custom_user": bool(s["user"])}
+
+
 def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[str, Any] | None,
-                  version: str) -> dict[str, Any]:
-    """One published row from a task's records; missing stages leave their columns null."""
+                  version: str, prompt: dict[str, str] | None = None) -> dict[str, Any]:
+    """One published row from a task's records; missing stages leave their columns null. `prompt`: the settings
+    of its `prompt` column (`prompt_settings`; None: the built-in template, strict policy)."""
+    from opsynth.prompt import render
+
     m, c = meas or {}, cont or {}
     eager, comp = _finite(m.get("eager_ms")), _finite(m.get("compile_ms"))
     flops, moved = task.get("flops"), task.get("bytes_moved")
@@ -76,6 +95,7 @@ def published_row(task: dict[str, Any], meas: dict[str, Any] | None, cont: dict[
         "ops": json.dumps(ops),
         "data_source": task.get("data_source") or f"torch#{len(ops)}",
         "code": task["code"],
+        "prompt": render(task["code"], task_id=task["task_id"], name=task.get("name"), **(prompt or {})),
         "task_id": task["task_id"],
         "name": task.get("name"),
         "ops_list": ops,
@@ -214,7 +234,8 @@ def _rows(g: dict[str, Any]) -> list[dict[str, Any]]:
     from pipeline.outputs.provenance import call_of
 
     version = opsynth_version()
-    rows = [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version) for t in g["accepted"]]
+    prompt = prompt_settings(g["cfg"])
+    rows = [published_row(t, meas.get(t["task_id"]), cont.get(t["task_id"]), version, prompt) for t in g["accepted"]]
     calls = g.get("calls") or []
     # a row from a shard written before its table recorded started_at is dated by the shard's completion marker
     done_at = g.get("done_at") or {}
@@ -309,6 +330,8 @@ def _manifest(rd: RunDir, g: dict[str, Any], rows: list[dict[str, Any]],
         "funnel": funnel(rd, g["tasks"], g["measurements"]),
         "rejections": summary,
         "rows": len(rows),
+        # the `prompt` column's template version and policy (opsynth/prompt.py; the reward adapters: opsynth.rl)
+        "prompt": prompt_record(cfg),
         "sample_of": g["accepted_total"] if g["accepted_total"] != len(rows) else None,
         "stage_records": run_manifest.get("stages", {}),
         # a run that grew: each step's n and time (later indices were sampled with that day's code)

@@ -299,6 +299,16 @@ class PublishSection:
     shard_rows: int = 5000
     # share of operator multisets held out as a `validation` split (pipeline/outputs/provenance.py); 0: train only
     validation_share: float = 0.0
+    # the policy tier the `prompt` column's rules state (opsynth/prompt.py): strict or allow-torch. Pass the same to
+    # the reward adapters (opsynth.rl); the manifest's `prompt` records it with the template's version
+    prompt_policy: str = "strict"
+    # a str.format template replacing the built-in system message of the `prompt` column ("": the built-in one). Its
+    # placeholders are opsynth/prompt.py's FIELDS ({code}, {policy_rules}, {hacks}, ...); a custom template is
+    # versioned `custom-HASH` in the manifest and card
+    prompt_system: str = ""
+    # a str.format template replacing the built-in user message ("": the built-in one, with the code, the rules and
+    # the answer format); the prompt must hold {code} in one of the two messages
+    prompt_user: str = ""
 
 
 @dataclass(frozen=True)
@@ -364,6 +374,7 @@ def validate(cfg: Config, where: str) -> Config:
     _check(0 < cfg.dedupe.near_code_jaccard <= 1, where,
            f"dedupe.near_code_jaccard must be in (0, 1] (got {cfg.dedupe.near_code_jaccard})")
     _check(len(cfg.decontaminate.reference) >= 1, where, "decontaminate.reference needs at least one entry")
+    validate_publish(cfg.publish, where)
     if s.categories:
         from operators.catalog import CATEGORIES  # lazy: the catalog imports torch
 
@@ -443,6 +454,18 @@ def validate_filter(f: FilterSection, where: str) -> FilterSection:
     return f
 
 
+def validate_publish(p: PublishSection, where: str) -> PublishSection:
+    """The publish section's ranges and prompt templates: checked at config load and for `--set publish.KEY=VALUE`."""
+    from opsynth.prompt import template_problem
+
+    _check(0.0 <= p.validation_share < 0.5, where,
+           f"[publish] validation_share must be in [0, 0.5) (got {p.validation_share}); e.g. 0.02")
+    _check(p.shard_rows > 0, where, f"[publish] shard_rows must be positive (got {p.shard_rows})")
+    problem = template_problem(p.prompt_system, p.prompt_user, p.prompt_policy)
+    _check(problem is None, where, f"[publish] {problem}")
+    return p
+
+
 def grown(cfg: Config, n: int, where: str) -> Config:
     """`cfg` with run.n raised to `n`: the one change an existing run directory accepts, since task i depends
     only on (seed, i) and the tasks before it, so the first run.n tasks stay what they were."""
@@ -508,10 +531,8 @@ def with_publish_settings(cfg: Config, pairs: list[str], where: str) -> tuple[Co
     given = parse_settings(pairs, "publish", where, "publish.validation_share=0.02")
     if not given:
         return cfg, {}
-    pub = build_section(PublishSection, {**dataclasses.asdict(cfg.publish), **given}, where, "publish")
-    _check(0.0 <= pub.validation_share < 0.5, where,
-           f"[publish] validation_share must be in [0, 0.5) (got {pub.validation_share}); e.g. 0.02")
-    _check(pub.shard_rows > 0, where, f"[publish] shard_rows must be positive (got {pub.shard_rows})")
+    pub = validate_publish(build_section(PublishSection, {**dataclasses.asdict(cfg.publish), **given}, where,
+                                         "publish"), where)
     return replace(cfg, publish=pub), given
 
 
@@ -582,8 +603,9 @@ def _toml_value(v: Any) -> str:
         return "true" if v else "false"
     if isinstance(v, int | float):
         return repr(v)
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, str):  # a basic string: backslashes, quotes and control characters (a template's newlines) escaped
+        body = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+        return '"' + "".join(c if ord(c) >= 0x20 and c != "\x7f" else f"\\u{ord(c):04x}" for c in body) + '"'
     if isinstance(v, list | tuple):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
     if isinstance(v, dict):

@@ -247,11 +247,17 @@ def conform(rows: list[dict], schema: pa.Schema) -> list[dict]:
 
 # The published dataset (pipeline/outputs/publish.py writes it, pipeline/outputs/card.py documents it): column -> (type, doc)
 
+# a chat prompt: the messages format of TRL's and verl's `prompt` column
+CHAT = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+
 # column -> (arrow type, description); order is the published column order
 COLUMNS: dict[str, tuple[pa.DataType, str]] = {
     "ops": (pa.string(), "operator names as a JSON list string, exactly as in CUDA-Agent-Ops-6K"),
     "data_source": (pa.string(), "`torch#k`: k fused torch operators (Ops-6K convention)"),
     "code": (pa.string(), "the KernelBench-format module (Model, get_inputs, get_init_inputs)"),
+    "prompt": (CHAT, "the task as chat messages (role, content) that TRL and verl read: the code, the rules the "
+               "reward enforces (policy, hacks, tolerance) and the answer format (opsynth/prompt.py; its version "
+               "is the manifest's `prompt.version`)"),
     "task_id": (pa.string(), "content id: sha256 of the canonical graph and sizes (16 hex chars)"),
     "name": (pa.string(), "KernelBench-style name, e.g. Conv2d_GroupNorm_GELU"),
     "ops_list": (STR_LIST, "`ops` as a list"),

@@ -365,3 +365,44 @@ def test_a_release_folder_keeps_its_run_state_beside_what_it_publishes(tmp_path:
     (release / "notes.txt").unlink()
     with pytest.raises(OpsynthError, match="holds files publish did not write"):
         publish(other, release)  # another run's publish may not replace the folder that holds this run
+
+
+def test_every_row_carries_its_prompt_as_chat_messages(published: Path):
+    """The `prompt` column as TRL and verl read it: datasets.load_dataset gives a list of {role, content} messages
+    holding the row's code, the reward's rules and the answer format; the manifest and card name its version."""
+    from datasets import load_dataset
+
+    from opsynth.prompt import PROMPT_VERSION, render
+    from opsynth.rl import code_blocks
+
+    ds = load_dataset(str(published), split="train", cache_dir=str(published.parent / "hf"))
+    assert ds.column_names[3] == "prompt"
+    for row in ds:
+        msgs = row["prompt"]
+        assert [m["role"] for m in msgs] == ["system", "user"] and all(set(m) == {"role", "content"} for m in msgs)
+        assert msgs == render(row["code"], task_id=row["task_id"], name=row["name"])
+        assert code_blocks(msgs[1]["content"])[0] == [("python", row["code"])]
+        assert "Policy: strict" in msgs[1]["content"] and "ModelNew" in msgs[1]["content"]
+    m = json.loads((published / "manifest.json").read_text())
+    assert m["prompt"] == {"version": PROMPT_VERSION, "policy": "strict", "custom_system": False, "custom_user": False}
+    readme = (published / "README.md").read_text()
+    assert f"template `{PROMPT_VERSION}`" in readme and "from opsynth.rl import make_trl_reward" in readme
+    assert "prompt" in _card_meta(published)["dataset_info"][0]["features"][3]["name"]
+
+
+def test_a_custom_prompt_template_from_the_config(tmp_path: Path):
+    from datasets import load_dataset
+
+    rd = make_run(tmp_path)
+    cfg = rd.load_config()
+    user = "Make {name} ({task_id}) faster.\n```python\n{code}\n```\n{answer_format}"
+    cfg = dataclasses.replace(cfg, publish=dataclasses.replace(cfg.publish, prompt_user=user, prompt_system="",
+                                                               prompt_policy="allow-torch"))
+    (rd.path / "config.toml").write_text(cfg.to_toml())
+    out = publish(rd, tmp_path / "custom")
+    row = load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))[0]
+    assert row["prompt"][1]["content"].startswith(f"Make Linear_ReLU ({row['task_id']}) faster.\n```python\nimport")
+    assert "Policy: allow-torch" not in row["prompt"][1]["content"]  # the custom template leaves the rules out
+    m = json.loads((out / "manifest.json").read_text())["prompt"]
+    assert m["version"].startswith("custom-") and m["policy"] == "allow-torch" and m["custom_user"]
+    assert "allow_torch=True" in (out / "README.md").read_text()

@@ -53,3 +53,26 @@ def test_parse_gpus():
     assert parse_gpus("0,1") == [0, 1] and parse_gpus(None) is None
     with pytest.raises(OpsynthError, match="--gpus"):
         parse_gpus("a,b")
+
+
+def test_lock_waits_are_credited_up_to_the_grace():
+    """verify()'s deadline moves back by the seconds the worker reported waiting for the timing lock (b"w" ... b"h"
+    on its events pipe), never by more than the grace."""
+    import os
+    import time
+
+    from verify.api import LockWaits
+
+    r, w = os.pipe()
+    waits = LockWaits(r)
+    os.write(w, b"w")
+    time.sleep(0.3)
+    os.write(w, b"hx")  # an unknown byte counts for nothing
+    time.sleep(0.1)
+    assert 0.25 <= waits.credit(10.0) < 5.0
+    assert waits.credit(0.1) == 0.1
+    os.write(w, b"w")  # a wait still going on when asked counts too
+    time.sleep(0.2)
+    assert waits.credit(10.0) >= 0.45
+    os.close(w)
+    assert waits.stop(0.2) == 0.2
