@@ -153,7 +153,9 @@ def measure_cmd(a: argparse.Namespace) -> None:
     tol, seed = float(cfg.filter.compile_tolerance), int(cfg.run.seed)
     rows_path = Path(a.rows)
     rows_path.parent.mkdir(parents=True, exist_ok=True)
-    done = {json.loads(line)["task_id"] for line in rows_path.read_text().splitlines()} if rows_path.exists() else set()
+    lines = [json.loads(line) for line in rows_path.read_text().splitlines()] if rows_path.exists() else []
+    # a row that failed (out of memory beside the other processes, say) is measured again with --retry-failed
+    done = {r["task_id"] for r in lines if r["status"] == "ok" or not a.retry_failed}
     todo = [r for r in sample_rows(a.n, a.seed) if r["task_id"] not in done]
     print(f"{len(done)} rows already measured, {len(todo)} to go", flush=True)
     box = time.time() + 60 * a.max_minutes
@@ -205,14 +207,15 @@ def measure_cmd(a: argparse.Namespace) -> None:
 
 
 def cheap_verdicts(r: dict, move: int = 160, band: float = 1.25, margin: float = 10.0,
-                   fresh: bool = False) -> dict:
+                   fresh: bool = False, steps: bool = True) -> dict:
     """The cheap checks' verdict per kind for one measured row, and the parts they would run at the real size:
     - dead: the exhaustive check's own (it runs as it is);
     - skip: operators whose reduced ratio is at least `margin` matter; the rest are measured at the real size (their
       exhaustive ratios); every operator is, when the reduced forward numbered other calls or did not run;
     - fragile: float64 on draw 0, then draw 0 moved `move` ulps (and draw 1 with its own weights, `fresh`); a flag
       measured again with the real move (16 ulps) gives way when the response is in proportion to the move, within
-      `band` either way."""
+      `band` either way; a task with a step operator (`steps`, r["steps"]) that passes runs the exhaustive
+      fragility draws too, so their finding is the cheap check's."""
     ex, ch = r["exhaustive"], r["cheap"]
     real_ops = ex["op_ratios"]
     reduced = ch.get("reduced_op_ratios")
@@ -227,8 +230,10 @@ def cheap_verdicts(r: dict, move: int = 160, band: float = 1.25, margin: float =
     if fresh and not fragile and ch[f"fresh1_move{max(MOVES)}"] >= 1:
         fragile = True  # draw 1 with its own weights is not measured with the real move: its flag stands
     again = (ex["f64_ratio"] or 0.0) < 1 and ch[f"move{move}"] >= 1
+    full = steps and not fragile and r.get("steps", True)
+    fragile = fragile or (full and bool(ex["fragile"]))
     return {"dead": bool(ex["dead"]), "skip": bool(skip), "fragile": fragile, "ops_remeasured": len(remeasured),
-            "ops": len(real_ops), "move_again": again}
+            "ops": len(real_ops), "move_again": again, "full_fragility": full}
 
 
 def exhaustive_verdicts(r: dict) -> dict:
@@ -253,6 +258,7 @@ def agreement(rows: list[dict], **rule) -> dict:
     out["ops_remeasured_share"] = (sum(c["ops_remeasured"] for _, c in pairs) /
                                    max(1, sum(c["ops"] for _, c in pairs)))
     out["move_again_share"] = sum(c["move_again"] for _, c in pairs) / n if n else None
+    out["full_fragility_share"] = sum(c["full_fragility"] for _, c in pairs) / n if n else None
     return out
 
 
@@ -270,6 +276,8 @@ def costs(rows: list[dict], rule: dict) -> dict:
     for r in rows:
         c = cheap_verdicts(r, **rule)
         s, cs = r["seconds"], r["cheap_seconds"]
+        if c["full_fragility"]:  # the exhaustive draws without draw 0's float64 forward
+            cheap += max(0.0, s["fragile"] - cs["f64"])
         cheap += s["dead"] + cs["skip_reduced"] + s["skip"] * c["ops_remeasured"] / max(1, c["ops"])
         cheap += cs["f64"] + cs[f"move{move}"] + (cs["fresh1"] if rule.get("fresh") else 0.0)
         cheap += cs[f"move{move}"] if c["move_again"] else 0.0  # the real move costs a forward as the scaled one
@@ -278,14 +286,29 @@ def costs(rows: list[dict], rule: dict) -> dict:
             "eager_forward_s_per_row": part.get("ref0", 0.0) / n}
 
 
-RULES = [dict(move=m, band=b, margin=g, fresh=f) for m in MOVES for b in (1.25, 2.0) for g in (3.0, 10.0)
-         for f in (False, True)]
-CHOSEN = dict(move=160, band=1.25, margin=10.0, fresh=False)
+RULES = [dict(move=m, band=b, margin=g, fresh=f, steps=st) for m in MOVES for b in (1.25, 2.0) for g in (3.0, 10.0)
+         for f in (False, True) for st in (False, True)]
+CHOSEN = dict(move=160, band=1.25, margin=10.0, fresh=False, steps=True)  # profile's defaults (cheap mode)
+
+
+def _with_steps(rows: list[dict]) -> None:
+    """Each row's `steps`: whether its task has a step operator (measures/cheap_shortcuts.has_step), from the
+    release's `ops`."""
+    import pyarrow.parquet as pq
+
+    from measures.cheap_shortcuts import has_step
+
+    ops = {r["task_id"]: r["ops"] for p in sorted((RELEASE / "data").glob("train-*.parquet"))
+           for r in pq.read_table(p, columns=["task_id", "ops"]).to_pylist()}
+    for r in rows:
+        r["steps"] = has_step(ops.get(r["task_id"]))
 
 
 def report_cmd(a: argparse.Namespace) -> None:
-    rows_all = [json.loads(line) for line in Path(a.rows).read_text().splitlines()]
+    # the last row of each task counts: a failed row measured again is replaced
+    rows_all = list({r["task_id"]: r for r in map(json.loads, Path(a.rows).read_text().splitlines())}.values())
     rows = [r for r in rows_all if r["status"] == "ok"]
+    _with_steps(rows)
     chosen = dict(CHOSEN, **json.loads(a.rule)) if a.rule else CHOSEN
     table = [agreement(rows, **rule) for rule in RULES]
     main_ = agreement(rows, **chosen)
@@ -328,6 +351,7 @@ def main() -> None:
     m.add_argument("--workers", type=int, default=8)
     m.add_argument("--rows", required=True)
     m.add_argument("--max-minutes", type=float, default=8.0)
+    m.add_argument("--retry-failed", action="store_true", help="measure again the rows whose status is not ok")
     r = sub.add_parser("report")
     r.add_argument("--rows", required=True)
     r.add_argument("--hardware", required=True)

@@ -4,6 +4,9 @@
   (profile.shortcut_ulp_steps), so that one draw meets as many values within rounding of a step as the
   exhaustive check's draws do together. A smooth output answers such a move in proportion; where the scaled move
   flags the task, the real move is measured too, and a response in proportion to the move is a smooth output's.
+  A task with a step operator (a comparison, rounding, argmax, sort...) that the scaled move passes runs the
+  exhaustive check's draws too: a step that one value of one draw meets (a tie, a weight among the values under
+  one weight draw) does not grow with the move.
 - Skippable operators: every operator at reduced sizes (the batch cut, the weights unchanged), and at the real size
   only those whose reduced ratio is under a margin.
 - Dead inputs: at the real size, as the exhaustive check (one forward per tensor input).
@@ -22,6 +25,28 @@ from filters.tensor_checks import flatten, tolerance_ratio
 
 BATCH = "batch_size"
 BATCH_CUT = 16  # the reduced skip check's batch: the real one over this, at least 1
+# operators whose output steps (is not continuous in their input), by the last part of the catalog's name
+STEP_OPS = frozenset({
+    "gt", "lt", "ge", "le", "eq", "ne", "greater", "less", "greater_equal", "less_equal", "isclose", "isin", "equal",
+    "heaviside", "sign", "sgn", "signbit", "round", "floor", "ceil", "trunc", "fix", "frac", "remainder", "fmod",
+    "floor_divide", "argmax", "argmin", "max", "min", "sort", "argsort", "msort", "topk", "kthvalue", "median",
+    "nanmedian", "mode", "searchsorted", "bucketize", "threshold", "Threshold", "hardshrink", "Hardshrink",
+    "logical_and", "logical_or", "logical_xor", "logical_not", "where", "masked_fill", "one_hot", "unique",
+    "unique_consecutive", "nonzero", "count_nonzero", "histc", "histogram", "cummax", "cummin", "any", "all", "bool",
+    "long", "int", "__gt__", "__lt__", "__ge__", "__le__", "__eq__", "__ne__", "__and__", "__or__", "__xor__",
+    "__invert__", "__mod__", "__floordiv__", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"})
+
+
+def has_step(ops: Sequence[str] | None) -> bool:
+    """Whether a task's operators (the catalog's names: `torch.gt`, `Tensor.max`, `nn.Threshold`) hold a step.
+    Unknown operators (None) count as holding one; a JSON list string (a published row's `ops`) is read."""
+    if isinstance(ops, str):
+        import json
+
+        ops = json.loads(ops)
+    return ops is None or any(str(o).rsplit(".", 1)[-1] in STEP_OPS for o in ops)
+
+
 # a scaled flag gives way only where the output moved in proportion to the move, within this factor either way (a
 # smooth output's response is linear in so small a move; a step met grows far past proportion)
 PROPORTIONAL = 1.25
@@ -113,6 +138,24 @@ def reduced_op_ratios(ns: dict[str, Any], seed: int, tol: float, dev: str) -> di
         return skippable_ops(model, draw, ref.clone(), tol, stop_first=False)["op_ratios"]
     except RuntimeError:  # a shape the task cannot take at that batch: the real size decides every call
         return None
+
+
+def cheap_fragility(model: Any, draw: Callable[[int], tuple], tol: float, subs: Sequence[Any], stride: int,
+                    ulp_steps: int, scale: int, steps: bool, draws: int,
+                    model_for: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """The cheap fragility check: scaled_fragility, and for a task with a step operator (`steps`) that it passes,
+    the exhaustive check's `draws` draws with the real move (each after the first with its own weights)."""
+    got = scaled_fragility(model, draw, tol, subs[0], stride, ulp_steps, scale)
+    if got["fragile"] or not steps:
+        return got
+    full = fragility(model, draw, tol, draws, subs, stride, checks=(FRAGILE_ULP,), ulp_steps=ulp_steps,
+                     model_for=model_for)
+    got["fragile_weights"] = full["fragile_weights"]
+    got["fragile_ulp_ratio"] = max(got["fragile_ulp_ratio"] or 0.0, full["fragile_ulp_ratio"] or 0.0)
+    if full["fragile"]:
+        got["fragile"] = full["fragile"]
+        got["fragile_ulp_ratio"] = full["fragile_ulp_ratio"]
+    return got
 
 
 def fragility_moves(model: Any, x0: Sequence[Any], sub0: Any, stride: int, tol: float,

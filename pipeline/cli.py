@@ -42,7 +42,9 @@ def _plain_metavars() -> None:
     `<bool>`) and its braces around required arguments (`{dir}`)."""
     from typer import core
 
-    typed = core.TyperOption.display_type_rich
+    typed = getattr(core.TyperOption, "display_type_rich", None)
+    if typed is None:  # a typer without these hooks (the GPU image's): its own labels, the commands unchanged
+        return
 
     def option_metavar(self, ctx):
         if self.is_flag or self.metavar is not None:

@@ -879,10 +879,11 @@ class Harness:
         for kind in (k for k in KINDS if k in s.shortcut_checks):
             t_kind = time.perf_counter()
             if cheap and kind == "fragile":
-                from measures.cheap_shortcuts import scaled_fragility
+                from measures.cheap_shortcuts import cheap_fragility, has_step
 
-                got = scaled_fragility(model, lambda k: self._draw(ns, k), tol, subs[0], stride,
-                                       s.shortcut_ulp_steps, s.shortcut_move_scale)
+                got = cheap_fragility(model, lambda k: self._draw(ns, k), tol, subs, stride, s.shortcut_ulp_steps,
+                                      s.shortcut_move_scale, has_step(task.get("ops")), s.shortcut_draws,
+                                      (lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None)
                 got.pop("fragile_scaled_ratio")
             else:
                 kind_given = dict(given)

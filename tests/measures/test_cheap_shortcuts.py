@@ -118,3 +118,10 @@ def test_the_reduced_batch_numbers_the_same_operators_and_finds_the_same_skippab
     assert {o for o, r in reduced.items() if r < 1} == {o for o, r in real.items() if r < 1} != set()
     no_batch = load_module(BATCHED.replace("batch_size = 64", "batch_size = 1"), "t")
     assert reduced_op_ratios(no_batch, 0, 1e-2, "cpu") is None  # nothing to cut: the real size decides
+
+
+def test_step_operators_are_read_from_the_catalogs_names_and_unknown_counts_as_a_step():
+    from measures.cheap_shortcuts import has_step
+
+    assert not has_step(["torch.tanh", "nn.Linear", "F.softmax"])
+    assert has_step(["torch.tanh", "Tensor.gt"]) and has_step('["nn.Threshold"]') and has_step(None)

@@ -235,22 +235,39 @@ def test_the_fragility_checks_move_is_profile_shortcut_ulp_steps(tmp_path):
 
 
 def test_a_cheap_call_takes_exhaustive_rows_and_an_exhaustive_call_measures_cheap_rows_again(tmp_path):
-    """The stale-row rule across the two modes: a cheap call (fragile_weights "scaled") leaves a row an exhaustive
-    call checked as it is, and an exhaustive call with fresh weights measures a cheap row again."""
-    rd, cfg = _measured(tmp_path / "run", {"t": THRESHOLD}, seed=0)
+    """The cheap fragility check runs the exhaustive draws for a task with a step operator (the threshold task's
+    `le` is found under draw 2's weights) and not for a smooth one (fragile_weights "scaled"); an exhaustive call
+    with fresh weights measures the smooth task's cheap row again, and a cheap call takes exhaustive rows as they
+    are."""
+    rd, cfg = _measured(tmp_path / "run", {"t": THRESHOLD, "smooth": BOTH}, seed=0)
+    tasks = [{**r, "ops": ["torch.le"] if r["task_id"] == "t" else ["torch.tanh"]} for r in rd.read_rows("tasks")]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
 
     def call(mode):
         profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
             cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",), shortcut_mode=mode)), "local")
-        return rd.read_rows("shortcuts")[0]
+        return {r["task_id"]: r for r in rd.read_rows("shortcuts")}
 
     cheap = call("cheap")
-    assert cheap["fragile"] == "" and cheap["fragile_weights"] == "scaled"
-    assert call("cheap")["started_at"] == cheap["started_at"]  # its own kind of row: not measured again
+    assert cheap["t"]["fragile"] == ulp_finding(cfg.profile.shortcut_ulp_steps)
+    assert cheap["smooth"]["fragile"] == "" and cheap["smooth"]["fragile_weights"] == "scaled"
+    assert call("cheap")["smooth"]["started_at"] == cheap["smooth"]["started_at"]  # its own kind: not again
     full = call("exhaustive")
-    assert full["fragile_weights"] == "fresh" and full["started_at"] != cheap["started_at"]
-    assert full["fragile"] == ulp_finding(cfg.profile.shortcut_ulp_steps)  # draw 2's weights sit on the grid
-    assert call("cheap")["started_at"] == full["started_at"]
+    assert full["smooth"]["fragile_weights"] == "fresh" and full["smooth"]["started_at"] != cheap["smooth"]["started_at"]
+    assert full["t"]["started_at"] == cheap["t"]["started_at"]  # a finding stands
+    assert call("cheap")["smooth"]["started_at"] == full["smooth"]["started_at"]
+
+
+def test_the_cheap_check_misses_a_weight_threshold_when_the_task_names_no_step_operator(tmp_path):
+    """The blind spot docs/shortcuts.md names: without a step operator among the task's operators the cheap check
+    measures draw 0 alone, whose weights hide the threshold."""
+    rd, cfg = _measured(tmp_path / "run", {"t": THRESHOLD}, seed=0)
+    tasks = [{**r, "ops": ["torch.tanh"]} for r in rd.read_rows("tasks")]
+    rd.write_shard("tasks", 0, conform(tasks, TASKS), TASKS)
+    profile.run(rd, dataclasses.replace(cfg, profile=dataclasses.replace(
+        cfg.profile, shortcuts_only=True, shortcut_checks=("fragile",))), "local")
+    row = rd.read_rows("shortcuts")[0]
+    assert row["fragile"] == "" and row["fragile_weights"] == "scaled"
 
 
 # a batched task: the sigmoid term is skippable at every batch, the tanh and the sum matter far past the margin
