@@ -79,13 +79,17 @@ def _say(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-def _gpus(spec: str | None) -> list[int] | None:
+def _gpus(spec: str | None, device: str = "cuda") -> list[int] | None:
     if not spec:
         return None
     try:
-        return [int(x) for x in spec.split(",") if x.strip()]
+        ids = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         raise OpsynthError(f"--gpus {spec!r} is not a list of GPU indices; write e.g. --gpus 0,1") from None
+    if device != "cuda":
+        raise OpsynthError(f"--gpus {spec} picks GPUs, and this run measures on the {device} (run.device); drop "
+                           "--gpus, or make a cuda run (`--device cuda` at init or run)")
+    return ids
 
 
 def _open(path: Path, workers: int | None = None) -> tuple[RunDir, Config]:
@@ -152,8 +156,21 @@ def _run_steps(steps: dict, order: tuple[str, ...]) -> dict:
     return {name: steps[name]() for name in order}
 
 
+def _check_order(rd: RunDir, cfg: Config, name: str) -> None:
+    """Every stage, one rule (pipeline/rundir/completeness.py): what it reads must be there and current."""
+    from pipeline.rundir.completeness import order_refusal
+
+    refusal = order_refusal(rd, cfg, name)
+    if refusal:
+        raise OpsynthError(refusal)
+
+
 def _stage(name: str, fn, *args, **kwargs):
-    _CURRENT.update(stage=name, rd=next((a for a in args if isinstance(a, RunDir)), None))
+    rd = next((a for a in args if isinstance(a, RunDir)), None)
+    cfg = next((a for a in args if isinstance(a, Config)), None)
+    if rd is not None and cfg is not None:
+        _check_order(rd, cfg, name)
+    _CURRENT.update(stage=name, rd=rd)
     t0 = time.time()
     _say(f"[{name}] ...")
     out = fn(*args, **kwargs)
@@ -192,7 +209,15 @@ def run(
     validate(cfg, "command line")
     _check_references(cfg.decontaminate.reference)
     llm = _llm_settings(cfg.sample.composer, llm_base_url, llm_model)
+    gpu_ids = _gpus(gpus, cfg.run.device)
     rd = RunDir(out or Path("runs") / cfg.name)
+    if rd.config_path.exists():  # continuing a run: its `filter/publish --set` settings stay as the user set them
+        given, cfg = cfg, rd.check_config(cfg)
+        kept = [f"{sec}.{k}={v!r}" for sec in ("filter", "publish") for k, v in dataclasses.asdict(
+            getattr(cfg, sec)).items() if getattr(getattr(given, sec), k) != v]
+        if kept:
+            _say(f"[run] {rd.path} keeps the settings `opsynth filter/publish --set` gave it: {', '.join(kept)} "
+                 "(manifest.json filter_settings/publish_settings)")
     t0 = time.time()
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import profile as profile_stage
@@ -205,7 +230,7 @@ def run(
     done = _run_steps({
         "sample": sample_step,
         "decontaminate": lambda: _decontaminate(rd, cfg, None),  # before the GPU: no GPU time for what it drops
-        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, gpu_ids, ray_address,
                                   skip_dropped=True),
         "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
         "dedupe": lambda: _dedupe(rd, cfg),
@@ -306,7 +331,7 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
     rd, cfg = _open(dir, workers)
     base = preset_profile_settings(cfg, preset) if preset else None
     cfg, settings = with_profile_settings(cfg, set_ or [], f"{dir}/config.toml with --set", base)
-    out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+    out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus, cfg.run.device), ray_address,
                  skip_dropped=not all_tasks, budget=budget, settings=settings)
     if out["stopped"]:
         typer.echo(f"stopped after {out['minutes']:g} min: {out['with_measurements']} of {out['tasks']} tasks "
@@ -347,10 +372,9 @@ def filter_cmd(
     """Apply the config's thresholds to the measurements (re-runs in seconds; measurements are not touched)."""
     from pipeline.stages import filter as filter_stage
 
-    rd, _ = _open(dir)
-    if set_:  # before config.toml changes: a run without measurements has nothing to re-judge
-        rd.require_table("measurements", "profile", ["task_id"])
-    cfg = rd.set_filter(set_) if set_ else rd.load_config()
+    rd, cfg = _open(dir)
+    _check_order(rd, cfg, "filter")  # before config.toml changes: a run without measurements has nothing to re-judge
+    cfg = rd.set_filter(set_) if set_ else cfg
     _stage("filter", filter_stage.run, rd, cfg)
     if set_ and rd.is_done("verdicts", VERDICT_SHARDS["dedupe"]):
         _say(f"[filter] next: `opsynth dedupe {dir}`, then `opsynth publish {dir}` (dedupe judges what filter kept)")
@@ -535,6 +559,7 @@ def audit(
     if bad:
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(AUDIT_STAGES)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
+    gpu_ids = _gpus(gpus, cfg.run.device) if "profile" in chosen else None
     # foreign labels are reported by kind; they reject only when the user asks for label checking
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
                               filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
@@ -552,7 +577,8 @@ def audit(
     steps = {
         "labels": lambda: _stage("labels", labels_stage.run, rd, cfg),
         "decontaminate": lambda: _decontaminate(rd, cfg, reference),
-        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True),
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, gpu_ids,
+                                  skip_dropped=True),
         "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
         "dedupe": lambda: _dedupe(rd, cfg),
     }
@@ -659,7 +685,15 @@ def _progress_line() -> str:
             table = "tasks" if stage == "sample" else "measurements"
             done = sum(1 for _ in rd.read_rows(table, ["task_id"]))
             total = rd.load_config().run.n if stage == "sample" else sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
-            return f"interrupted during {stage}: {done} of {total} tasks done"
+            line = f"interrupted during {stage}: {done} of {total} tasks kept"
+            if stage == "sample":
+                from pipeline.stages.sample import UNWRITTEN
+
+                lost = UNWRITTEN.get(str(rd.path), 0)
+                if lost:  # sampled into a shard that was not finished: not on disk, and the rerun redoes them
+                    line += (f" (whole shards); the {lost} task{'s' if lost != 1 else ''} sampled since, in an "
+                             "unfinished shard, will be sampled again")
+            return line
     except Exception:  # noqa: BLE001 - the line must come out whatever the directory holds
         pass
     return f"interrupted during {stage} (it starts over)"

@@ -110,17 +110,25 @@ def test_a_run_without_measurements_is_refused_before_its_config_changes(tmp_pat
     assert rd.config_path.read_text() == config
 
 
-def test_other_sections_still_refuse_a_different_config(tmp_path):
+def test_a_rerun_keeps_the_filter_settings_set_and_other_differences_still_refuse(tmp_path):
     from pipeline.errors import OpsynthError
 
     rd = make_run(tmp_path / "run")
     assert opsynth("filter", str(rd.path), "--set", "filter.min_eager_ms=2").returncode == 0
+    config = rd.config_path.read_text()
     demo = load_preset("demo")
     same_run = dataclasses.replace(demo, run=dataclasses.replace(demo.run, n=len(EAGER), shard_size=len(EAGER)))
-    with pytest.raises(OpsynthError, match=r"filter.min_eager_ms: 2.0 there, 0.01 now.*opsynth filter .* --set"):
-        rd.init(same_run)
-    other_seed = dataclasses.replace(same_run, run=dataclasses.replace(same_run.run, seed=7),
-                                     filter=rd.load_config().filter)
+    # `opsynth run --preset demo --out DIR` again: the threshold the user set stays, config.toml is not rewritten
+    kept = rd.check_config(dataclasses.replace(same_run, run=dataclasses.replace(same_run.run, workers=1)))
+    assert kept.filter.min_eager_ms == 2.0 and kept.run.workers == 1
+    rd.init(same_run)
+    assert rd.config_path.read_text() == config
+    # a filter field no `--set` changed is a different config, named with the fix
+    wider = dataclasses.replace(same_run, filter=dataclasses.replace(same_run.filter, max_eager_ms=50.0))
+    with pytest.raises(OpsynthError, match=r"filter.max_eager_ms: 1000.0 there, 50.0 now.*opsynth filter .* --set"):
+        rd.init(wider)
+    other_seed = dataclasses.replace(same_run, run=dataclasses.replace(same_run.run, seed=7))
     with pytest.raises(OpsynthError, match=r"run.seed.*use another directory"):
         rd.init(other_seed)
     assert json.loads(json.dumps(rd.manifest()["filter_settings"]))[0]["set"] == {"filter.min_eager_ms": 2.0}
+    assert rd.config_path.read_text() == config
