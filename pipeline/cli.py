@@ -398,11 +398,15 @@ def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Pat
     return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 
 
-def _report(rd: RunDir, sql: str | None) -> str:
+def _report(rd: RunDir, sql: str | None, db: Path | None = None, full: bool = False) -> str:
     from pipeline.outputs import report
 
-    _stage("report", report.build, rd)
-    return report.query(rd, sql) if sql else report.canned(rd)
+    def build_or_reuse() -> str:
+        path, built = report.ensure(rd, db)
+        return f"{path}" + ("" if built else " (reused: the run has not changed since it was built)")
+
+    _stage("report", build_or_reuse)
+    return report.query(rd, sql, db) if sql else report.canned(rd, db, full=full)
 
 
 @app.command()
@@ -478,17 +482,26 @@ def recheck(
 
 
 @app.command()
-def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None,
-           verdicts: Annotated[Path | None, typer.Option(help="also write the per-row verdict table (parquet) here")] = None,
+def report(dir: DirArg,
+           sql: Annotated[str | None, typer.Option(metavar="QUERY", help="run this SQL on the report database; "
+                                                   "cells are printed whole")] = None,
+           db: Annotated[Path | None, typer.Option(metavar="FILE", help="the report database to build or reuse "
+                                                   "(default: one per run directory in the user's cache folder, "
+                                                   "$OPSYNTH_CACHE_DIR or ~/.cache/opsynth/report/)")] = None,
+           full: Annotated[bool, typer.Option("--full", help="canned reports: every row, whole cells (default: 25 "
+                                              "rows each, cells cut at 70 characters)")] = False,
+           verdicts: Annotated[Path | None, typer.Option(metavar="FILE", help="also write the per-row verdict "
+                                                         "table (parquet) here")] = None,
            ) -> None:
-    """Write DIR/report.duckdb and print the canned reports (or an ad-hoc --sql query)."""
+    """Print the canned reports of DIR (or an ad-hoc --sql query) from its DuckDB database, built once and reused
+    until the run changes; nothing is written into DIR."""
     rd = RunDir(dir)
     rd.load_config()
     if verdicts is not None:
         from pipeline.outputs.audit_export import write
 
         typer.echo(f"verdict table: {write(rd, verdicts)}")
-    typer.echo(_report(rd, sql))
+    typer.echo(_report(rd, sql, db, full))
 
 
 @app.command()

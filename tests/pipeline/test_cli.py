@@ -55,7 +55,7 @@ def test_stage_on_a_directory_that_is_not_a_run(tmp_path):
 def test_stage_before_its_input_exists(tmp_path):
     RunDir(tmp_path / "r").init(load_preset("demo"))
     line = _one_error_line(opsynth("filter", str(tmp_path / "r")))
-    assert "opsynth profile" in line
+    assert f"run `opsynth sample {tmp_path / 'r'}` before" in line  # the first stage missing (tests/pipeline/test_stage_order.py)
 
 
 def test_run_directory_from_a_different_config_is_refused_and_kept(tmp_path):
