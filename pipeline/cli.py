@@ -459,7 +459,7 @@ def publish(
 @app.command()
 def recheck(
     dir: DirArg,
-    audit_dir: Annotated[Path, typer.Argument(help="the run `opsynth audit FOLDER --sample N --stages "
+    audit_dir: Annotated[Path, typer.Argument(metavar="AUDIT_DIR", help="the run `opsynth audit FOLDER --sample N --stages "
                                                    "profile,filter --device cuda --out AUDIT_DIR` made")],
     published: Annotated[Path | None, typer.Option(help="the folder DIR was published to (default: DIR's parent, "
                                                         "where a release keeps its run/)")] = None,
@@ -507,7 +507,8 @@ def report(dir: DirArg,
 @app.command()
 def catalog(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    with_torch: Annotated[bool, typer.Option("--torch", help="per category: entries torch's OpInfo/ModuleInfo test")] = False,
+    with_torch: Annotated[bool, typer.Option("--torch", help="per category, how many entries torch's own tests "
+                                             "cover (OpInfo, ModuleInfo, either)")] = False,
     with_coverage: Annotated[bool, typer.Option("--coverage", help="list torch op_db operators the catalog lacks")] = False,
 ) -> None:
     """List the operator catalog with counts per category (torch metadata pinned in operators/torch_meta.json)."""
@@ -611,8 +612,8 @@ def audit(
 
 @app.command("verify")
 def verify_cmd(
-    task: Annotated[str, typer.Argument(help="KernelBench file, or DATASET_DIR:task_id")],
-    candidate: Annotated[Path, typer.Argument(help="file defining ModelNew")],
+    task: Annotated[str, typer.Argument(metavar="TASK", help="KernelBench file, or DATASET_DIR:TASK_ID")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="file defining ModelNew")],
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
 ) -> None:
@@ -626,7 +627,7 @@ def verify_cmd(
 
 @app.command("verify-batch")
 def verify_batch_cmd(
-    pairs: Annotated[Path, typer.Argument(help="JSONL file of {\"task\": ..., \"candidate\": ...} lines")],
+    pairs: Annotated[Path, typer.Argument(metavar="PAIRS", help="JSONL file of {\"task\": ..., \"candidate\": ...} lines")],
     out: Annotated[Path, typer.Option(help="results parquet to write (joinable on task_id)")],
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     workers: WorkersOpt = None,
@@ -647,7 +648,7 @@ def verify_batch_cmd(
 
 @reference_app.command("build")
 def reference_build(
-    sources: Annotated[list[str], typer.Argument(help="Hub id, parquet/jsonl with `code`, or folder of .py")],
+    sources: Annotated[list[str], typer.Argument(metavar="SOURCE", help="Hub id, parquet/jsonl with `code`, or folder of .py")],
     out: Annotated[Path, typer.Option(help="index file to write (parquet)")],
 ) -> None:
     """Turn references into a fingerprint index (no source text) for offline decontamination."""

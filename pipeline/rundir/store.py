@@ -5,7 +5,6 @@ Layout (a contract other tools rely on):
     DIR/config.toml            resolved config
     DIR/manifest.json          versions, seeds, host, stage times and counts
     DIR/<table>/part-00000.parquet  +  DIR/<table>/_done/part-00000
-    DIR/report.duckdb          written by `report`
     DIR/dataset/               written by `publish`
 
 A shard is written to a hidden temporary file, its completion marker is written, and only then is it

@@ -72,6 +72,14 @@ def test_bad_gpu_list(tmp_path):
     assert "--gpus" in _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "zero"))
 
 
+def test_gpus_on_a_cpu_run_is_refused(tmp_path):
+    RunDir(tmp_path / "r").init(load_preset("demo"))  # run.device = "cpu"
+    line = _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "0"))
+    assert "--gpus 0 picks GPUs" in line and "on the cpu" in line and "drop --gpus" in line
+    line = _one_error_line(opsynth("run", "--preset", "demo", "--gpus", "0,1", "--out", str(tmp_path / "new")))
+    assert "--gpus 0,1 picks GPUs" in line and not (tmp_path / "new").exists()
+
+
 def test_init_writes_config_and_manifest_only(tmp_path):
     p = opsynth("init", str(tmp_path / "r"), "--preset", "demo", "--n", "9", "--seed", "4", "--device", "cpu")
     assert p.returncode == 0, p.stderr
