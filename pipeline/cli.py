@@ -406,7 +406,7 @@ def _report(rd: RunDir, sql: str | None, db: Path | None = None, full: bool = Fa
         return f"{path}" + ("" if built else " (reused: the run has not changed since it was built)")
 
     _stage("report", build_or_reuse)
-    return report.query(rd, sql, db) if sql else report.canned(rd, db, full=full)
+    return report.query(rd, sql, db, current=True) if sql else report.canned(rd, db, full=full, current=True)
 
 
 @app.command()

@@ -212,9 +212,10 @@ def build(rd: RunDir, db: str | Path | None = None, key: str | None = None) -> P
     return out
 
 
-def _connect(rd: RunDir, db: str | Path | None = None):
+def _connect(rd: RunDir, db: str | Path | None = None, current: bool = False):
+    """A read-only connection to the run's database; `current`: the caller has just ensured it (no second key)."""
     duckdb = require("duckdb", "report")
-    path, _ = ensure(rd, db)
+    path = db_path(rd, db) if current else ensure(rd, db)[0]
     return duckdb.connect(str(path), read_only=True)
 
 
@@ -245,10 +246,11 @@ def _run(con, sql: str, max_rows: int = 50, width: int | None = CELL_WIDTH) -> s
     return format_table([d[0] for d in cur.description], cur.fetchall(), max_rows, width)
 
 
-def canned(rd: RunDir, db: str | Path | None = None, full: bool = False) -> str:
+def canned(rd: RunDir, db: str | Path | None = None, full: bool = False, current: bool = False) -> str:
     """The canned reports: funnel with rejection reasons, contamination by detector and nearest problem, operators.
-    full: every row and whole cells (default: 25 rows a report, cells cut at CELL_WIDTH)."""
-    con = _connect(rd, db)
+    full: every row and whole cells (default: 25 rows a report, cells cut at CELL_WIDTH). current: the database
+    was just ensured (`ensure`)."""
+    con = _connect(rd, db, current)
     try:
         parts = [
             ("Funnel", "SELECT stage, tasks FROM funnel"),
@@ -270,11 +272,12 @@ def canned(rd: RunDir, db: str | Path | None = None, full: bool = False) -> str:
         con.close()
 
 
-def query(rd: RunDir, sql: str, db: str | Path | None = None, full: bool = True, max_rows: int = 200) -> str:
-    """Run one ad-hoc SQL statement against the run's database (built first if missing or the run changed); its
-    cells are printed whole unless `full` is False."""
+def query(rd: RunDir, sql: str, db: str | Path | None = None, full: bool = True, max_rows: int = 200,
+          current: bool = False) -> str:
+    """Run one ad-hoc SQL statement against the run's database (built first if missing or the run changed, unless
+    `current`: just ensured); its cells are printed whole unless `full` is False."""
     duckdb = require("duckdb", "report")
-    con = _connect(rd, db)
+    con = _connect(rd, db, current)
     try:
         return _run(con, sql, max_rows=max_rows, width=None if full else CELL_WIDTH)
     except duckdb.Error as e:

@@ -134,3 +134,24 @@ def test_cells_are_whole_in_queries_and_with_full(tmp_path):
 def test_report_on_a_directory_without_tasks(tmp_path):
     with pytest.raises(OpsynthError, match="no tasks/ table"):
         report.build(RunDir(tmp_path))
+
+
+def test_the_command_reuses_the_database_and_leaves_the_run_as_it_was(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rd = make_run(tmp_path / "release" / "run")
+    before = _listing(tmp_path / "release")
+
+    def opsynth_report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(rd.path), *args],
+                              cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+
+    first = opsynth_report("--sql", "SELECT reason FROM rejections ORDER BY task_id")
+    assert first.returncode == 0, first.stderr
+    assert "profile failed (timeout)" in first.stdout and "(reused" not in first.stderr
+    again = opsynth_report()
+    assert again.returncode == 0 and "== Funnel ==" in again.stdout
+    assert f"{report.db_path(rd)} (reused: the run has not changed since it was built)" in again.stderr
+    assert _listing(tmp_path / "release") == before
