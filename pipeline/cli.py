@@ -227,6 +227,11 @@ def run(
         with _new_run_dir(rd, cfg):
             return _stage("sample", sample_stage.run, rd, cfg, llm)
 
+    def report_step():
+        # the manifest's last change comes before the report's database, so `opsynth report DIR` reuses it
+        rd.update_manifest(total_seconds=round(time.time() - t0, 2))
+        return _report(rd, None)
+
     done = _run_steps({
         "sample": sample_step,
         "decontaminate": lambda: _decontaminate(rd, cfg, None),  # before the GPU: no GPU time for what it drops
@@ -235,10 +240,9 @@ def run(
         "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
         "dedupe": lambda: _dedupe(rd, cfg),
         "publish": lambda: _publish(rd, None),
-        "report": lambda: _report(rd, None),
+        "report": report_step,
     }, RUN_STAGES)
     folder, summary = done["publish"], done["report"]
-    rd.update_manifest(total_seconds=round(time.time() - t0, 2))
     typer.echo(summary.split("\n\n")[0])  # the funnel; `opsynth report DIR` prints the rest
     typer.echo(f"published {folder} in {time.time() - t0:.0f}s")
 
