@@ -704,13 +704,13 @@ def _progress_line() -> str:
             done = sum(1 for _ in rd.read_rows(table, ["task_id"]))
             total = rd.load_config().run.n if stage == "sample" else sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
             line = f"interrupted during {stage}: {done} of {total} tasks kept"
-            if stage == "sample":
-                from pipeline.stages.sample import UNWRITTEN
+            import importlib
 
-                lost = UNWRITTEN.get(str(rd.path), 0)
-                if lost:  # sampled into a shard that was not finished: not on disk, and the rerun redoes them
-                    line += (f" (whole shards); the {lost} task{'s' if lost != 1 else ''} sampled since, in an "
-                             "unfinished shard, will be sampled again")
+            lost = importlib.import_module(f"pipeline.stages.{stage}").UNWRITTEN.get(str(rd.path), 0)
+            if lost:  # done into a shard that was not finished: not on disk, and the rerun does them again
+                verb = "sampled" if stage == "sample" else "measured"
+                line += (f" (whole shards); the {lost} task{'s' if lost != 1 else ''} {verb} since, in an "
+                         f"unfinished shard, will be {verb} again")
             return line
     except Exception:  # noqa: BLE001 - the line must come out whatever the directory holds
         pass
