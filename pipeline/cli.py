@@ -81,13 +81,17 @@ def _say(msg: str) -> None:
     typer.echo(msg, err=True)
 
 
-def _gpus(spec: str | None) -> list[int] | None:
+def _gpus(spec: str | None, device: str = "cuda") -> list[int] | None:
     if not spec:
         return None
     try:
-        return [int(x) for x in spec.split(",") if x.strip()]
+        ids = [int(x) for x in spec.split(",") if x.strip()]
     except ValueError:
         raise OpsynthError(f"--gpus {spec!r} is not a list of GPU indices; write e.g. --gpus 0,1") from None
+    if device != "cuda":
+        raise OpsynthError(f"--gpus {spec} picks GPUs, and this run measures on the {device} (run.device); drop "
+                           "--gpus, or make a cuda run (`--device cuda` at init or run)")
+    return ids
 
 
 def _open(path: Path, workers: int | None = None) -> tuple[RunDir, Config]:
@@ -154,8 +158,21 @@ def _run_steps(steps: dict, order: tuple[str, ...]) -> dict:
     return {name: steps[name]() for name in order}
 
 
+def _check_order(rd: RunDir, cfg: Config, name: str) -> None:
+    """Every stage, one rule (pipeline/rundir/completeness.py): what it reads must be there and current."""
+    from pipeline.rundir.completeness import order_refusal
+
+    refusal = order_refusal(rd, cfg, name)
+    if refusal:
+        raise OpsynthError(refusal)
+
+
 def _stage(name: str, fn, *args, **kwargs):
-    _CURRENT.update(stage=name, rd=next((a for a in args if isinstance(a, RunDir)), None))
+    rd = next((a for a in args if isinstance(a, RunDir)), None)
+    cfg = next((a for a in args if isinstance(a, Config)), None)
+    if rd is not None and cfg is not None:
+        _check_order(rd, cfg, name)
+    _CURRENT.update(stage=name, rd=rd)
     t0 = time.time()
     _say(f"[{name}] ...")
     out = fn(*args, **kwargs)
@@ -194,7 +211,15 @@ def run(
     validate(cfg, "command line")
     _check_references(cfg.decontaminate.reference)
     llm = _llm_settings(cfg.sample.composer, llm_base_url, llm_model)
+    gpu_ids = _gpus(gpus, cfg.run.device)
     rd = RunDir(out or Path("runs") / cfg.name)
+    if rd.config_path.exists():  # continuing a run: its `filter/publish --set` settings stay as the user set them
+        given, cfg = cfg, rd.check_config(cfg)
+        kept = [f"{sec}.{k}={v!r}" for sec in ("filter", "publish") for k, v in dataclasses.asdict(
+            getattr(cfg, sec)).items() if getattr(getattr(given, sec), k) != v]
+        if kept:
+            _say(f"[run] {rd.path} keeps the settings `opsynth filter/publish --set` gave it: {', '.join(kept)} "
+                 "(manifest.json filter_settings/publish_settings)")
     t0 = time.time()
     from pipeline.stages import filter as filter_stage
     from pipeline.stages import profile as profile_stage
@@ -204,18 +229,22 @@ def run(
         with _new_run_dir(rd, cfg):
             return _stage("sample", sample_stage.run, rd, cfg, llm)
 
+    def report_step():
+        # the manifest's last change comes before the report's database, so `opsynth report DIR` reuses it
+        rd.update_manifest(total_seconds=round(time.time() - t0, 2))
+        return _report(rd, None)
+
     done = _run_steps({
         "sample": sample_step,
         "decontaminate": lambda: _decontaminate(rd, cfg, None),  # before the GPU: no GPU time for what it drops
-        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, gpu_ids, ray_address,
                                   skip_dropped=True),
         "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
         "dedupe": lambda: _dedupe(rd, cfg),
         "publish": lambda: _publish(rd, None),
-        "report": lambda: _report(rd, None),
+        "report": report_step,
     }, RUN_STAGES)
     folder, summary = done["publish"], done["report"]
-    rd.update_manifest(total_seconds=round(time.time() - t0, 2))
     typer.echo(summary.split("\n\n")[0])  # the funnel; `opsynth report DIR` prints the rest
     typer.echo(f"published {folder} in {time.time() - t0:.0f}s")
 
@@ -308,7 +337,7 @@ def profile(dir: DirArg, workers: WorkersOpt = None, executor: ExecutorOpt = "lo
     rd, cfg = _open(dir, workers)
     base = preset_profile_settings(cfg, preset) if preset else None
     cfg, settings = with_profile_settings(cfg, set_ or [], f"{dir}/config.toml with --set", base)
-    out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), ray_address,
+    out = _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus, cfg.run.device), ray_address,
                  skip_dropped=not all_tasks, budget=budget, settings=settings)
     if out["stopped"]:
         typer.echo(f"stopped after {out['minutes']:g} min: {out['with_measurements']} of {out['tasks']} tasks "
@@ -349,10 +378,9 @@ def filter_cmd(
     """Apply the config's thresholds to the measurements (re-runs in seconds; measurements are not touched)."""
     from pipeline.stages import filter as filter_stage
 
-    rd, _ = _open(dir)
-    if set_:  # before config.toml changes: a run without measurements has nothing to re-judge
-        rd.require_table("measurements", "profile", ["task_id"])
-    cfg = rd.set_filter(set_) if set_ else rd.load_config()
+    rd, cfg = _open(dir)
+    _check_order(rd, cfg, "filter")  # before config.toml changes: a run without measurements has nothing to re-judge
+    cfg = rd.set_filter(set_) if set_ else cfg
     _stage("filter", filter_stage.run, rd, cfg)
     if set_ and rd.is_done("verdicts", VERDICT_SHARDS["dedupe"]):
         _say(f"[filter] next: `opsynth dedupe {dir}`, then `opsynth publish {dir}` (dedupe judges what filter kept)")
@@ -376,11 +404,15 @@ def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Pat
     return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 
 
-def _report(rd: RunDir, sql: str | None) -> str:
+def _report(rd: RunDir, sql: str | None, db: Path | None = None, full: bool = False) -> str:
     from pipeline.outputs import report
 
-    _stage("report", report.build, rd)
-    return report.query(rd, sql) if sql else report.canned(rd)
+    def build_or_reuse() -> str:
+        path, built = report.ensure(rd, db)
+        return f"{path}" + ("" if built else " (reused: the run has not changed since it was built)")
+
+    _stage("report", build_or_reuse)
+    return report.query(rd, sql, db, current=True) if sql else report.canned(rd, db, full=full, current=True)
 
 
 @app.command()
@@ -433,7 +465,7 @@ def publish(
 @app.command()
 def recheck(
     dir: DirArg,
-    audit_dir: Annotated[Path, typer.Argument(help="the run `opsynth audit FOLDER --sample N --stages "
+    audit_dir: Annotated[Path, typer.Argument(metavar="AUDIT_DIR", help="the run `opsynth audit FOLDER --sample N --stages "
                                                    "profile,filter --device cuda --out AUDIT_DIR` made")],
     published: Annotated[Path | None, typer.Option(help="the folder DIR was published to (default: DIR's parent, "
                                                         "where a release keeps its run/)")] = None,
@@ -456,23 +488,33 @@ def recheck(
 
 
 @app.command()
-def report(dir: DirArg, sql: Annotated[str | None, typer.Option(help="run this SQL on report.duckdb")] = None,
-           verdicts: Annotated[Path | None, typer.Option(help="also write the per-row verdict table (parquet) here")] = None,
+def report(dir: DirArg,
+           sql: Annotated[str | None, typer.Option(metavar="QUERY", help="run this SQL on the report database; "
+                                                   "cells are printed whole")] = None,
+           db: Annotated[Path | None, typer.Option(metavar="FILE", help="the report database to build or reuse "
+                                                   "(default: one per run directory in the user's cache folder, "
+                                                   "$OPSYNTH_CACHE_DIR or ~/.cache/opsynth/report/)")] = None,
+           full: Annotated[bool, typer.Option("--full", help="canned reports: every row, whole cells (default: 25 "
+                                              "rows each, cells cut at 70 characters)")] = False,
+           verdicts: Annotated[Path | None, typer.Option(metavar="FILE", help="also write the per-row verdict "
+                                                         "table (parquet) here")] = None,
            ) -> None:
-    """Write DIR/report.duckdb and print the canned reports (or an ad-hoc --sql query)."""
+    """Print the canned reports of DIR (or an ad-hoc --sql query) from its DuckDB database, built once and reused
+    until the run changes; nothing is written into DIR."""
     rd = RunDir(dir)
     rd.load_config()
     if verdicts is not None:
         from pipeline.outputs.audit_export import write
 
         typer.echo(f"verdict table: {write(rd, verdicts)}")
-    typer.echo(_report(rd, sql))
+    typer.echo(_report(rd, sql, db, full))
 
 
 @app.command()
 def catalog(
     as_json: Annotated[bool, typer.Option("--json", help="machine-readable output")] = False,
-    with_torch: Annotated[bool, typer.Option("--torch", help="per category: entries torch's OpInfo/ModuleInfo test")] = False,
+    with_torch: Annotated[bool, typer.Option("--torch", help="per category, how many entries torch's own tests "
+                                             "cover (OpInfo, ModuleInfo, either)")] = False,
     with_coverage: Annotated[bool, typer.Option("--coverage", help="list torch op_db operators the catalog lacks")] = False,
 ) -> None:
     """List the operator catalog with counts per category (torch metadata pinned in operators/torch_meta.json)."""
@@ -537,6 +579,7 @@ def audit(
     if bad:
         raise OpsynthError(f"unknown stage(s) {bad} in --stages; choose from {','.join(AUDIT_STAGES)}")
     cfg = _resolve_config(preset, config).with_overrides(device=device, workers=workers)
+    gpu_ids = _gpus(gpus, cfg.run.device) if "profile" in chosen else None
     # foreign labels are reported by kind; they reject only when the user asks for label checking
     cfg = dataclasses.replace(cfg, name=f"audit-{Path(file).stem}",
                               filter=dataclasses.replace(cfg.filter, require_label_match=check_labels))
@@ -554,7 +597,8 @@ def audit(
     steps = {
         "labels": lambda: _stage("labels", labels_stage.run, rd, cfg),
         "decontaminate": lambda: _decontaminate(rd, cfg, reference),
-        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, _gpus(gpus), skip_dropped=True),
+        "profile": lambda: _stage("profile", profile_stage.run, rd, cfg, executor, gpu_ids,
+                                  skip_dropped=True),
         "filter": lambda: _stage("filter", filter_stage.run, rd, cfg),
         "dedupe": lambda: _dedupe(rd, cfg),
     }
@@ -574,8 +618,8 @@ def audit(
 
 @app.command("verify")
 def verify_cmd(
-    task: Annotated[str, typer.Argument(help="KernelBench file, or DATASET_DIR:task_id")],
-    candidate: Annotated[Path, typer.Argument(help="file defining ModelNew")],
+    task: Annotated[str, typer.Argument(metavar="TASK", help="KernelBench file, or DATASET_DIR:TASK_ID")],
+    candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="file defining ModelNew")],
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
 ) -> None:
@@ -589,7 +633,7 @@ def verify_cmd(
 
 @app.command("verify-batch")
 def verify_batch_cmd(
-    pairs: Annotated[Path, typer.Argument(help="JSONL file of {\"task\": ..., \"candidate\": ...} lines")],
+    pairs: Annotated[Path, typer.Argument(metavar="PAIRS", help="JSONL file of {\"task\": ..., \"candidate\": ...} lines")],
     out: Annotated[Path, typer.Option(help="results parquet to write (joinable on task_id)")],
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     workers: WorkersOpt = None,
@@ -610,7 +654,7 @@ def verify_batch_cmd(
 
 @reference_app.command("build")
 def reference_build(
-    sources: Annotated[list[str], typer.Argument(help="Hub id, parquet/jsonl with `code`, or folder of .py")],
+    sources: Annotated[list[str], typer.Argument(metavar="SOURCE", help="Hub id, parquet/jsonl with `code`, or folder of .py")],
     out: Annotated[Path, typer.Option(help="index file to write (parquet)")],
 ) -> None:
     """Turn references into a fingerprint index (no source text) for offline decontamination."""
@@ -661,7 +705,15 @@ def _progress_line() -> str:
             table = "tasks" if stage == "sample" else "measurements"
             done = sum(1 for _ in rd.read_rows(table, ["task_id"]))
             total = rd.load_config().run.n if stage == "sample" else sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
-            return f"interrupted during {stage}: {done} of {total} tasks done"
+            line = f"interrupted during {stage}: {done} of {total} tasks kept"
+            import importlib
+
+            lost = importlib.import_module(f"pipeline.stages.{stage}").UNWRITTEN.get(str(rd.path), 0)
+            if lost:  # done into a shard that was not finished: not on disk, and the rerun does them again
+                verb = "sampled" if stage == "sample" else "measured"
+                line += (f" (whole shards); the {lost} task{'s' if lost != 1 else ''} {verb} since, in an "
+                         f"unfinished shard, will be {verb} again")
+            return line
     except Exception:  # noqa: BLE001 - the line must come out whatever the directory holds
         pass
     return f"interrupted during {stage} (it starts over)"

@@ -230,8 +230,9 @@ def run_directory_page() -> str:
 A run directory holds all of a run's state: `config.toml` (the resolved config), `manifest.json` (versions,
 host, seeds, per-stage times and counts, each profile call and its settings, growth and `filter_settings`),
 and one folder of parquet shards per table, keyed by `task_id`. A shard counts only once its marker in the
-table's `_done/` folder exists (written last; plain parquet readers skip `_done`). `report.duckdb` (from
-`opsynth report`) and `dataset/` (from `opsynth publish`) are rebuilt from the tables.
+table's `_done/` folder exists (written last; plain parquet readers skip `_done`). `dataset/` (from
+`opsynth publish`) is rebuilt from the tables; `opsynth report` builds its DuckDB database from them outside the
+run directory (docs/auditing.md).
 
 """
     where = {"tasks": "sample, or audit's import", "measurements": "profile", "verdicts": "decontaminate, filter, dedupe",
@@ -244,7 +245,34 @@ table's `_done/` folder exists (written last; plain parquet readers skip `_done`
         parts.append(f"## {table}\n\nWritten by {where.get(table, table)}.\n\n| column | meaning |\n| --- | --- |")
         parts.extend(f"| `{c}` | {m or '—'} |" for c, m in cols.items())
         parts.append("")
+        if table == "dataset":
+            parts.append(_releases_note(list(cols)))
     return "\n".join(parts)
+
+
+def release_columns() -> dict[str, list[str]]:
+    """Each shipped release (data/releases/NAME) and the columns of its parquet shards."""
+    import pyarrow.parquet as pq
+
+    out = {}
+    for folder in sorted((ROOT / "data" / "releases").glob("*/data")):
+        shards = sorted(folder.glob("*.parquet"))
+        if shards:
+            out[folder.parent.name] = pq.read_schema(shards[0]).names
+    return out
+
+
+def _releases_note(columns: list[str]) -> str:
+    """Which of the dataset columns each shipped release lacks (a reader of it gets no such column)."""
+    lines = []
+    for name, have in release_columns().items():
+        lacks = [c for c in columns if c not in have]
+        what = ("every column above" if not lacks else
+                f"all but {len(lacks)} of the columns above; it lacks " + ", ".join(f"`{c}`" for c in lacks))
+        lines.append(f"- `data/releases/{name}` ({len(have)} columns): {what}.")
+    if not lines:
+        return ""
+    return "The shipped releases hold:\n\n" + "\n".join(lines) + "\n"
 
 
 def configuration_page() -> str:
@@ -258,8 +286,10 @@ A run's config is frozen dataclasses (`pipeline/rundir/config.py`), resolved fro
 `data/presets/NAME.toml`) or a TOML file (`--config FILE`) and written to `DIR/config.toml`. A run directory
 refuses a different config, except a larger `run.n` (`opsynth sample DIR --add N`), `run.workers` and
 `run.device`, the filter's thresholds (`opsynth filter DIR --set filter.KEY=VALUE`, repeatable, validated
-like the config, logged in the manifest under `filter_settings`; measurements are not touched) and a profile
-call's settings (`opsynth profile DIR --preset h200`, recorded for that call).
+like the config, logged in the manifest under `filter_settings`; measurements are not touched), the publish
+settings (`opsynth publish DIR --set publish.KEY=VALUE`, logged under `publish_settings`) and a profile
+call's settings (`opsynth profile DIR --preset h200`, recorded for that call). `opsynth run` on a run directory
+whose filter or publish settings were changed with `--set` keeps them (and says so).
 
 """
     rows = ["| field | type | default | " + " | ".join(names) + " | meaning |",

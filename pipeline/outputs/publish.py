@@ -191,9 +191,10 @@ def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False
         raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth sample {rd.path}` first")
     status = stage_status(rd, cfg)
     if unfinished(status) and not allow_incomplete:
-        raise OpsynthError(f"{rd.path} is not finished ({'; '.join(unfinished(status))}); run the missing stages "
-                           "(`opsynth run` with the same arguments resumes) or pass --allow-incomplete to publish it "
-                           "as it is, with the card saying what was not done")
+        first = next(s for s, v in status.items() if v != "done")
+        raise OpsynthError(f"{rd.path} is not finished ({'; '.join(unfinished(status))}); run `opsynth {first} "
+                           f"{rd.path}` and the stages after it (`opsynth run` with the same arguments resumes), or "
+                           "pass --allow-incomplete to publish it as it is, with the card saying what was not done")
     if rd.read_table("verdicts") is None:
         raise OpsynthError(f"{rd.path} has no verdicts yet (nothing filtered); run `opsynth filter {rd.path}` first")
     cont_t = rd.read_table("contamination")

@@ -1,16 +1,24 @@
-"""DuckDB reports over a run directory: DIR/report.duckdb, the canned reports and ad-hoc SQL.
+"""DuckDB reports over a run directory: the report database, the canned reports and ad-hoc SQL.
 
-report.duckdb holds a table per run table (tasks, measurements, verdicts, contamination, dedupe), plus
+The database holds a table per run table (tasks, measurements, verdicts, contamination, dedupe), plus
 `rejections` (each dropped task's first rejecting stage and reason), `accepted` (the accepted task ids)
 and `run_info` (manifest entries), and views for the canned reports: funnel, rejection_reasons,
 contamination_by_detector, contamination_by_nearest, op_coverage, task_summary, near_clusters, and for audits
 label_findings (rows per finding kind) and label_errors (operators per kind: wrong, missing, cannot judge). The file is
 self-contained: it can be copied away from the run directory and opened with any DuckDB client.
+
+It is built once and reused until the run changes: `report_source` in it holds the run's key (a hash of every
+shard's completion marker, config.toml and manifest.json), and a call whose run has another key builds it again.
+It is never written into the run directory (a release's run/ stays as shipped): by default it lives in the user's
+cache folder, `$OPSYNTH_CACHE_DIR/report/` or `${XDG_CACHE_HOME:-~/.cache}/opsynth/report/`, one file per run
+directory; `db=PATH` (`opsynth report DIR --db PATH`) puts it where the caller says.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -66,8 +74,59 @@ VIEWS = {
 }
 
 
-def _db_path(rd: RunDir) -> Path:
-    return rd.path / "report.duckdb"
+def cache_dir() -> Path:
+    """Where report databases live unless a path is given: $OPSYNTH_CACHE_DIR, else the user's cache folder."""
+    if explicit := os.environ.get("OPSYNTH_CACHE_DIR"):
+        return Path(explicit) / "report"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opsynth" / "report"
+
+
+def db_path(rd: RunDir, db: str | Path | None = None) -> Path:
+    """`db`, or this run directory's database in the cache folder (named after the run, keyed by its full path)."""
+    if db is not None:
+        return Path(db)
+    where = rd.path.resolve()
+    return cache_dir() / f"{where.name}-{hashlib.sha256(str(where).encode()).hexdigest()[:12]}.duckdb"
+
+
+def run_key(rd: RunDir) -> str:
+    """What the database is built from, as one hash: every completion marker (which shard, written when, how many
+    rows), config.toml and manifest.json. A stage that writes a shard, `filter --set`, a profile call: a new key.
+    Content, not file times, so a fresh checkout of a committed run keeps its key."""
+    h = hashlib.sha256()
+    for p in sorted(rd.path.glob("*/_done/part-*")):
+        h.update(str(p.relative_to(rd.path)).encode() + b"\0" + p.read_bytes() + b"\0")
+        shard = p.parent.parent / f"{p.name}.parquet"
+        h.update(str(shard.stat().st_size if shard.exists() else -1).encode() + b"\0")
+    for p in (rd.config_path, rd.manifest_path):
+        h.update(p.name.encode() + b"\0" + (p.read_bytes() if p.exists() else b"") + b"\0")
+    return h.hexdigest()
+
+
+def built_key(path: Path) -> str | None:
+    """The run key a database was built from, or None (no file, or not one this module wrote)."""
+    if not path.exists():
+        return None
+    duckdb = require("duckdb", "report")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None
+    try:
+        row = con.execute("SELECT cache_key FROM report_source").fetchone()
+        return row[0] if row else None
+    except duckdb.Error:
+        return None
+    finally:
+        con.close()
+
+
+def ensure(rd: RunDir, db: str | Path | None = None) -> tuple[Path, bool]:
+    """The run's database, built only when missing or built from another state of the run; (path, built now)."""
+    path, key = db_path(rd, db), run_key(rd)
+    if built_key(path) == key:
+        return path, False
+    return build(rd, path, key), True
 
 
 _FUNNEL_STEP = {"import": "passed import check", "labels": "kept after label checking"}
@@ -94,8 +153,9 @@ def _funnel_sql(has_measurements: bool, stages: list[str]) -> str:
     return " UNION ALL ".join(steps) + " ORDER BY step"
 
 
-def build(rd: RunDir) -> Path:
-    """Write DIR/report.duckdb with every run table, the accepted set, rejections and the report views."""
+def build(rd: RunDir, db: str | Path | None = None, key: str | None = None) -> Path:
+    """Write the run's database (`db_path`) with every run table, the accepted set, rejections and the report views,
+    and `key` (default: the run's key now) in `report_source`."""
     duckdb = require("duckdb", "report")
     from pipeline.rundir.selection import accepted_task_ids, first_rejection, stages_run
 
@@ -103,8 +163,10 @@ def build(rd: RunDir) -> Path:
         raise OpsynthError(f"{rd.path} is not a run directory; give the --out DIR of a run or audit")
     if rd.read_table("tasks") is None:
         raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth run` or `opsynth audit FILE --out {rd.path}` first")
-    out = _db_path(rd)
-    tmp = out.with_name(".report.duckdb.tmp")
+    key = key or run_key(rd)
+    out = db_path(rd, db)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
     try:
@@ -131,6 +193,8 @@ def build(rd: RunDir) -> Path:
             "run_info": pa.table({"key": pa.array(list(rd.manifest()), pa.string()),
                                   "value": pa.array([json.dumps(v, default=str) for v in rd.manifest().values()],
                                                     pa.string())}),
+            "report_source": pa.table({"run_dir": pa.array([str(rd.path.resolve())], pa.string()),
+                                       "cache_key": pa.array([key], pa.string())}),
         }
         for name, t in tables.items():
             con.register("_src", t)
@@ -139,34 +203,33 @@ def build(rd: RunDir) -> Path:
         for name, sql in VIEWS.items():
             con.execute(f"CREATE VIEW {name} AS {sql}")
         con.execute(f"CREATE VIEW funnel AS {_funnel_sql('measurements' in present, stages_run(rd))}")
-    finally:
+    except BaseException:
         con.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    con.close()
     tmp.replace(out)
     return out
 
 
-def _stale(rd: RunDir) -> bool:
-    db = _db_path(rd)
-    if not db.exists():
-        return True
-    newest = rd.last_write_time()
-    return newest > db.stat().st_mtime
-
-
-def _connect(rd: RunDir):
+def _connect(rd: RunDir, db: str | Path | None = None, current: bool = False):
+    """A read-only connection to the run's database; `current`: the caller has just ensured it (no second key)."""
     duckdb = require("duckdb", "report")
-    if _stale(rd):
-        build(rd)
-    return duckdb.connect(str(_db_path(rd)), read_only=True)
+    path = db_path(rd, db) if current else ensure(rd, db)[0]
+    return duckdb.connect(str(path), read_only=True)
 
 
-def format_table(columns: list[str], rows: list[tuple[Any, ...]], max_rows: int = 50) -> str:
-    """A plain fixed-width text table."""
+CELL_WIDTH = 70  # canned reports cut longer cells (with "..."); ad-hoc queries and --full print them whole
+
+
+def format_table(columns: list[str], rows: list[tuple[Any, ...]], max_rows: int = 50,
+                 width: int | None = CELL_WIDTH) -> str:
+    """A plain fixed-width text table; cells longer than `width` are cut (None: whole, line breaks as \\n)."""
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:.4g}"
-        s = "" if v is None else str(v)
-        return s if len(s) <= 70 else s[:67] + "..."
+        s = "" if v is None else str(v).replace("\n", "\\n")
+        return s if width is None or len(s) <= width else s[: width - 3] + "..."
 
     shown = [[cell(v) for v in r] for r in rows[:max_rows]]
     widths = [max([len(c)] + [len(r[i]) for r in shown]) for i, c in enumerate(columns)]
@@ -178,14 +241,16 @@ def format_table(columns: list[str], rows: list[tuple[Any, ...]], max_rows: int 
     return "\n".join(lines)
 
 
-def _run(con, sql: str, max_rows: int = 50) -> str:
+def _run(con, sql: str, max_rows: int = 50, width: int | None = CELL_WIDTH) -> str:
     cur = con.execute(sql)
-    return format_table([d[0] for d in cur.description], cur.fetchall(), max_rows)
+    return format_table([d[0] for d in cur.description], cur.fetchall(), max_rows, width)
 
 
-def canned(rd: RunDir) -> str:
-    """The canned reports: funnel with rejection reasons, contamination by detector and nearest problem, operators."""
-    con = _connect(rd)
+def canned(rd: RunDir, db: str | Path | None = None, full: bool = False, current: bool = False) -> str:
+    """The canned reports: funnel with rejection reasons, contamination by detector and nearest problem, operators.
+    full: every row and whole cells (default: 25 rows a report, cells cut at CELL_WIDTH). current: the database
+    was just ensured (`ensure`)."""
+    con = _connect(rd, db, current)
     try:
         parts = [
             ("Funnel", "SELECT stage, tasks FROM funnel"),
@@ -201,20 +266,23 @@ def canned(rd: RunDir) -> str:
             ("Label findings (audits; only wrong/missing labels reject, with --check-labels)",
              "SELECT * FROM label_findings"),
         ]
-        return "\n\n".join(f"== {title} ==\n{_run(con, sql, 25)}" for title, sql in parts) + "\n"
+        rows, width = (10**9, None) if full else (25, CELL_WIDTH)
+        return "\n\n".join(f"== {title} ==\n{_run(con, sql, rows, width)}" for title, sql in parts) + "\n"
     finally:
         con.close()
 
 
-def query(rd: RunDir, sql: str) -> str:
-    """Run one ad-hoc SQL statement against report.duckdb (rebuilt first if the run changed)."""
+def query(rd: RunDir, sql: str, db: str | Path | None = None, full: bool = True, max_rows: int = 200,
+          current: bool = False) -> str:
+    """Run one ad-hoc SQL statement against the run's database (built first if missing or the run changed, unless
+    `current`: just ensured); its cells are printed whole unless `full` is False."""
     duckdb = require("duckdb", "report")
-    con = _connect(rd)
+    con = _connect(rd, db, current)
     try:
-        return _run(con, sql, max_rows=200)
+        return _run(con, sql, max_rows=max_rows, width=None if full else CELL_WIDTH)
     except duckdb.Error as e:
         raise OpsynthError(f"query failed: {str(e).splitlines()[0]}; tables: tasks, measurements, verdicts, "
-                           "contamination, dedupe, rejections, accepted, run_info; views: "
+                           "contamination, dedupe, rejections, accepted, run_info, report_source; views: "
                            f"funnel, {', '.join(VIEWS)}") from None
     finally:
         con.close()

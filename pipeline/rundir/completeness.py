@@ -1,14 +1,15 @@
 """What a run has done, stage by stage: done, not run, partial (k of n tasks) or stale (older than its inputs).
 
 Publish reads it to refuse an unfinished run (or, when told to publish it anyway, to say in the card exactly
-what was and was not done).
+what was and was not done), and every stage command reads it through `order_refusal` to refuse to run before
+the stages whose tables it reads (pipeline/rundir/stage_defs.py) have.
 """
 
 from __future__ import annotations
 
 import math
 
-from pipeline.rundir.stage_defs import PIPELINE_STAGES, VERDICT_SHARDS
+from pipeline.rundir.stage_defs import BY_NAME, PIPELINE_STAGES, VERDICT_SHARDS
 from pipeline.rundir.store import RunDir
 
 DONE = "done"
@@ -74,3 +75,36 @@ def stage_status(rd: RunDir, cfg) -> dict[str, str]:
 def unfinished(status: dict[str, str]) -> list[str]:
     """`stage: status` for every stage not done."""
     return [f"{s} {v}" for s, v in status.items() if v != DONE]
+
+
+def prerequisites(stage: str) -> tuple[str, ...]:
+    """The stages of `opsynth run` before `stage` that write a table it reads (for verdicts/: each deciding stage
+    before it), in their order: what must have run first."""
+    if stage not in PIPELINE_STAGES:
+        return ()
+    reads = set(BY_NAME[stage].reads)
+    return tuple(s for s in PIPELINE_STAGES[: PIPELINE_STAGES.index(stage)] if reads & set(BY_NAME[s].writes))
+
+
+def order_refusal(rd: RunDir, cfg, stage: str) -> str | None:
+    """One line naming the stage to run before `stage`, or None when what `stage` reads is there and current.
+
+    A prerequisite that has not run, or is stale, refuses. A partial one refuses only when it decides (writes
+    verdicts): such a stage judges every task in one go, so "k of n" means tasks came after it ran; a partial
+    sample or profile is work in progress (a time-boxed profile call), and the stages after it take what is done.
+    In an imported (audited) run a stage not run is one `opsynth audit --stages` did not choose, so only a
+    partial or stale one refuses there."""
+    before = prerequisites(stage)
+    if not before:
+        return None
+    status = stage_status(rd, cfg)
+    imported = rd.is_done("verdicts", VERDICT_SHARDS["import"])
+    for p in before:
+        state = status[p]
+        if state == DONE or (state == NOT_RUN and imported) or \
+                (state.startswith("partial") and BY_NAME[p].verdict_shard is None):
+            continue
+        if state.startswith("partial"):
+            state = f"{state}: tasks came after it ran"
+        return f"{p} is {state}; run `opsynth {p} {rd.path}` before `opsynth {stage} {rd.path}`"
+    return None

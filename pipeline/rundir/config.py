@@ -44,14 +44,14 @@ class SampleSection:
     # must not have: a draw that equals one is resampled, since decontaminate would drop it; [] turns it off
     avoid_reference: tuple[str, ...] = ("builtin",)
     # resample a draw whose operator graph, up to sizes and literal values, the run already holds: dedupe would
-    # drop it as a near duplicate after the GPU measured it (about 5% of an h200 run's tasks without this)
+    # drop it as a near duplicate after the GPU measured it. Without it, about 5% of an h200 run's tasks are such draws
     avoid_near_duplicates: bool = False
     # sizing: target eager runtime window (log-uniform) on the target device
     target_min_ms: float = 1.5
     target_max_ms: float = 50.0
     max_peak_memory_gb: float = 8.0
     # share of max_peak_memory_gb a task's predicted peak may use: eager kernels hold buffers the meta
-    # model does not see (cuDNN/cuBLAS workspaces, temporaries inside composite kernels), so tasks sized
+    # model does not see (cuDNN/cuBLAS workspaces, temporaries inside composite kernels). Tasks sized
     # right at the cap measure over it on the H200 (about one in five is early-rejected at a share of 1)
     peak_headroom: float = 0.75
     target_gpu: str = "H200"
@@ -107,7 +107,7 @@ class ProfileSection:
     # the fragility check's draws 1.. each bring fresh weights (seeded as the verifier's draws), not the one model
     # of the other checks: the verifier builds its model again on every draw
     shortcut_fresh_weights: bool = True
-    # the fragility check's input move, in ulps of each element (each up or down at random). 1 is the smallest
+    # the fragility check's input move, in ulps of each element (each up or down at random). One is the smallest
     # rounding change, but a correct kernel that reorders a reduction moves its values by several: release task
     # 79c6cdbad6aa9222 (le(softmax(x), w), whose honest inductor candidate fails the verifier's draw 2) passes a
     # one-ulp move and fails a 16-ulp one at its real size with the verifier's draws (docs/shortcuts.md)
@@ -123,19 +123,20 @@ class ProfileSection:
     # screen (shortcut_screened lists them). A task the screen gave no ratios, or whose operators the GPU numbers
     # otherwise, is measured in full. 0: every part on the GPU
     shortcut_screen_margin: float = 0.0
-    # cheap: the checks in a few forwards (measures/cheap_shortcuts.py): the fragility check on draw 0 alone with
-    # the move shortcut_move_scale times shortcut_ulp_steps standing for the draws, float64 once; the skip check at
-    # the batch cut by 16, measuring at the real size only the operators whose ratio there is under
-    # shortcut_skip_margin; dead inputs as in exhaustive. exhaustive: every draw, input and operator at the real size
+    # cheap: the checks in a few forwards (measures/cheap_shortcuts.py): the fragility check on draw 0 with the move
+    # shortcut_move_scale times shortcut_ulp_steps and float64 once (a task with a step operator that passes also
+    # runs the exhaustive draws); the skip check at the batch cut by 16, measuring at the real size only the
+    # operators whose ratio there is under shortcut_skip_margin; dead inputs as in exhaustive. exhaustive: every
+    # draw, input and operator at the real size
     shortcut_mode: str = "cheap"
     shortcut_move_scale: int = 10
     shortcut_skip_margin: float = 10.0
-    # run only the shortcut checks on a run already measured (`opsynth profile --shortcuts-only`): rows go to
+    # run only the shortcut checks on a run already measured (`opsynth profile DIR --set profile.shortcuts_only=true`): rows go to
     # shortcuts/, beside the stored measurements, which the filter joins by task_id
     shortcuts_only: bool = False
     # a quick eager run this far under the window skips the rest (it is never faster than the task); on the slow
-    # side one over 1.5x the window's bound is checked by a run holding the GPU alone, over 1.5x too to skip (the
-    # quick run shares the GPU: it reads a median 4.3x the task's time alone)
+    # side one over 1.5x the window's bound is checked by a run holding the GPU alone, over 1.5x too to skip. The
+    # quick run shares the GPU: it reads a median 4.3x the task's time alone
     early_reject_factor: float = 10.0
     max_timing_s: float = 10.0  # bound on the timed loop of one task
     # pay each worker's one-time compile cost (inductor and Triton imports, first kernels) at startup, before its
@@ -150,9 +151,9 @@ class ProfileSection:
     # from a cold machine false readies workers at 5.8 s against 16.0 s, but 20 workers importing inductor at once
     # hold back their first compiles as long: the GPU idles 20.5 GPU-s of the first 30 s against 22.0
     preload_compile: bool = True
-    # where the installed torch ships no bytecode (the H200 image: every import compiled torch, Dynamo and inductor
-    # from source, 13.7 s of the fork server's start), workers read it from a cache folder of their own, which the
-    # fork server fills first on every core (pipeline/gpu/bytecode.py); false: as installed
+    # where the installed torch ships no bytecode, workers read it from a cache folder of their own, which the
+    # fork server fills first on every core (pipeline/gpu/bytecode.py); false: as installed. On the H200 image every
+    # import compiled torch, Dynamo and inductor from source, 13.7 s of the fork server's start
     bytecode_cache: bool = True
     # hand each shard's tasks out longest expected first (pipeline/gpu/task_order.py: per-operator wall seconds of this
     # command's results so far), so the last tasks in flight when the command ends are short ones; false: as sharded
@@ -168,11 +169,11 @@ class ProfileSection:
     # filter's thresholds) is not compiled: compilation is most of a task's CPU cost
     skip_compile_when_rejected: bool = True
     # a task the checks before timing already reject (the eager checks, or the compiled graph failing or disagreeing,
-    # at the filter's thresholds) is not timed: its timed runs hold the GPU alone and each phase of them waits for a
-    # drain, and the filter throws the task away anyway (on one H200 about 8% of the tasks that run and of the time
-    # held alone; benchmarks/pipeline_yield.py, rejected_before_timing; the h200 preset turns it on). Its
-    # row says why (timing_skipped) and has no runtimes, so a looser filter later rejects it as not timed. False: all
-    # are timed
+    # at the filter's thresholds) is not timed: its row says why (timing_skipped) and has no runtimes, so a looser
+    # filter later rejects it as not timed; false: all are timed. Its timed runs would hold the GPU alone and each
+    # phase of them wait for a drain, for a task the filter throws away anyway (on one H200 about 8% of the tasks
+    # that run and of the time held alone; benchmarks/pipeline_yield.py, rejected_before_timing; the h200 preset
+    # turns it on)
     skip_timing_when_rejected: bool = False
     # a GPU task gives back the memory share it does not use while inductor compiles (CPU work) and queues for
     # it again before the compiled graph runs; off: it holds a whole forward's peak throughout
@@ -207,8 +208,8 @@ class ProfileSection:
     # configs differ: compare compile_ms on the same tasks (benchmarks/remeasure_copy.py) before turning it off
     autotune_pointwise: bool = True
     # a config of a new kernel whose first run in inductor's autotuning takes longer than this many ms is not
-    # benchmarked further (that run's time is its result): one config of a trapz over a transposed 76x3x1030x1030
-    # input held the GPU lock 84 s while every neighbour waited to time, a batch norm's 48 s; 0: off
+    # benchmarked further (that run's time is its result); 0: off. One config of a trapz over a transposed
+    # 76x3x1030x1030 input held the GPU lock 84 s while every neighbour waited to time, a batch norm's 48 s
     autotune_config_cap_ms: float = 0.0
     # inductor makes some choices of a compiled graph by timing them on the GPU: which config of a reduction kernel
     # runs (autotuning) and whether a matmul's operands are padded (pad_mm). Timed beside neighbours' work, two runs
@@ -282,9 +283,9 @@ class DecontaminateSection:
 
 @dataclass(frozen=True)
 class DedupeSection:
-    # the former near-duplicate rule (MinHash over the rendered code, union-find) dropped distinct tasks that
-    # share only the template; no stage reads it now: benchmarks/dedupe_bench.py compares against it, and
-    # configs written before keep loading
+    # read by no stage: configs that set it load, and benchmarks/dedupe_bench.py compares the near-duplicate rule
+    # with a MinHash rule over the rendered code at this threshold. Such a rule drops distinct tasks that share only
+    # the template, which is why dedupe compares operator graphs instead
     minhash_threshold: float = 0.7
     structural: bool = True
     # near duplicates with the same operators but another graph need this de-templated code Jaccard

@@ -5,7 +5,6 @@ Layout (a contract other tools rely on):
     DIR/config.toml            resolved config
     DIR/manifest.json          versions, seeds, host, stage times and counts
     DIR/<table>/part-00000.parquet  +  DIR/<table>/_done/part-00000
-    DIR/report.duckdb          written by `report`
     DIR/dataset/               written by `publish`
 
 A shard is written to a hidden temporary file, its completion marker is written, and only then is it
@@ -219,29 +218,53 @@ class RunDir:
         return pq.read_metadata(self.shard_path(table, shard)).num_rows
 
     def init(self, config) -> None:
-        """Create the directory for `config`, or check that an existing one was made by the same config."""
+        """Create the directory for `config`, or check that an existing one was made by the same config
+        (`check_config`)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        if self.config_path.exists():
+            self.check_config(config)
+            return
+        _atomic_write_bytes(self.config_path, config.to_toml().encode())
+        self.update_manifest(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), host=host_info())
+
+    def check_config(self, config):
+        """The config to continue this run directory with, given `config` (a preset or file, with the command's
+        flags): the run's own config.toml, with `config`'s run.workers and run.device (they change how a run
+        executes, not what it produces). Refused, naming the first differing field and the fix, when `config`
+        differs in anything else, except the settings `opsynth filter/publish DIR --set` changed for this run
+        (logged in the manifest's filter_settings/publish_settings): those stay as the user set them."""
+        import dataclasses
+
         from pipeline.rundir.config import load_file
 
-        self.path.mkdir(parents=True, exist_ok=True)
-        new = config.to_toml()
-        if self.config_path.exists():
-            old_cfg = load_file(self.config_path)
-            # workers and device change how a run executes, not what it produces
-            same = _comparable(old_cfg.to_dict()) == _comparable(config.to_dict())
-            if not same:
-                diff = _first_difference(old_cfg.to_dict(), config.to_dict())
-                grows = _comparable(old_cfg.with_overrides(n=config.run.n).to_dict()) == _comparable(config.to_dict())
-                refiltered = _comparable({**old_cfg.to_dict(), "filter": config.to_dict()["filter"]}) == \
-                    _comparable(config.to_dict())
-                fix = (f"grow it with `opsynth sample {self.path} --n {config.run.n}`"
-                       if grows and config.run.n > old_cfg.run.n else
-                       f"its filter thresholds change with `opsynth filter {self.path} --set filter.KEY=VALUE`, and "
-                       f"the stage commands (`opsynth profile {self.path}`, ...) continue it as it is"
-                       if refiltered else f"use another directory or delete {self.path} to start over")
-                raise OpsynthError(f"{self.path} was made by a different config ({diff}); {fix}")
-            return
-        _atomic_write_bytes(self.config_path, new.encode())
-        self.update_manifest(created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), host=host_info())
+        old_cfg = load_file(self.config_path)
+        kept = dataclasses.replace(old_cfg, run=dataclasses.replace(
+            old_cfg.run, workers=config.run.workers, device=config.run.device))
+        old, now = old_cfg.to_dict(), config.to_dict()
+        set_here = self._set_by_hand()
+        # the fields changed by `--set` take the run's values: only a difference elsewhere is a different config
+        explained = json.loads(json.dumps(now))
+        for section, key in set_here:
+            if section in old and key in old[section]:
+                explained[section][key] = old[section][key]
+        if _comparable(old) == _comparable(explained):
+            return kept
+        diff = _first_difference(old, explained)
+        grows = _comparable(old_cfg.with_overrides(n=config.run.n).to_dict()) == _comparable(explained)
+        refiltered = _comparable({**old, "filter": now["filter"]}) == _comparable(now)
+        fix = (f"grow it with `opsynth sample {self.path} --n {config.run.n}`"
+               if grows and config.run.n > old_cfg.run.n else
+               f"its filter thresholds change with `opsynth filter {self.path} --set filter.KEY=VALUE`, and "
+               f"the stage commands (`opsynth profile {self.path}`, ...) continue it as it is"
+               if refiltered else f"use another directory or delete {self.path} to start over")
+        raise OpsynthError(f"{self.path} was made by a different config ({diff}); {fix}")
+
+    def _set_by_hand(self) -> set[tuple[str, str]]:
+        """(section, key) of every setting `opsynth filter/publish DIR --set` changed in this run."""
+        m = self.manifest()
+        return {tuple(k.split(".", 1)) for section in ("filter", "publish")
+                for entry in m.get(f"{section}_settings") or [] for k in (entry.get("set") or {})
+                if "." in k}
 
     def grow(self, n: int) -> tuple[int, int]:
         """Raise run.n in config.toml to `n` (every other field stays) and log it in the manifest; returns

@@ -66,6 +66,18 @@ def _task_row(r: dict[str, Any], task_id: str) -> dict[str, Any]:
     return out
 
 
+def aten_ops_device(rows: list[dict[str, Any]]) -> str | None:
+    """Where the `aten_ops` a dataset carries were recorded: "cuda" when a row that has them names a GPU in its
+    `gpu` column (an opsynth release: the ops its forward ran on the GPU it was profiled on), else "cpu"; None
+    when no row has them. The labels stage judges them against that device's pins: on a GPU, F.one_hot runs
+    zeros + scatter_ and RMSNorm one fused kernel, which the CPU pins would call a wrong label."""
+    traced = [r for r in rows if r.get("aten_ops") is not None and len(r["aten_ops"])]
+    if not traced:
+        return None
+    gpu = any(str(r.get("gpu") or "cpu").strip().lower() not in ("cpu", "meta", "") for r in traced)
+    return "cuda" if gpu else "cpu"
+
+
 def check_source(path: str) -> None:
     """Fail before the run directory is made on an input that cannot be imported."""
     p = Path(path)
@@ -127,6 +139,7 @@ def import_dataset(path: str, rd: RunDir, cfg: Config, order_seed: int | None = 
               "repeated_ids": sum(c - 1 for c in seen.values())}
     rd.update_manifest(audit_source={"path": str(p.resolve()), "rows": len(rows), "order_seed": order_seed,
                                      "sample": sample, "source_rows": source_rows,
+                                     "aten_ops_device": aten_ops_device([raw[r["source_row"]] for r in rows]),
                                      **{k: v for k, v in (source or {}).items() if v}})
     rd.record_stage("import", time.time() - t0, **counts)
     return counts

@@ -3,8 +3,9 @@
 Every row that passed the import check runs its forward once under the ATen recorder in a tracer subprocess:
 on the meta device first (no memory, sizes do not matter), on the CPU with real tensors only where meta cannot
 run the code (data-dependent ops: nonzero, masked_select, .item()), each tracer under an address-space cap and
-a per-row timeout. The trace fills the tasks table's `aten_ops` (so decontaminate does not trace again) and the
-labels/ table holds the findings (operators.labels.label_findings). A row is dropped here only when the config
+a per-row timeout. A row that brings its own `aten_ops` (an opsynth release) is judged on them instead, against
+the pins of the device they were recorded on (pipeline.stages.audit.aten_ops_device). The trace fills the tasks
+table's `aten_ops` (so decontaminate does not trace again) and the labels/ table holds the findings (operators.labels.label_findings). A row is dropped here only when the config
 asks for label checking (`filter.require_label_match`, `opsynth audit --check-labels`) and its finding is a
 wrong or a missing label; an operator opsynth does not know is reported, never a rejection.
 """
@@ -80,8 +81,10 @@ def run(rd: RunDir, cfg: Config, mem_limit_bytes: int = MEM_LIMIT_BYTES, retrace
     before = {r["task_id"]: r for r in rd.read_rows("labels", ["task_id", "trace_device", "trace_error"])}
     todo = [i for i, t in enumerate(tasks) if t["task_id"] not in refused and not t.get("aten_ops")
             and (retrace or t["task_id"] not in before)]
+    # the dataset's own aten_ops are judged on the device they were recorded on (audit.aten_ops_device)
+    given = (rd.manifest().get("audit_source") or {}).get("aten_ops_device") or "meta"
     traces: dict[int, dict[str, Any]] = {
-        i: {"ok": True, "ops": t["aten_ops"], "device": before.get(t["task_id"], {}).get("trace_device") or "meta"}
+        i: {"ok": True, "ops": t["aten_ops"], "device": before.get(t["task_id"], {}).get("trace_device") or given}
         if t.get("aten_ops") else {"ok": False, "error": before[t["task_id"]]["trace_error"]}
         for i, t in enumerate(tasks) if t.get("aten_ops") or t["task_id"] in before}
     got = trace_rows([tasks[i]["code"] for i in todo], cfg.run.workers, min(TRACE_TIMEOUT_S, cfg.profile.timeout_s),

@@ -35,6 +35,9 @@ from pipeline.rundir.config import Config
 from pipeline.rundir.schema import MEASUREMENTS, SHORTCUT_CALL_COLUMNS, SHORTCUTS, conform
 from pipeline.rundir.store import RunDir, chunks, map_shards
 
+# run directory -> tasks an interrupted call measured into shards it did not write (for the command's last line)
+UNWRITTEN: dict[str, int] = {}
+
 
 @dataclass
 class Budget:
@@ -353,6 +356,9 @@ def _run(rd: RunDir, cfg: Config, executor: str, gpus: list[int] | None, ray_add
                             timing["tail_s"] = round(time.monotonic() - handed[0], 1)
         except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a worker stopped from outside: the call cost GPU time too
             stop[0] = True
+            # measured in this call into shards not written: not kept, measured again by the next call
+            UNWRITTEN[str(rd.path)] = sum(1 for k in pending for t, m in results[k].items()
+                                          if t in shard_of and m.get("status") != "skipped")
             with contextlib.suppress(Exception):  # the interruption is what the caller must see
                 record(interrupted=True)
             raise

@@ -6,6 +6,8 @@ run whose n grew (`opsynth sample DIR --add N`) samples only the new indices (it
 Large runs sample on a process pool (operators.sample.sample_parallel), which yields the same tasks.
 With sample.prescreen on, every draw is first run on the CPU (operators.prescreen) and the screens of each
 shard's draws are written to DIR/prescreen/ just before the tasks shard, so both resume together.
+A shard is written when its last task is sampled: tasks of a shard an interrupt cuts short are not kept, and a
+rerun samples them again (the same tasks); `UNWRITTEN` says how many that is.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from pipeline.rundir.store import RunDir
 MIN_TASKS_PER_PROCESS = 1000
 # with the CPU pre-screen a task costs ~0.1 s instead of ~7 ms, so a worker pays for itself far sooner
 MIN_SCREENED_TASKS_PER_PROCESS = 100
+# run directory -> tasks sampled into the shard not yet written: what an interrupted call loses (a rerun samples
+# that shard again, the same tasks), for the command's interrupted line
+UNWRITTEN: dict[str, int] = {}
 
 
 def processes_for(cfg: Config, n_todo: int) -> int:
@@ -64,6 +69,7 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
             rows: list[dict] = []
             for i, row in stream:
                 rows.append(row)
+                UNWRITTEN[str(rd.path)] = len(rows)
                 k = i // size
                 if i + 1 == min(n, (k + 1) * size):
                     if screen is not None:
@@ -73,6 +79,7 @@ def run(rd: RunDir, cfg: Config, llm: Any = None, processes: int | None = None) 
                     _write(rd, k, rows, composer, llm)
                     bar.update(len(rows))
                     rows = []
+                    UNWRITTEN[str(rd.path)] = 0
     total = sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
     counts = {}
     if screen is not None:

@@ -108,3 +108,40 @@ def test_a_skipped_row_of_the_measured_sample_keeps_its_status(audited, tmp_path
     assert [r["status"] for r in rows[:6]] == [None] * 6
     order = [t["task_id"] for t in rd.read_rows("tasks")]
     assert [r["run_order"] for r in rows] == [order.index(r["task_id"]) for r in rows]
+
+
+ONE_HOT = '''import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        return (F.one_hot(x, 8).float() - y).abs()
+
+
+def get_inputs():
+    return [torch.randint(0, 8, (4, 16)), torch.randn(4, 16, 8)]
+
+
+def get_init_inputs():
+    return []
+'''
+# what the forward ran on the H200 that profiled the release's F.one_hot task (1cda502261ba42d7): one_hot there is
+# zeros + scatter_, where the CPU checks the classes first (aminmax) or compares with an arange
+GPU_OPS = ["aten.zeros", "aten.unsqueeze", "aten.scatter_", "aten.sub", "aten.abs"]
+
+
+@pytest.mark.parametrize(("gpu", "device", "finding"), [("NVIDIA H200", "cuda", "labels true"),
+                                                          ("cpu", "cpu", "wrong label")])
+def test_a_releases_own_aten_ops_are_judged_on_the_device_they_ran_on(tmp_path, gpu, device, finding):
+    row = {"code": ONE_HOT, "ops": '["F.one_hot", "nn.L1Loss"]', "aten_ops": GPU_OPS, "gpu": gpu}
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "ds.parquet")
+    rd = RunDir(tmp_path / "run")
+    rd.init(_cfg(False))
+    audit.import_dataset(str(tmp_path / "ds.parquet"), rd, _cfg(False))
+    assert rd.manifest()["audit_source"]["aten_ops_device"] == device
+    labels.run(rd, _cfg(False))
+    (got,) = rd.read_rows("labels")
+    assert (got["trace_device"], got["finding"]) == (device, finding)
+    assert got["wrong_labels"] == ([] if finding == "labels true" else ["F.one_hot"])

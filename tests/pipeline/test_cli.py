@@ -55,7 +55,7 @@ def test_stage_on_a_directory_that_is_not_a_run(tmp_path):
 def test_stage_before_its_input_exists(tmp_path):
     RunDir(tmp_path / "r").init(load_preset("demo"))
     line = _one_error_line(opsynth("filter", str(tmp_path / "r")))
-    assert "opsynth profile" in line
+    assert f"run `opsynth sample {tmp_path / 'r'}` before" in line  # the first stage missing (tests/pipeline/test_stage_order.py)
 
 
 def test_run_directory_from_a_different_config_is_refused_and_kept(tmp_path):
@@ -70,6 +70,14 @@ def test_run_directory_from_a_different_config_is_refused_and_kept(tmp_path):
 def test_bad_gpu_list(tmp_path):
     RunDir(tmp_path / "r").init(load_preset("demo"))
     assert "--gpus" in _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "zero"))
+
+
+def test_gpus_on_a_cpu_run_is_refused(tmp_path):
+    RunDir(tmp_path / "r").init(load_preset("demo"))  # run.device = "cpu"
+    line = _one_error_line(opsynth("profile", str(tmp_path / "r"), "--gpus", "0"))
+    assert "--gpus 0 picks GPUs" in line and "on the cpu" in line and "drop --gpus" in line
+    line = _one_error_line(opsynth("run", "--preset", "demo", "--gpus", "0,1", "--out", str(tmp_path / "new")))
+    assert "--gpus 0,1 picks GPUs" in line and not (tmp_path / "new").exists()
 
 
 def test_init_writes_config_and_manifest_only(tmp_path):

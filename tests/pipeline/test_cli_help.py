@@ -71,3 +71,26 @@ def test_single_flags_parse(tmp_path, monkeypatch):
     assert "No such option" not in res.output
     res = CliRunner().invoke(cli.app, ["publish", str(tmp_path / "nope"), "--no-private"])
     assert res.exit_code != 0 and "No such option" in res.output
+
+
+def _all_commands() -> list[tuple[str, ...]]:
+    import typer
+
+    group = typer.main.get_command(cli.app)
+    out = []
+    for name, cmd in group.commands.items():
+        subs = getattr(cmd, "commands", None)
+        out += [(name, sub) for sub in subs] if subs else [(name,)]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("command", _all_commands(), ids=" ".join)
+def test_arguments_are_spelled_like_dir(command):
+    usage = next(ln for ln in _help(*command).splitlines() if "Usage:" in ln)
+    args = usage.split("[OPTIONS]", 1)[1].split()
+    assert all(a.strip("[].") == a.strip("[].").upper() for a in args), usage
+
+
+def test_no_option_help_is_cut_short():
+    text = " ".join(_help("catalog").split())
+    assert "how many entries torch's own tests cover (OpInfo, ModuleInfo, either)" in text

@@ -34,3 +34,15 @@ def test_a_column_without_a_meaning_is_reported(monkeypatch):
     monkeypatch.setitem(docs_gen.COLUMN_DOCS, "task_id", "")
     monkeypatch.setattr(docs_gen, "_column_meanings", lambda: {"tasks": {"zz_new": ""}})
     assert "tasks.zz_new" in docs_gen.missing_meanings()
+
+
+def test_the_page_says_which_columns_each_shipped_release_lacks():
+    page = (docs_gen.DOCS / "run-directory.md").read_text()
+    releases = docs_gen.release_columns()
+    assert releases, "no shipped release under data/releases/*/data to compare with"
+    for name, have in releases.items():
+        assert set(have) <= set(schema.PUBLISHED.names), f"{name} has columns run-directory.md does not describe"
+        line = next(ln for ln in page.splitlines() if ln.startswith(f"- `data/releases/{name}`"))
+        lacks = [c for c in schema.PUBLISHED.names if c not in have]
+        assert f"({len(have)} columns)" in line
+        assert all(f"`{c}`" in line for c in lacks) and (lacks or "every column" in line)

@@ -61,6 +61,7 @@ def test_profile_runs_without_the_cpu_side_packages(tmp_path):
     rd = RunDir(tmp_path / "r")
     rd.init(cfg)
     rd.write_shard("tasks", 0, conform([{"task_id": "t0", "name": "ReLU", "code": CODE}], TASKS), TASKS)
+    rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True}])  # done on the CPU box
     p = subprocess.run([sys.executable, "-m", "pipeline.cli", "profile", str(rd.path), "--max-minutes", "5"],
                        cwd=ROOT, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr

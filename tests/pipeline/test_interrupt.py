@@ -142,7 +142,7 @@ def test_ctrl_c_during_profile_with_compile_on(tmp_path, sig):
     rd = RunDir(out)
     n_done = sum(1 for _ in rd.read_rows("measurements", ["task_id"]))
     last = err.strip().splitlines()[-1]
-    assert last == f"opsynth: interrupted during profile: {n_done} of 6 tasks done; rerun the same command to continue"
+    assert last == f"opsynth: interrupted during profile: {n_done} of 6 tasks kept; rerun the same command to continue"
     assert "Traceback" not in err
     time.sleep(0.5)
     assert _alive(mark) == []  # no worker (or compiler) left running
@@ -165,3 +165,38 @@ def test_ctrl_c_during_profile_with_compile_on(tmp_path, sig):
     assert after["seconds_all_calls"] == pytest.approx(sum(c["seconds"] for c in after["calls"]), abs=0.01)
     compiled = [m for m in rows if m["status"] == "ok" and not (m["compile_error"] or "").startswith("skipped")]
     assert compiled and all(m["compile_ok"] for m in compiled), [m["compile_error"] for m in compiled]
+
+
+def test_ctrl_c_during_sample_says_what_is_kept_and_what_is_sampled_again(tmp_path):
+    import re
+
+    out, mark = tmp_path / "R", uuid.uuid4().hex
+    env = {**os.environ, "OPSYNTH_TEST_MARK": mark, "PYTHONPATH": str(ROOT)}
+    cli = [sys.executable, "-m", "pipeline.cli"]
+    subprocess.run([*cli, "init", str(out), "--preset", "demo", "--n", "48"], cwd=ROOT, env=env, check=True,
+                   capture_output=True)
+    p = subprocess.Popen([*cli, "sample", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    done = out / "tasks" / "_done"
+    deadline = time.time() + 300
+    while time.time() < deadline and p.poll() is None and len(list(done.glob("part-*"))) < 1:
+        time.sleep(0.02)
+    assert p.poll() is None, "sampling finished before it could be interrupted"
+    time.sleep(0.15)  # into the next shard (8 tasks a shard, a few hundredths of a second to 0.3 s a task)
+    os.killpg(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    rd = RunDir(out)
+    kept = sum(1 for _ in rd.read_rows("tasks", ["task_id"]))
+    assert kept % 8 == 0 and kept >= 8  # whole shards only
+    last = err.strip().splitlines()[-1]
+    m = re.fullmatch(rf"opsynth: interrupted during sample: {kept} of 48 tasks kept"
+                     r"(?: \(whole shards\); the (\d+) tasks? sampled since, in an unfinished shard, will be sampled "
+                     r"again)?; rerun the same command to continue", last)
+    assert m, last
+    assert m.group(1) is None or 1 <= int(m.group(1)) < 8
+    again = subprocess.run([*cli, "sample", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    ids = [r["task_id"] for r in rd.read_rows("tasks", ["task_id"])]
+    assert len(ids) == len(set(ids)) == 48

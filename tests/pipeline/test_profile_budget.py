@@ -108,6 +108,7 @@ def test_set_changes_how_this_call_measures_and_the_manifest_says_so(tmp_path, t
     from pathlib import Path
 
     rd, cfg = _run_dir(tmp_path / "r", tanh_tasks(2))
+    rd.write_verdicts("decontaminate", [{"task_id": t["task_id"], "keep": True} for t in tanh_tasks(2)])  # profile's input
     cfg_before = (rd.path / "config.toml").read_text()
     root = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-m", "pipeline.cli", "profile", str(rd.path), "--set", "profile.min_runs=3",

@@ -40,10 +40,15 @@ def test_a_run_made_with_the_preset_gets_no_changes():
 
 
 def test_cli_passes_the_preset_settings_to_the_stage(tmp_path, monkeypatch):
+    from pipeline.rundir.schema import TASKS
     from pipeline.stages import profile as profile_stage
 
     rd = RunDir(tmp_path / "run")
-    rd.init(_old_run_config())
+    cfg = _old_run_config()
+    rd.init(dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, n=1)))
+    # what profile reads: a sampled task that decontaminate kept
+    rd.write_shard("tasks", 0, [{"task_id": "t0", "code": "x"}], TASKS)
+    rd.write_verdicts("decontaminate", [{"task_id": "t0", "keep": True}])
     seen = {}
 
     def fake_run(rd_, cfg, *args, settings=None, **kwargs):

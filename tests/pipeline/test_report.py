@@ -1,4 +1,4 @@
-"""report.duckdb, the canned reports and ad-hoc SQL over a tiny hand-made run directory."""
+"""The report database, its cache, the canned reports and ad-hoc SQL over a tiny hand-made run directory."""
 
 import duckdb
 import pytest
@@ -69,17 +69,89 @@ def test_query_and_rebuild_after_the_run_changes(tmp_path):
     out = report.query(rd, "SELECT task_id, rejected_by FROM task_summary WHERE accepted ORDER BY task_id")
     assert "t1" in out and "(1 row)" in out
     rd.write_verdicts("dedupe", [{"task_id": "t1", "keep": True}, {"task_id": "t4", "keep": True}])
-    import os
-    import time
-
-    future = time.time() + 5
-    for p in rd.path.glob("verdicts/_done/part-*"):
-        os.utime(p, (future, future))
     assert "(2 rows)" in report.query(rd, "SELECT * FROM accepted")
     with pytest.raises(OpsynthError, match="query failed"):
         report.query(rd, "SELECT * FROM no_such_table")
 
 
+def _listing(path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(path)): (p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(path.rglob("*"))}
+
+
+def test_the_database_is_built_once_and_reused_until_the_run_changes(tmp_path):
+    rd = make_run(tmp_path / "run")
+    path, built = report.ensure(rd)
+    assert built and path.is_file() and path.parent == report.cache_dir()
+    stamp = path.stat().st_mtime_ns
+    assert report.ensure(rd) == (path, False)  # the second call reuses it, untouched
+    assert "(1 row)" in report.query(rd, "SELECT * FROM accepted") and path.stat().st_mtime_ns == stamp
+    # a stage writes a shard: a new key, the next call builds it again and sees the change
+    rd.write_verdicts("dedupe", [{"task_id": "t1", "keep": True}, {"task_id": "t4", "keep": True}])
+    assert report.ensure(rd) == (path, True)
+    assert "(2 rows)" in report.query(rd, "SELECT * FROM accepted")
+    assert report.ensure(rd) == (path, False)
+    # `filter --set` changes config.toml and the manifest only: that is a change of the run too
+    rd.set_filter(["filter.min_eager_ms=3.5"])
+    assert rd.manifest()["filter_settings"] and report.ensure(rd)[1] is True
+
+
+def test_the_report_writes_nothing_into_the_run_directory(tmp_path):
+    """A release's run/ is shipped as it is: report builds beside it, never in it."""
+    rd = make_run(tmp_path / "release" / "run")
+    before = _listing(tmp_path / "release")
+    report.canned(rd)
+    report.query(rd, "SELECT count(*) FROM tasks")
+    assert _listing(tmp_path / "release") == before
+    assert report.db_path(rd).is_file()
+    other = make_run(tmp_path / "elsewhere" / "run")  # another run directory of the same name: its own file
+    assert report.db_path(other) != report.db_path(rd)
+
+
+def test_db_puts_the_database_where_asked(tmp_path):
+    rd = make_run(tmp_path / "run")
+    mine = tmp_path / "mine" / "audit.duckdb"
+    assert report.ensure(rd, mine) == (mine, True) and report.ensure(rd, mine) == (mine, False)
+    assert not report.db_path(rd).exists()
+    con = duckdb.connect(str(mine), read_only=True)
+    assert con.execute("SELECT run_dir FROM report_source").fetchone()[0] == str(rd.path.resolve())
+    con.close()
+
+
+def test_cells_are_whole_in_queries_and_with_full(tmp_path):
+    rd = make_run(tmp_path / "run")
+    long = "contaminated by ast+op_signature (nearest level1/63_conv)" + " and more" * 10
+    rd.write_verdicts("decontaminate", [{"task_id": "t3", "keep": False, "reason": long}])
+    assert long in report.query(rd, "SELECT reason FROM rejections WHERE task_id = 't3'")
+    assert "..." in report.query(rd, "SELECT reason FROM rejections WHERE task_id = 't3'", full=False)
+    nearest = "level1/63_conv_" + "x" * 80  # the canned reports cut a cell this long, unless --full
+    cont = [{**r, "kb_nearest": nearest if r["task_id"] == "t3" else r["kb_nearest"]}
+            for r in rd.read_rows("contamination")]
+    rd.replace_table("contamination", cont, CONTAMINATION)
+    assert nearest not in report.canned(rd) and nearest[:60] in report.canned(rd)
+    assert nearest in report.canned(rd, full=True)
+
+
 def test_report_on_a_directory_without_tasks(tmp_path):
     with pytest.raises(OpsynthError, match="no tasks/ table"):
         report.build(RunDir(tmp_path))
+
+
+def test_the_command_reuses_the_database_and_leaves_the_run_as_it_was(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rd = make_run(tmp_path / "release" / "run")
+    before = _listing(tmp_path / "release")
+
+    def opsynth_report(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "report", str(rd.path), *args],
+                              cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=300)
+
+    first = opsynth_report("--sql", "SELECT reason FROM rejections ORDER BY task_id")
+    assert first.returncode == 0, first.stderr
+    assert "profile failed (timeout)" in first.stdout and "(reused" not in first.stderr
+    again = opsynth_report()
+    assert again.returncode == 0 and "== Funnel ==" in again.stdout
+    assert f"{report.db_path(rd)} (reused: the run has not changed since it was built)" in again.stderr
+    assert _listing(tmp_path / "release") == before
