@@ -87,15 +87,29 @@ def generate(task_code: str, device: str, variants: list[dict]) -> str:
     return TEMPLATE.format(task=task_code, sources=sources, order=orders)
 
 
-def refused_calls(source: str) -> list[str]:
-    """ATen ops inductor's wrapper source calls (`aten.X.overload(` / `torch.ops.aten.X.`) that the strict policy's
-    guard refuses: inductor fell back to PyTorch compute for them, so the candidate is not a strict-policy kernel.
-    Copies pass here (inductor's keep the dtype; the guard checks that at run time)."""
+def refused_calls(source: str, policy: Any = None) -> list[str]:
+    """ATen ops inductor's wrapper source calls (`aten.X.overload(` / `torch.ops.aten.X.`) that `policy` (default:
+    strict) refuses: inductor fell back to PyTorch compute for them, so the candidate needs the library tier with
+    those operators allowed (`library_ops`). Copies pass here (inductor's keep the dtype; the guard checks that at
+    run time)."""
     from verify.guard import MOVES, ComputeGuard
 
-    guard = ComputeGuard()
+    guard = ComputeGuard(policy)
     names = set(re.findall(r"\baten\.(\w+)\.\w+\(", source))
     return sorted(n for n in names if not guard.allows(n) and n not in MOVES)
+
+
+def library_ops(source: str) -> list[str]:
+    """`aten::NAME` of each operator the candidate calls beyond strict, all of them inductor fallbacks (the library
+    tier's `--allow` for it); raises if one is not a fallback (inductor's code would not call it)."""
+    from verify.policy import inductor_fallbacks
+
+    ops = [f"aten::{n.rstrip('_')}" for n in refused_calls(source)]
+    fb = inductor_fallbacks()
+    missing = [o for o in ops if o not in fb]
+    if missing:
+        raise ValueError(f"not inductor fallbacks: {missing}")
+    return ops
 
 
 def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str]:
