@@ -194,7 +194,7 @@ class ExtensionScan:
 # names only: a candidate's own kernel called `reduce_kernel` or templated on c10::Half is not libtorch's
 TORCH_KERNEL = re.compile("|".join([
     r"\bat::native::", r"\bat::cuda::", r"\bat_cuda_detail::", r"\bpytorch_flash::", r"PyTorchMemEffAttention",
-    r"\bfmha_cutlass", r"elementwise_kernel<", r"reduce_kernel<", r"\bcunn_\w+<", r"\bCatArrayBatchedCopy",
+    r"\bfmha_cutlass", r"\bcunn_\w+<", r"\bCatArrayBatchedCopy",
     r"\btensor_kernel_scan_(innermost|outer)_dim", r"\bindexSelect(Large|Small)Index", r"\bgatherTopK<",
     r"\bsortKeyValueInplace", r"\bradixSortKVInPlace", r"\bsoftmax_warp_forward<", r"\bfused_dropout_kernel",
     r"\bRowwiseMomentsCUDAKernel", r"\bLayerNormForwardCUDAKernel", r"\bvectorized_layer_norm_kernel",
