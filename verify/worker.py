@@ -261,7 +261,7 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
                     # the kernels one forward launches, by name: libtorch's own are PyTorch compute whatever route
                     # launched them (a C++ call past the dispatch mode included)
                     with guard if guard_on else _null():
-                        kernels = layers.profile_kernels(lambda: cand(*xc), sync)
+                        kernels = layers.profile_kernels(lambda c=cand, a=xc: c(*a), sync)
                     out["kernels"] = sorted({k for k, _ in kernels})[:50]
                     refused = layers.judge_kernels(kernels, policy)
                     if refused:

@@ -183,3 +183,29 @@ def test_an_honest_candidate_is_paid_under_tf32_and_the_row_says_so(ext_dir, sui
 
     r = verify(suite_task, HONEST, device="cpu", rounds=2, extensions_dir=ext_dir, precision="tf32")
     assert r["correct"] and r["reward"] >= 1 and r["precision"] == "tf32", r
+
+
+def test_tritons_own_timing_statistics_pass_the_guard_and_a_candidates_do_not(tmp_path):
+    """Older Triton releases summarise an autotune's timings with torch.quantile on the CPU: from Triton's own
+    testing module that is bookkeeping, from the candidate's code it is compute."""
+    import importlib.util
+
+    import torch
+
+    from verify.guard import ComputeGuard, compute_calls
+
+    (tmp_path / "triton").mkdir()
+    path = tmp_path / "triton" / "testing.py"
+    path.write_text("import torch\n\ndef summarise(times):\n"
+                    "    return torch.quantile(torch.tensor(times), torch.tensor([0.5, 0.2, 0.8])).tolist()\n")
+    spec = importlib.util.spec_from_file_location("fake_triton_testing", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = ComputeGuard()
+    with g:
+        mod.summarise([1.0, 2.0, 3.0])
+    assert compute_calls(g) == []
+    g = ComputeGuard()
+    with pytest.raises(RuntimeError), g:
+        torch.quantile(torch.tensor([1.0, 2.0]), torch.tensor([0.5]))
+    assert compute_calls(g)
