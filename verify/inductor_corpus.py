@@ -2,7 +2,9 @@
 wrapped as ModelNew. The wrapper keeps the task's module tree (so `load_state_dict` fills it), embeds the generated
 wrapper source and loads it the way inductor does (PyCodeCache), then calls its `call` with the graph inputs in the
 order dynamo placed them. It is generated code, trusted, so the corpus verifies it with `off=("static",)`; the
-runtime checks (guard included: inductor's code calls only allocation, GEMM/convolution and fallback ops) apply.
+runtime checks apply. Inductor's code calls allocation, GEMM/convolution and, for some tasks, its fallback operators
+(cumsum, SDPA, ...): such a candidate is written to pairs.jsonl with `"policy": "library", "allow": [those ops]`,
+the tier it needs; one that calls an operator that is neither is skipped.
 
     python -m verify.inductor_corpus DATASET_DIR --n 60 --device cuda --out runs/verify_corpus
 writes one candidate per task and pairs.jsonl for `verify_bench.py --corpus`."""
@@ -112,17 +114,17 @@ def library_ops(source: str) -> list[str]:
     return ops
 
 
-def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str]:
-    """(row, candidate source or None, why skipped) in a pool process."""
+def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str, list[str]]:
+    """(row, candidate source or None, why skipped, the library operators it needs) in a pool process."""
     row, device = args
     try:
         src = generate(row["code"], device, json.loads(row["shape_variants"] or "[]"))
-        refused = refused_calls(src)
-        if refused:
-            return row, None, f"inductor falls back to PyTorch compute for {', '.join(refused)}"
-        return row, src, ""
+        try:
+            return row, src, "", library_ops(src)
+        except ValueError:  # an operator neither strict nor an inductor fallback: not a candidate of any tier
+            return row, None, f"inductor falls back to PyTorch compute for {', '.join(refused_calls(src))}", []
     except Exception as e:  # noqa: BLE001 - a task inductor cannot wrap is skipped, with why
-        return row, None, f"{type(e).__name__}: {str(e)[:100]}"
+        return row, None, f"{type(e).__name__}: {str(e)[:100]}", []
 
 
 def main() -> None:
@@ -148,7 +150,7 @@ def main() -> None:
     # one line per candidate as it comes, so a run cut short keeps what it generated
     with (out / "pairs.jsonl").open("w") as pairs, \
             mp.get_context("spawn").Pool(max(1, a.jobs), maxtasksperchild=1) as pool:
-        for row, src, why in pool.imap_unordered(_one, todo):
+        for row, src, why, ops in pool.imap_unordered(_one, todo):
             if made >= a.n:
                 break
             if src is None:
@@ -156,8 +158,10 @@ def main() -> None:
                 continue
             p = out / f"{row['task_id']}.py"
             p.write_text(src)
-            pairs.write(json.dumps({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p),
-                                    "kind": "inductor"}) + "\n")
+            line = {"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p), "kind": "inductor"}
+            if ops:  # it calls inductor's fallback operators: a candidate of the library tier, with them allowed
+                line.update(policy="library", allow=ops)
+            pairs.write(json.dumps(line) + "\n")
             pairs.flush()
             made += 1
             print(f"{row['task_id']}: ok ({made}/{a.n})", flush=True)
