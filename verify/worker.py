@@ -118,7 +118,7 @@ def run_job(job: dict, ready: Any = None) -> dict:
     policy = from_job(job)
     guard_on = policy.tier != "torch" and "guard" not in off
     # what each extension the candidate built imports from libtorch, before any of its forwards runs
-    scan = layers.ExtensionScan(objects0, policy, on="extension_symbols" not in off)
+    scan = layers.ExtensionScan(objects0, policy, on="extension_symbols" not in off and policy.tier != "torch")
     why = scan.check()
     if why:
         out["hack"] = why
