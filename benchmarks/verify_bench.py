@@ -14,7 +14,8 @@
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
         --corpus benchmarks/verify_cpu/pairs.jsonl
     python benchmarks/verify_bench.py --device cuda --corpus benchmarks/verify_cuda/pairs.jsonl \
-        --corpus benchmarks/verify_inductor/pairs.jsonl --ext-dir DIR --out OUT
+        --corpus benchmarks/verify_triton/pairs.jsonl --corpus benchmarks/verify_inductor/pairs.jsonl \
+        --ext-dir DIR --out OUT
 Writes benchmarks/results/verify_bench_<cpu|gpu>.json (with "headline"; the GPU named in it)."""
 
 from __future__ import annotations
