@@ -204,6 +204,11 @@ GEMM_CONV_KERNEL = re.compile(r"gemm|gemv|cutlass|cudnn|xmma|cublas|nvjet|splitK
                               r"scalePackedTensor|dot_kernel|reduce_1Block_kernel|cudnn", re.I)
 
 
+# libtorch kernels that fill or copy, by name: what the strict tier's own operators launch (zero_, fill_, copy_,
+# clone, contiguous), allowed even where the profiler could not tie the kernel to its operator
+MOVE_KERNEL = re.compile(r"FillFunctor|direct_copy_kernel|\bcopy_kernel|_copy_kernel_cuda")
+
+
 def classify_kernel(name: str) -> str:
     """"torch" (libtorch's own kernel), "gemm_conv" (cuBLAS, cuDNN, CUTLASS) or "own" (the candidate's: Triton
     kernels, its __global__ functions). libtorch's names win: its attention kernels are CUTLASS-based."""
@@ -220,7 +225,7 @@ def judge_kernels(kernels: list[tuple[str, list[str]]], policy: Policy) -> list[
     (a copy, a fill, the bias add inside a convolution, a library operator)."""
     refused = []
     for name, ops in kernels:
-        if classify_kernel(name) != "torch":
+        if classify_kernel(name) != "torch" or MOVE_KERNEL.search(name):
             continue
         if any(policy.allows(o) or o.split("::")[-1] in MOVES for o in ops):
             continue

@@ -163,6 +163,17 @@ def test_the_candidates_own_kernels_are_its_own(name):
     assert classify_kernel(name) == "own" and judge_kernels([(name, [])], STRICT) == []
 
 
+@pytest.mark.parametrize("name", [
+    "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, "
+    "at::native::FillFunctor<float>, std::array<char*, 1ul>)",
+    "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<at::native::direct_copy_kernel_"
+    "cuda(at::TensorIteratorBase&)::{lambda()#3}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)"
+    "#1}>(at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)",
+])
+def test_libtorch_fills_and_copies_pass_even_untied_to_their_operator(name):
+    assert classify_kernel(name) == "torch" and judge_kernels([(name, [])], STRICT) == []
+
+
 def test_a_libtorch_kernel_passes_under_an_operator_the_policy_allows():
     scan, bias = TORCH_KERNELS[2], TORCH_KERNELS[0]
     assert judge_kernels([(scan, ["aten::cumsum"])], STRICT) != []
