@@ -24,7 +24,9 @@ def switched_off(ext_dir, suite_tasks):
     out = {}
     for r in CPU_ROUTES:
         src, why, off, _ = ROUTES[r]
-        check = next((c for k, c in CHECK_OF.items() if k in why), None) if why else None
+        # the most specific reason fragment names the check ("imports PyTorch compute" before "PyTorch compute")
+        keys = sorted((k for k in CHECK_OF if why and k in why), key=len, reverse=True)
+        check = CHECK_OF[keys[0]] if keys else None
         if check:
             out[r] = verify_batch([(suite_tasks[TASK_OF[r]], src)], workers=1, device="cpu", off=(*off, check), rounds=2,
                                   extensions_dir=ext_dir)[0]
