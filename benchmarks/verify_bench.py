@@ -1,9 +1,11 @@
 """verify_bench: the verifier measured by section.
 
 - hack: every route of the hack suite (verify/suite.py) on this device; caught = reward -1 with the route's reason.
-- corpus: honest candidates (the suite's C++ twin, and the candidates listed in corpus JSONL files: inductor's C++
-  for demo tasks on the CPU, the CUDA kernels and inductor's Triton for release tasks on the GPU) verified twice:
-  penalized count and reward-level repeatability.
+- corpus: honest candidates (the suite's C++ twins, and the candidates listed in corpus JSONL files: inductor's C++
+  for demo tasks on the CPU, the CUDA kernels, the hand-written Triton kernels and inductor's Triton for release
+  tasks on the GPU) verified twice, each under the policy tier its line names (`"policy": "library", "allow":
+  [...]` for an inductor candidate that calls fallback operators; strict otherwise): penalized count and
+  reward-level repeatability, per tier.
 - eager_vs_release: verify's eager median vs the release's eager_ms on N release tasks (GPU only: ratio stats).
 - throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
 - kept: the stored corpus figures counted again over the pairs whose task the dataset's shortcut checks keep
@@ -12,7 +14,8 @@
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
         --corpus benchmarks/verify_cpu/pairs.jsonl
     python benchmarks/verify_bench.py --device cuda --corpus benchmarks/verify_cuda/pairs.jsonl \
-        --corpus benchmarks/verify_inductor/pairs.jsonl --ext-dir DIR --out OUT
+        --corpus benchmarks/verify_triton/pairs.jsonl --corpus benchmarks/verify_inductor/pairs.jsonl \
+        --ext-dir DIR --out OUT
 Writes benchmarks/results/verify_bench_<cpu|gpu>.json (with "headline"; the GPU named in it)."""
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from verify.api import verify, verify_batch  # noqa: E402
-from verify.suite import HONEST, ROUTES, TASK, prebuild  # noqa: E402
+from verify.suite import HONEST, HONEST_CUMSUM, ROUTES, TASK, TASK_OF, TASKS, prebuild  # noqa: E402
 from verify.timing import BOUNDARY  # noqa: E402
 
 RELEASE = ROOT / "data/releases/opsynth-ops-h200-v1"
@@ -43,7 +46,8 @@ def _prebuild(ext_dir: str) -> None:
 
 
 def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
-    """Every route, `workers` at a time; their timed rounds take turns on one lock file, as verify_batch's do."""
+    """Every route, `workers` at a time, on its task (verify.suite.TASK_OF; `task` is the Linear -> relu one's file);
+    their timed rounds take turns on one lock file, as verify_batch's do."""
     from concurrent.futures import ThreadPoolExecutor
 
     rows: dict = {}
@@ -51,11 +55,14 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
     for route in ROUTES.keys() - run.keys():
         rows[route] = {"skipped": "CUDA-only route"}
     lock = str(Path(tempfile.mkdtemp()) / "device.lock")
+    files = {name: str(Path(task).parent / f"{name}.py") for name in TASKS}
+    for name, code in TASKS.items():
+        Path(files[name]).write_text(code)
 
     def one(item):
         route, (src, why, off, _) = item
-        return route, why, verify(task, src, device=device, off=off, rounds=2, extensions_dir=ext_dir,
-                                  timing_lock=lock)
+        return route, why, verify(files[TASK_OF[route]], src, device=device, off=off, rounds=2,
+                                  extensions_dir=ext_dir, timing_lock=lock)
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         for route, why, r in pool.map(one, run.items()):
@@ -66,28 +73,34 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
     return {"routes": rows, "caught": sum(v["caught"] for v in judged), "run": len(judged)}
 
 
-def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool]]:
-    """(task, candidate, trusted): the suite's honest twin --n-honest times (default 4 without --corpus, 0 with),
-    then every --corpus file's lines; a line of kind "inductor" is generated code (trusted: it skips the static
-    check only), hand-written kernels are not."""
+def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool, dict]]:
+    """(task, candidate, trusted, policy): the suite's honest twins (Linear -> relu, and relu(cumsum) with its own
+    scan) --n-honest times each (default 4 without --corpus, 0 with), then every --corpus file's lines; a line of
+    kind "inductor" is generated code (trusted: it skips the static check only), hand-written kernels are not. The
+    policy is the line's (`policy`, `allow`), strict where it names none."""
     n_twin = args.n_honest if args.n_honest is not None else (0 if args.corpus else 4)
-    return [(task, HONEST, False)] * n_twin + [(d["task"], d["candidate"], d.get("kind") == "inductor")
-                                               for f in args.corpus or []
-                                               for d in map(json.loads, Path(f).read_text().splitlines()) if d]
+    strict = {"policy": "strict"}
+    cumsum = str(Path(task).parent / "cumsum_relu.py")
+    twins = [(task, HONEST, False, strict), (cumsum, HONEST_CUMSUM, False, strict)]
+    return [p for _ in range(n_twin) for p in twins] + [
+        (d["task"], d["candidate"], d.get("kind") == "inductor",
+         {"policy": d.get("policy", "strict"), **({"allow": d["allow"]} if d.get("allow") else {})})
+        for f in args.corpus or [] for d in map(json.loads, Path(f).read_text().splitlines()) if d]
 
 
-def _batch(pairs: list[tuple[str, str, bool]], args: argparse.Namespace, ext_dir: str,
+def _batch(pairs: list[tuple[str, str, bool, dict]], args: argparse.Namespace, ext_dir: str,
            on_result=None) -> list[dict]:
-    """verify_batch over the pairs, the trusted ones with the static check off; results in input order.
-    `on_result(i, result)` hears each as it lands (i: the index in `pairs`)."""
+    """verify_batch over the pairs, grouped by trust (the trusted ones with the static check off) and policy;
+    results in input order. `on_result(i, result)` hears each as it lands (i: the index in `pairs`)."""
     out: dict[int, dict] = {}
-    for trusted in (False, True):
-        idx = [i for i, p in enumerate(pairs) if p[2] == trusted]
-        if idx:
-            hear = (lambda j, r, idx=idx: on_result(idx[j], r)) if on_result else None
-            got = verify_batch([pairs[i][:2] for i in idx], workers=args.workers, device=args.device,
-                               extensions_dir=ext_dir, off=("static",) if trusted else (), on_result=hear)
-            out.update(zip(idx, got, strict=True))
+    groups = dict.fromkeys((p[2], json.dumps(p[3], sort_keys=True)) for p in pairs)
+    for trusted, pol in groups:
+        idx = [i for i, p in enumerate(pairs) if p[2] == trusted and json.dumps(p[3], sort_keys=True) == pol]
+        hear = (lambda j, r, idx=idx: on_result(idx[j], r)) if on_result else None
+        got = verify_batch([pairs[i][:2] for i in idx], workers=args.workers, device=args.device,
+                           extensions_dir=ext_dir, off=("static",) if trusted else (), on_result=hear,
+                           **json.loads(pol))
+        out.update(zip(idx, got, strict=True))
     return [out[i] for i in range(len(pairs))]
 
 
@@ -95,7 +108,7 @@ def _keys(todo: list[tuple[str, str, bool]]) -> list[tuple[str, str, int]]:
     """(task, candidate, n): the pair's n-th listing, so rows kept by a call given other corpus files still match."""
     seen: dict = {}
     out = []
-    for t, c, _ in todo:
+    for t, c, *_ in todo:
         seen[(t, c)] = seen.get((t, c), -1) + 1
         out.append((t, c, seen[(t, c)]))
     return out
@@ -166,16 +179,24 @@ def corpus(args: argparse.Namespace, task: str, ext_dir: str) -> dict:
     near = lambda r: any(x is not None and abs(x / BOUNDARY - 1) < 0.01  # noqa: E731
                          for x in (r["speedup_eager"], r["speedup_compile"]))
     same = sum(1 for x, y in zip(a, b, strict=True) if x["reward"] == y["reward"] or near(x) or near(y))
-    bad = [{"task": t, "candidate": c, "rewards": [x["reward"], y["reward"]], "hack": x["hack"] or y["hack"],
-            "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff"),
+    bad = [{"task": t, "candidate": c, "policy": x.get("policy"), "rewards": [x["reward"], y["reward"]],
+            "hack": x["hack"] or y["hack"], "error": x.get("error") or y.get("error"), "worst_diff": x.get("worst_diff"),
             "stderr_tail": x.get("stderr_tail") or y.get("stderr_tail")}
-           for (t, c, _), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
+           for (t, c, *_), x, y in zip(pairs, a, b, strict=True) if min(x["reward"], y["reward"]) < 1]
+    # per policy tier (the tier each pair was verified under): the strict corpus and the library corpus apart
+    tiers = {}
+    for tier in dict.fromkeys(r.get("policy") or "strict" for r in a):
+        ix = [i for i, r in enumerate(a) if (r.get("policy") or "strict") == tier]
+        tiers[tier] = {"pairs": len(ix), "verified": 2 * len(ix),
+                       "penalized": sum(1 for i in ix for r in (a[i], b[i]) if r["reward"] < 1),
+                       "same_level": sum(1 for i in ix if a[i]["reward"] == b[i]["reward"] or near(a[i]) or near(b[i])),
+                       "library_calls": sorted({c for i in ix for c in a[i].get("library_calls") or []})}
     walls = [r["wall_s"] for r in a + b if r.get("wall_s")]
     phases = {k: [r["phase_s"][k] for r in a + b if k in (r.get("phase_s") or {})]
               for k in ("load", "draws", "warmup", "timing")}
     fresh = set(new)
     at_commit = [commit if k in fresh else stored[k].get("commit") or "not recorded" for k in reached]
-    return {"pairs": len(pairs), "listed": len(todo), "penalized": pen,
+    return {"pairs": len(pairs), "listed": len(todo), "penalized": pen, "tiers": tiers,
             "pairs_by_commit": {c: at_commit.count(c) for c in dict.fromkeys(at_commit)}, "verified": 2 * len(pairs), "same_level": same,
             "levels": [r["reward"] for r in a], "penalized_pairs": bad,
             "wall_s_median": statistics.median(walls) if walls else None,
@@ -199,7 +220,7 @@ def kept(args: argparse.Namespace, task: str, stored: dict) -> dict:
     out = {r["task_id"]: r["dropped_by"] for r in checks if r.get("dropped_by")}
     seen = {r["task_id"] for r in checks if not r.get("error")}
     tid = lambda t: t.rsplit(":", 1)[-1]  # noqa: E731
-    pairs = [t for t, _, _ in _pairs(args, task)]
+    pairs = [t for t, *_ in _pairs(args, task)]
     unchecked = sorted({tid(t) for t in pairs} - seen)
     if unchecked:
         raise SystemExit(f"kept: the --task-checks files lack {len(unchecked)} corpus task(s), e.g. {unchecked[0]}")
@@ -316,9 +337,9 @@ def throughput(args: argparse.Namespace, task: str, ext_dir: str, done: dict) ->
     spread = lambda xs: xs[:: max(1, len(xs) // n)]  # noqa: E731 - the corpus files' kinds in proportion
     serial = (spread(cold) + spread(warm))[:n]
     t0 = time.monotonic()
-    for tk, c, trusted in serial:
+    for tk, c, trusted, pol in serial:
         for _ in (0, 1):
-            verify(tk, c, device=args.device, extensions_dir=ext_dir, off=("static",) if trusted else ())
+            verify(tk, c, device=args.device, extensions_dir=ext_dir, off=("static",) if trusted else (), **pol)
     serial_s = time.monotonic() - t0
     return {"pairs": batch_n, "serial_pairs": len(serial), "serial_cold": sum(1 for p in serial if p in cold),
             "workers": args.workers, "batch_per_hour": 3600 * batch_n / batch_s,
@@ -339,6 +360,11 @@ def headline(res: dict) -> list[dict]:
                      "target": "0", **by("corpus")})
         head.append({"figure": "reward-level repeatability, 2 runs", "value": f"{c['same_level']}/{c['pairs']}",
                      "target": ">= 99%", **by("corpus")})
+        for tier, x in (c.get("tiers") or {}).items():
+            lib = f"; library calls {', '.join(x['library_calls'])}" if x.get("library_calls") else ""
+            head.append({"figure": f"honest candidates penalized, {tier} policy",
+                         "value": f"{x['penalized']} of {x['verified']} ({x['pairs']} pairs, repeatability "
+                                  f"{x['same_level']}/{x['pairs']}{lib})", "target": "0", **by("corpus")})
     if "kept" in res:
         k = res["kept"]
         head.append({"figure": "honest candidates penalized, on tasks the shortcut checks keep",
@@ -393,7 +419,8 @@ def main() -> None:
     task = str(work / "linear_relu.py")
     Path(task).write_text(TASK)
     ext_dir = str(Path(args.ext_dir).resolve()) if args.ext_dir else str(work / "ext")
-    if "hack" in secs or _pairs(args, task)[:1] == [(task, HONEST, False)]:  # the suite's extensions: routes, twin
+    Path(work / "cumsum_relu.py").write_text(TASKS["cumsum_relu"])
+    if "hack" in secs or any(p[1] in (HONEST, HONEST_CUMSUM) for p in _pairs(args, task)):  # the suite's extensions
         _prebuild(ext_dir)
     res: dict = {}
     out = Path(args.out) / ("verify_bench_cpu.json" if args.device == "cpu" else "verify_bench_gpu.json")

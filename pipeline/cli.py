@@ -616,19 +616,33 @@ def audit(
     typer.echo(_report(rd, None))
 
 
+PolicyOpt = Annotated[str | None, typer.Option(help="strict (default: own kernels plus GEMM/conv libraries), library "
+                                                  "(strict plus the --allow operators) or torch (anything)")]
+AllowOpt = Annotated[list[str] | None, typer.Option("--allow", help="library tier: an ATen operator the candidate may "
+                                                    "call (aten::cumsum) or a named set (inductor-fallbacks, sdpa); "
+                                                    "repeatable; implies --policy library")]
+AllowTorchOpt = Annotated[bool, typer.Option("--allow-torch", help="alias of --policy torch")]
+PrecisionOpt = Annotated[str, typer.Option(help="fp32 (default: TF32 off everywhere) or tf32 (eager, torch.compile "
+                                                "and the candidate with TF32 matmuls and convolutions)")]
+
+
 @app.command("verify")
 def verify_cmd(
     task: Annotated[str, typer.Argument(metavar="TASK", help="KernelBench file, or DATASET_DIR:TASK_ID")],
     candidate: Annotated[Path, typer.Argument(metavar="CANDIDATE", help="file defining ModelNew")],
-    device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
-    allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
+    device: Annotated[str, typer.Option(help="cuda, cuda:N or cpu")] = "cuda",
+    policy: PolicyOpt = None,
+    allow: AllowOpt = None,
+    allow_torch: AllowTorchOpt = False,
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Check a candidate kernel against a task and print its reward as one JSON object (docs/verify.md)."""
     from verify.api import verify
 
     if not candidate.is_file():
         raise OpsynthError(f"{candidate}: no such file; pass a .py file that defines ModelNew")
-    typer.echo(json.dumps(verify(task, candidate, device=device, allow_torch=allow_torch), default=str))
+    typer.echo(json.dumps(verify(task, candidate, device=device, policy=policy, allow=allow, allow_torch=allow_torch,
+                                 precision=precision), default=str))
 
 
 @app.command("verify-batch")
@@ -637,7 +651,10 @@ def verify_batch_cmd(
     out: Annotated[Path, typer.Option(help="results parquet to write (joinable on task_id)")],
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
     workers: WorkersOpt = None,
-    allow_torch: Annotated[bool, typer.Option("--allow-torch", help="let forward compute with PyTorch")] = False,
+    policy: PolicyOpt = None,
+    allow: AllowOpt = None,
+    allow_torch: AllowTorchOpt = False,
+    precision: PrecisionOpt = "fp32",
     gpus: Annotated[str | None, typer.Option(help="GPUs to spread the workers over, e.g. 0,1 (one timing lock each)")]
     = None,
     executor: Annotated[str, typer.Option(help="local (this machine's GPUs) or ray (one actor per GPU of a Ray "
@@ -649,7 +666,8 @@ def verify_batch_cmd(
     from verify.batch import parse_gpus, run_pairs_file
 
     typer.echo(run_pairs_file(pairs, out, device=device, workers=workers or 2, allow_torch=allow_torch, say=_say,
-                              gpus=parse_gpus(gpus), executor=executor, ray_address=ray_address))
+                              gpus=parse_gpus(gpus), executor=executor, ray_address=ray_address, policy=policy,
+                              allow=allow, precision=precision))
 
 
 @reference_app.command("build")

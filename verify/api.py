@@ -5,6 +5,7 @@ such workers. The verdict comes back on a private pipe with a per-job nonce; any
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -15,12 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from opsynth.errors import OpsynthError
+from verify.policy import Policy, make_policy, to_job
 from verify.reward import reward
 from verify.static import check_candidate_source
 from verify.task import load_task
 from verify.timing import NEAR
 
 TIMEOUT_S = 600.0
+PRECISIONS = ("fp32", "tf32")
 MEMORY_CAP_BYTES = 16 * 1024**3  # address-space cap of a CPU worker (CUDA reserves too much address space for one)
 
 
@@ -45,13 +49,49 @@ def _limits(cap: int) -> Any:
     return apply
 
 
+@functools.cache
+def check_device(device: str, gpus: tuple[int, ...] = ()) -> None:
+    """A plain error (OpsynthError, one line) before any candidate runs when `device` is not a device of this
+    machine: a bad name, `cuda` without a CUDA GPU (or a CPU build of torch), an index or a `gpus` entry past the
+    GPUs there are. Once per device and process."""
+    import torch
+
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise OpsynthError(f"--device {device!r} is not a device; use cuda, cuda:N or cpu") from None
+    if d.type == "cpu":
+        return
+    if d.type != "cuda":
+        raise OpsynthError(f"--device {device!r}: verify runs on cuda or cpu")
+    if not torch.cuda.is_available():
+        why = "this torch is a CPU build" if torch.version.cuda is None else "no CUDA GPU is visible"
+        raise OpsynthError(f"--device {device}: {why} ({torch.__version__}); run on a GPU machine or pass --device cpu")
+    n = torch.cuda.device_count()
+    bad = [i for i in ([d.index] if d.index is not None else []) + list(gpus) if i >= n]
+    if bad and not (gpus and os.environ.get("CUDA_VISIBLE_DEVICES")):
+        raise OpsynthError(f"--device {device}: GPU {bad[0]} does not exist here ({n} visible: 0-{n - 1})")
+
+
+def resolve_policy(policy: str | Policy | None = None, allow: Any = None, allow_torch: bool = False) -> Policy:
+    """A Policy from the library call's words (see verify.policy.make_policy)."""
+    if isinstance(policy, Policy):
+        return policy
+    return make_policy(policy, list(allow) if allow else None, allow_torch)
+
+
 def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda", allow_torch: bool = False,
            compile: bool | None = None, seed: int = 0, draws: int = 5, rounds: int = 10, timeout_s: float = TIMEOUT_S,
            off: tuple[str, ...] = (), extensions_dir: str | None = None, timing_lock: str | None = None,
            gpu: int | None = None, near: float = NEAR, gpu_memory_cap: int | None = None,
-           lock_wait_grace_s: float = 0.0) -> dict:
+           lock_wait_grace_s: float = 0.0, policy: str | Policy | None = None, allow: Any = None,
+           precision: str = "fp32") -> dict:
     """Verify `candidate` (a file or source defining ModelNew) against `task` (a KernelBench file, DATASET_DIR:task_id,
-    or a dict from `load_task`). `off` switches checks off by name (for tests of the checks themselves).
+    or a dict from `load_task`). `policy`: "strict" (default), "library" with `allow` (["aten::cumsum"] or a named
+    set such as "inductor-fallbacks"), or "torch" (`allow_torch=True` is its alias). `precision`: "fp32" (default)
+    or "tf32" (eager, torch.compile and the candidate with TF32 matmuls and convolutions). A bad `device`, policy or
+    precision raises OpsynthError before anything runs. `off` switches checks off by name (for tests of the checks
+    themselves).
     `gpu_memory_cap`: bytes the worker's CUDA allocator may hold (verify_batch passes a verification's reservation,
     so a candidate that allocates past it runs out of memory instead of starving its neighbours; None: the GPU).
     `near`: how close (relative) a speedup must lie to the reward's 5% line to get the extra timed rounds.
@@ -61,16 +101,21 @@ def verify(task: str | Path | dict, candidate: str | Path, device: str = "cuda",
     many in all: a neighbour that hangs while it holds the lock then costs this candidate no timeout (0: every second
     counts). The worker reports its waits on a pipe of their own; a candidate that fakes them gains at most
     the grace, so no verification runs longer than timeout_s + lock_wait_grace_s."""
+    pol = resolve_policy(policy, allow, allow_torch)
+    if precision not in PRECISIONS:
+        raise OpsynthError(f"--precision {precision!r}: choose fp32 or tf32")
+    check_device(device, (gpu,) if gpu is not None else ())
     t = task if isinstance(task, dict) else load_task(task)
     src = _text(candidate)
-    res: dict[str, Any] = {"task_id": t["task_id"], "device": device, "policy": "allow-torch" if allow_torch else "strict",
-                           "correct": False, "reward": -1, "hack": None}
+    res: dict[str, Any] = {"task_id": t["task_id"], "device": device, "policy": pol.tier, "allow": list(pol.asked),
+                           "precision": precision, "library_calls": [], "correct": False, "reward": -1, "hack": None}
     why = None if "static" in off else check_candidate_source(src)
     if why:
         res["hack"] = f"hack: static check: {why}"
         return res
     nonce = secrets.token_hex(16)
-    job = {"task": t["code"], "candidate": src, "device": device, "allow_torch": allow_torch, "seed": seed,
+    job = {"task": t["code"], "candidate": src, "device": device, "policy": to_job(pol), "precision": precision,
+           "seed": seed,
            "draws": draws, "rounds": rounds, "off": list(off), "shape_variants": t.get("shape_variants") or [],
            "compile": device.startswith("cuda") if compile is None else compile, "nonce": nonce,
            "timing_lock": timing_lock, "near": near, "gpu_memory_cap": gpu_memory_cap}
@@ -222,7 +267,9 @@ def _result(res: dict, v: dict, t: dict) -> dict:
                timing_lock_wait_s=v.get("timing_lock_wait_s"),
                check_lock_wait_s=v.get("check_lock_wait_s"), timed_region=v.get("timed_region"),
                timed_checks=v.get("timed_checks"), timed_rounds=v.get("timed_rounds"), phase_s=v.get("phase_s"),
-               worker_s=v.get("worker_s"), gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"))
+               worker_s=v.get("worker_s"), gpu_peak_bytes=v.get("gpu_peak_bytes"), task_peak_bytes=t.get("peak_memory_bytes"),
+               library_calls=v.get("library_calls") or [], extensions=v.get("extensions") or [],
+               kernels=v.get("kernels"))
     if res["hack"]:
         res["hack"] = f"hack: {res['hack']}" if not res["hack"].startswith("hack:") else res["hack"]
     return res
@@ -289,6 +336,9 @@ def verify_batch(pairs: list[tuple[Any, Any]], workers: int = 2, progress: Any =
     import queue
     import tempfile
 
+    pol = resolve_policy(kw.pop("policy", None), kw.pop("allow", None), kw.pop("allow_torch", False))
+    kw["policy"] = pol  # named sets resolved once, not per pair
+    check_device(str(kw.get("device", "cuda")), tuple(gpus or ()))
     n = max(1, workers)
     cuda = str(kw.get("device", "cuda")).startswith("cuda")
     slots: queue.Queue[int] = queue.Queue()

@@ -13,7 +13,7 @@ from verify.api import verify_batch
 
 COLUMNS = ("task_id", "candidate", "correct", "reward", "hack", "error", "build_message", "worst_diff",
            "failing_draw", "speedup_eager", "speedup_compile", "wall_s", "gpu", "timing_lock_wait_s",
-           "check_lock_wait_s")
+           "check_lock_wait_s", "policy", "precision", "library_calls")
 
 
 def read_pairs(path: Path) -> list[tuple[str, str]]:
@@ -38,8 +38,10 @@ def rows_table(rows: list[dict], candidates: list[str]):
         src = k.split("_")[0]
         cols[k] = [(r.get("times_ms") or {}).get(src, {}).get("median") for r in rows]
     cols["json"] = [json.dumps(r, default=str) for r in rows]
+    cols["library_calls"] = [list(v or []) for v in cols["library_calls"]]
     return pa.table({k: pa.array([None if v is None else (str(v) if k in ("hack", "error", "build_message") else v)
-                                  for v in vals]) for k, vals in cols.items()})
+                                  for v in vals], type=pa.list_(pa.string()) if k == "library_calls" else None)
+                     for k, vals in cols.items()})
 
 
 def parse_gpus(text: str | None) -> list[int] | None:
@@ -54,10 +56,19 @@ def parse_gpus(text: str | None) -> list[int] | None:
 
 def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow_torch: bool,
                    say: Callable[[str], None], gpus: list[int] | None = None, executor: str = "local",
-                   ray_address: str | None = None) -> str:
-    """executor "local": this machine's GPUs (`gpus`); "ray": one actor per GPU of a Ray cluster, `workers` each."""
+                   ray_address: str | None = None, policy: str | None = None, allow: list[str] | None = None,
+                   precision: str = "fp32") -> str:
+    """executor "local": this machine's GPUs (`gpus`); "ray": one actor per GPU of a Ray cluster, `workers` each.
+    `policy`, `allow`, `precision`: as `verify` takes them, for every pair."""
     import pyarrow.parquet as pq
 
+    from verify.api import PRECISIONS, check_device, resolve_policy
+
+    pol = resolve_policy(policy, allow, allow_torch)  # a bad tier, operator or device: one line, before any pair
+    if precision not in PRECISIONS:
+        raise OpsynthError(f"--precision {precision!r}: choose fp32 or tf32")
+    if executor == "local":
+        check_device(device, tuple(gpus or ()))
     pairs = read_pairs(pairs_file)
     if executor == "ray":
         from verify.ray_batch import verify_batch_ray
@@ -68,10 +79,10 @@ def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow
             heard.append(i)
             say(f"verify-batch: {len(heard)}/{len(pairs)}")
 
-        rows = verify_batch_ray(pairs, workers=workers, ray_address=ray_address, device=device,
-                                allow_torch=allow_torch, on_result=hear)
+        rows = verify_batch_ray(pairs, workers=workers, ray_address=ray_address, device=device, policy=pol,
+                                precision=precision, on_result=hear)
     elif executor == "local":
-        rows = verify_batch(pairs, workers=workers, device=device, allow_torch=allow_torch, gpus=gpus,
+        rows = verify_batch(pairs, workers=workers, device=device, policy=pol, precision=precision, gpus=gpus,
                             progress=lambda n, total: say(f"verify-batch: {n}/{total}"))
     else:
         raise OpsynthError(f"--executor {executor!r}: choose local or ray")
@@ -79,5 +90,6 @@ def run_pairs_file(pairs_file: Path, out: Path, device: str, workers: int, allow
     pq.write_table(rows_table(rows, [str(c) for _, c in pairs]), out)
     levels = collections.Counter(r["reward"] for r in rows)
     hacks = sum(1 for r in rows if r.get("hack"))
-    return (f"{len(rows)} pairs -> {out}\nreward  count\n" + "\n".join(f"{k:>6}  {levels[k]}" for k in (-1, 1, 2, 3))
-            + f"\nhacks caught: {hacks}")
+    lib = sum(1 for r in rows if r.get("library_calls"))
+    return (f"{len(rows)} pairs ({pol.tier} policy, {precision}) -> {out}\nreward  count\n" + "\n".join(f"{k:>6}  {levels[k]}" for k in (-1, 1, 2, 3))
+            + f"\nhacks caught: {hacks}" + (f"\npairs with library calls: {lib}" if pol.tier == "library" else ""))

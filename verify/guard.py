@@ -1,63 +1,51 @@
 """The compute guard: a TorchDispatchMode that sees every ATen call a candidate's forward makes (torch.*, F.*, Tensor
-methods, torch.ops.aten, names bound before the guard, and C++ extensions calling at::*), and records each one that
-computes. Allowed under the strict policy: allocation, views and metadata, GEMMs and convolutions (cuBLAS/cuDNN),
-and inductor's own ATen fallbacks (the extern calls its generated code makes). The calls are recorded, not only
-refused, so a candidate that catches the error and falls back to something else is still seen."""
+methods, torch.ops.aten, names bound before the guard, and C++ extensions calling at::* through the dispatcher), and
+judges each by the policy tier (verify/policy.py): strict allows allocation, views and metadata, same-dtype copies,
+GEMMs and convolutions; library adds the operators the trainer named, each call recorded for `library_calls`;
+torch allows anything. Refused calls are recorded, not only raised, so a candidate that catches the error and falls
+back to something else is still seen. C++ that reaches ATen's kernels without the Python dispatch key is the other
+layers' to catch (verify/layers.py)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-ALLOC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
-         "new_zeros", "ones", "ones_like", "full", "full_like", "new_full", "scalar_tensor", "lift_fresh",
-         "resize_", "set_", "record_stream", "_local_scalar_dense", "is_nonzero", "detach", "alias", "sym_size",
-         "sym_stride", "sym_numel", "sym_storage_offset", "dim", "size", "stride", "numel", "is_same_size",
-         "zero_", "fill_"}  # filling a buffer it allocated (inductor zeroes the outputs of its atomic reductions)
-VIEWS = {"view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t", "expand", "squeeze",
-         "unsqueeze", "flatten", "unflatten", "select", "slice", "narrow", "split", "split_with_sizes", "chunk",
-         "unbind", "contiguous", "view_as", "expand_as", "movedim", "diagonal", "unfold", "_reshape_alias",
-         "reinterpret_tensor"}
-GEMM_CONV = {"mm", "bmm", "addmm", "addmv", "mv", "baddbmm", "addbmm", "matmul", "linear", "_scaled_mm", "dot",
-             "convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
-             "cudnn_convolution_transpose", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-             "mkldnn_convolution", "_mm_plus_mm", "_int_mm", "_weight_int4pack_mm"}
+from verify.policy import ALLOC, GEMM_CONV, MOVES, VIEWS, Policy
 
-
-def _inductor_fallbacks() -> set[str]:
-    try:
-        from torch._inductor import lowering
-
-        return {str(op).split(".")[1] if str(op).startswith("aten.") else str(op) for op in lowering.fallbacks}
-    except Exception:  # noqa: BLE001 - an older torch without the registry: the fixed lists stand
-        return set()
+__all__ = ["ALLOC", "GEMM_CONV", "MOVES", "VIEWS", "ComputeGuard", "compute_calls", "library_calls", "torch"]
 
 
 class ComputeGuard(TorchDispatchMode):
-    """Records (and refuses) every ATen op outside the allowed sets while active."""
+    """Records (and refuses) every ATen op the policy does not allow while active; records the library tier's
+    allowed calls in `library`."""
 
-    def __init__(self, allow_torch: bool = False) -> None:
+    def __init__(self, policy: Policy | None = None, allow_torch: bool = False) -> None:
         super().__init__()
-        self.allow_torch = allow_torch
-        self.allowed = ALLOC | VIEWS | GEMM_CONV | _inductor_fallbacks()
+        self.policy = policy or Policy("torch" if allow_torch else "strict")
         self.calls: list[str] = []
+        self.library: list[str] = []
 
     def allows(self, name: str) -> bool:
-        """Whether an ATen op of this name (in-place or not) is allowed whatever its arguments; the MOVES are
-        allowed by their arguments (`_moves_only`)."""
-        return self.allow_torch or name in self.allowed or name.rstrip("_") in self.allowed
+        """Whether an ATen op of this name (`aten::NAME` or NAME, in-place or not) is allowed whatever its arguments;
+        the MOVES are allowed by their arguments (`_moves_only`)."""
+        return bool(self.policy.allows(name))
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        name = func._schema.name.split("::")[-1]
-        if not self.allows(name) and not _moves_only(name, args, kwargs or {}):
+        op = func._schema.name
+        name = op.split("::")[-1]
+        how = self.policy.allows(op)
+        if not how and not _moves_only(name, args, kwargs or {}) and not _triton_bookkeeping(args, kwargs or {}):
             self.calls.append(f"aten::{name}")
-            raise RuntimeError(f"verify: PyTorch compute aten::{name} in the candidate's forward is not allowed")
+            raise RuntimeError(f"verify: PyTorch compute aten::{name} in the candidate's forward is not allowed "
+                               f"under the {self.policy.tier} policy")
+        if how == "library":
+            self.library.append(op)
         return func(*args, **(kwargs or {}))
-
-
-MOVES = frozenset({"_to_copy", "copy_", "clone"})  # copies: allowed when they keep the dtype
 
 
 def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
@@ -77,9 +65,33 @@ def _moves_only(name: str, args: tuple, kwargs: dict) -> bool:
     return False
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_HERE = os.path.abspath(__file__)
+_getframe = sys._getframe  # bound before any candidate code exists
+TRITON_TIMERS = (os.sep + os.path.join("triton", "testing.py"), os.sep + os.path.join("triton", "runtime", "autotuner.py"))
+
+
+def _triton_bookkeeping(args: tuple, kwargs: dict) -> bool:
+    """Triton's autotuner summarising its timings on the CPU (torch.quantile and torch.mean over a list of
+    milliseconds in older Triton releases): CPU tensors only, and the nearest caller outside torch is Triton's own
+    timing code (a candidate's autotune hook is its own frame, and is judged as the candidate)."""
+    ts = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not ts or any(t.device.type != "cpu" for t in ts):
+        return False
+    f = _getframe(2)
+    while f is not None:
+        name = os.path.abspath(f.f_code.co_filename)
+        if not (name.startswith(_TORCH_DIR) or name == _HERE):
+            return name.endswith(TRITON_TIMERS)
+        f = f.f_back
+    return False
+
+
 def compute_calls(guard: ComputeGuard) -> list[str]:
     """The distinct refused calls, in first-seen order."""
     return list(dict.fromkeys(guard.calls))
 
 
-__all__ = ["MOVES", "ComputeGuard", "compute_calls", "torch"]
+def library_calls(guards: list[ComputeGuard]) -> list[str]:
+    """The distinct operators the library tier allowed, over `guards`, in first-seen order."""
+    return list(dict.fromkeys(c for g in guards for c in g.library))

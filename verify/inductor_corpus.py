@@ -2,7 +2,9 @@
 wrapped as ModelNew. The wrapper keeps the task's module tree (so `load_state_dict` fills it), embeds the generated
 wrapper source and loads it the way inductor does (PyCodeCache), then calls its `call` with the graph inputs in the
 order dynamo placed them. It is generated code, trusted, so the corpus verifies it with `off=("static",)`; the
-runtime checks (guard included: inductor's code calls only allocation, GEMM/convolution and fallback ops) apply.
+runtime checks apply. Inductor's code calls allocation, GEMM/convolution and, for some tasks, its fallback operators
+(cumsum, SDPA, ...): such a candidate is written to pairs.jsonl with `"policy": "library", "allow": [those ops]`,
+the tier it needs; one that calls an operator that is neither is skipped.
 
     python -m verify.inductor_corpus DATASET_DIR --n 60 --device cuda --out runs/verify_corpus
 writes one candidate per task and pairs.jsonl for `verify_bench.py --corpus`."""
@@ -87,28 +89,42 @@ def generate(task_code: str, device: str, variants: list[dict]) -> str:
     return TEMPLATE.format(task=task_code, sources=sources, order=orders)
 
 
-def refused_calls(source: str) -> list[str]:
-    """ATen ops inductor's wrapper source calls (`aten.X.overload(` / `torch.ops.aten.X.`) that the strict policy's
-    guard refuses: inductor fell back to PyTorch compute for them, so the candidate is not a strict-policy kernel.
-    Copies pass here (inductor's keep the dtype; the guard checks that at run time)."""
+def refused_calls(source: str, policy: Any = None) -> list[str]:
+    """ATen ops inductor's wrapper source calls (`aten.X.overload(` / `torch.ops.aten.X.`) that `policy` (default:
+    strict) refuses: inductor fell back to PyTorch compute for them, so the candidate needs the library tier with
+    those operators allowed (`library_ops`). Copies pass here (inductor's keep the dtype; the guard checks that at
+    run time)."""
     from verify.guard import MOVES, ComputeGuard
 
-    guard = ComputeGuard()
+    guard = ComputeGuard(policy)
     names = set(re.findall(r"\baten\.(\w+)\.\w+\(", source))
     return sorted(n for n in names if not guard.allows(n) and n not in MOVES)
 
 
-def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str]:
-    """(row, candidate source or None, why skipped) in a pool process."""
+def library_ops(source: str) -> list[str]:
+    """`aten::NAME` of each operator the candidate calls beyond strict, all of them inductor fallbacks (the library
+    tier's `--allow` for it); raises if one is not a fallback (inductor's code would not call it)."""
+    from verify.policy import inductor_fallbacks
+
+    ops = [f"aten::{n.rstrip('_')}" for n in refused_calls(source)]
+    fb = inductor_fallbacks()
+    missing = [o for o in ops if o not in fb]
+    if missing:
+        raise ValueError(f"not inductor fallbacks: {missing}")
+    return ops
+
+
+def _one(args: tuple[dict, str]) -> tuple[dict, str | None, str, list[str]]:
+    """(row, candidate source or None, why skipped, the library operators it needs) in a pool process."""
     row, device = args
     try:
         src = generate(row["code"], device, json.loads(row["shape_variants"] or "[]"))
-        refused = refused_calls(src)
-        if refused:
-            return row, None, f"inductor falls back to PyTorch compute for {', '.join(refused)}"
-        return row, src, ""
+        try:
+            return row, src, "", library_ops(src)
+        except ValueError:  # an operator neither strict nor an inductor fallback: not a candidate of any tier
+            return row, None, f"inductor falls back to PyTorch compute for {', '.join(refused_calls(src))}", []
     except Exception as e:  # noqa: BLE001 - a task inductor cannot wrap is skipped, with why
-        return row, None, f"{type(e).__name__}: {str(e)[:100]}"
+        return row, None, f"{type(e).__name__}: {str(e)[:100]}", []
 
 
 def main() -> None:
@@ -134,7 +150,7 @@ def main() -> None:
     # one line per candidate as it comes, so a run cut short keeps what it generated
     with (out / "pairs.jsonl").open("w") as pairs, \
             mp.get_context("spawn").Pool(max(1, a.jobs), maxtasksperchild=1) as pool:
-        for row, src, why in pool.imap_unordered(_one, todo):
+        for row, src, why, ops in pool.imap_unordered(_one, todo):
             if made >= a.n:
                 break
             if src is None:
@@ -142,8 +158,10 @@ def main() -> None:
                 continue
             p = out / f"{row['task_id']}.py"
             p.write_text(src)
-            pairs.write(json.dumps({"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p),
-                                    "kind": "inductor"}) + "\n")
+            line = {"task": f"{a.dataset}:{row['task_id']}", "candidate": str(p), "kind": "inductor"}
+            if ops:  # it calls inductor's fallback operators: a candidate of the library tier, with them allowed
+                line.update(policy="library", allow=ops)
+            pairs.write(json.dumps(line) + "\n")
             pairs.flush()
             made += 1
             print(f"{row['task_id']}: ok ({made}/{a.n})", flush=True)

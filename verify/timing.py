@@ -84,7 +84,7 @@ def _close(a: Any, b: Any, tol: float) -> bool:
 
 
 def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, guard_on: bool, lock: Any,
-               guards: list) -> dict:
+               guards: list, policy: Any = None) -> dict:
     """Median and IQR (ms) per kind, plus `timed_region` (monotonic start, end) and the lock's waits. Each run is
     preceded by an input change, an L2 flush and a device-wide synchronize, and timed with the timer bound before
     the candidate was loaded."""
@@ -98,7 +98,7 @@ def time_kinds(job: dict, dev: Any, ref: Any, cand: Any, xs: list, xc: list, gua
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda *a: None)
     flush = torch.empty(256 * 1024 * 1024 // 4, device=dev) if cuda else None
-    guard = ComputeGuard()
+    guard = ComputeGuard(policy)
     guards.append(guard)
     inputs = {"candidate": xc, "eager": xs}
     fns = {"candidate": lambda: cand(*xc), "eager": lambda: ref(*xs)}

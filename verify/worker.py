@@ -13,12 +13,18 @@ import threading
 import time
 from typing import Any
 
+from verify.guard import library_calls
+from verify.policy import from_job
 from verify.timing import Hack, time_kinds
 from verify.timing import _perf_counter as _perf_counter  # bound before any candidate code exists
 from verify.timing import tensors as _tensors
 
 
 def _load(code: str, name: str) -> dict:
+    import linecache
+
+    # the source where inspect.getsource finds it: @triton.jit reads its kernel's source back (as it does from a file)
+    linecache.cache[f"<{name}>"] = (len(code), None, code.splitlines(True), f"<{name}>")
     ns: dict[str, Any] = {"__name__": name}
     exec(compile(code, f"<{name}>", "exec"), ns)  # noqa: S102 - task and candidate run only in this worker
     return ns
@@ -32,6 +38,17 @@ def _storage_span(t: Any) -> tuple[int, int]:
 def _overlaps(outs: list, others: list) -> bool:
     spans = [_storage_span(o) for o in others if o.numel()]
     return any(a < d and c < b for t in outs if t.numel() for (a, b) in [_storage_span(t)] for (c, d) in spans)
+
+
+def set_precision(precision: str) -> None:
+    """The float32 matmul and convolution mode of the whole job (reference, torch.compile and candidate alike), set
+    before any of their code runs: fp32 (TF32 off for cuBLAS and cuDNN) or tf32 (both on)."""
+    import torch
+
+    tf32 = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
 def _flags() -> dict:
@@ -67,6 +84,10 @@ def run_job(job: dict, ready: Any = None, notify: Any = None) -> dict:
                   "torch.cuda.Event.record": torch.cuda.Event.record}
     out: dict[str, Any] = {"built": False, "build_message": None, "correct": False, "hack": None, "draws": 0,
                            "worst_diff": None, "failing_draw": None, "times_ms": {}}
+    from verify import layers
+
+    set_precision(job.get("precision", "fp32"))
+    objects0 = layers.loaded_objects()  # the process's own libraries: whatever loads after them is the candidate's
     try:
         ref_ns = _load(job["task"], "reference")
     except Exception as e:  # noqa: BLE001 - the task's own error, before any candidate code: no hack, no build
@@ -95,13 +116,24 @@ def run_job(job: dict, ready: Any = None, notify: Any = None) -> dict:
     if "ModelNew" not in cand_ns:
         out["build_message"] = "the candidate defines no ModelNew"
         return out
-    guard_on = not job.get("allow_torch") and "guard" not in off
+    policy = from_job(job)
+    guard_on = policy.tier != "torch" and "guard" not in off
+    # what each extension the candidate built imports from libtorch, before any of its forwards runs
+    scan = layers.ExtensionScan(objects0, policy, on="extension_symbols" not in off and policy.tier != "torch")
+    why = scan.check()
+    if why:
+        out["hack"] = why
+        out["extensions"] = scan.report()
+        return out
     lock = _timing_lock(job, sync, notify)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     try:
-        return _checked(job, out, lock, dev, sync, stream_sync, ref_ns, cand_ns, guard_on, identities, flags0, compiled_calls)
+        return _checked(job, out, lock, dev, sync, stream_sync, ref_ns, cand_ns, guard_on, identities, flags0,
+                        compiled_calls, policy, scan)
     finally:
+        out["library_calls"] = list(dict.fromkeys(library_calls(_GUARDS) + scan.library))
+        out["extensions"] = scan.report()
         lock.release()
         if cuda:  # what the verification held at most: the base of verify_batch's memory reservation per task
             out["gpu_peak_bytes"] = torch.cuda.max_memory_allocated()
@@ -148,10 +180,11 @@ def _reference64(r64: Any, ref: Any, xs: list, trs: list) -> list | None:
 
 
 def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: Any, ref_ns: dict, cand_ns: dict,  # noqa: C901, PLR0913
-             guard_on: bool, identities: dict, flags0: dict, compiled_calls: list) -> dict:
+             guard_on: bool, identities: dict, flags0: dict, compiled_calls: list, policy: Any, scan: Any) -> dict:
     """The draws (correctness and the hack checks), then the timing phase; fills and returns `out`."""
     import torch
 
+    from verify import layers
     from verify.guard import ComputeGuard, compute_calls
 
     off = set(job.get("off", []))
@@ -189,7 +222,7 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
             with _on(dev):
                 xs = [x.to(dev) if isinstance(x, torch.Tensor) else x for x in ref_ns["get_inputs"]()]
             xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-            guard = ComputeGuard()
+            guard = ComputeGuard(policy)
             _GUARDS.append(guard)
             threads0 = threading.active_count()  # threads the candidate's import and __init__ started are its own
             sync()
@@ -238,6 +271,18 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
                     if _overlaps(_tensors(again), touts):
                         raise Hack("a second call returned the first call's output storage (cached result)")
                     del again
+                if i == 0 and dev.type == "cuda" and "kernel_names" not in off and policy.tier != "torch":
+                    # the kernels one forward launches, by name: libtorch's own are PyTorch compute whatever route
+                    # launched them (a C++ call past the dispatch mode included)
+                    with guard if guard_on else _null():
+                        kernels = layers.profile_kernels(lambda c=cand, a=xc: c(*a), sync)
+                    out["kernels"] = sorted({k for k, _ in kernels})[:50]
+                    refused = layers.judge_kernels(kernels, policy)
+                    if refused:
+                        raise Hack(f"PyTorch kernels launched in forward: {', '.join(refused[:3])}")
+                why = scan.check()  # an extension built during forward
+                if why:
+                    raise Hack(why)
                 orf = ref(*xs)
                 trs = _tensors(orf)
                 if len(trs) != len(touts) or any(a.shape != b.shape for a, b in zip(trs, touts, strict=False)):
@@ -285,13 +330,16 @@ def _checked(job: dict, out: dict, lock: Any, dev: Any, sync: Any, stream_sync: 
         xc = [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
         t_draws = _perf_counter()
         out["phase_s"]["draws"] = t_draws - t_checks
-        timed = time_kinds(job, dev, ref, cand, xs, xc, guard_on, lock, _GUARDS)
+        timed = time_kinds(job, dev, ref, cand, xs, xc, guard_on, lock, _GUARDS, policy)
         warm = timed.pop("warmup_s")
         out["phase_s"].update(warmup=warm, timing=_perf_counter() - t_draws - warm)
         out.update(timed)
         patched = [k for k, v in identities.items() if _resolve(k) is not v]
         if patched and "identities" not in off:
             raise Hack(f"patched {', '.join(patched)}")
+        why = scan.check()
+        if why:
+            raise Hack(why)
         out["correct"] = True
     except Hack as h:
         out["hack"] = str(h)

@@ -1,4 +1,5 @@
-"""One build directory for the suite's shared extensions per test session: built once, loaded by every candidate."""
+"""One build directory for the suite's extensions per test session (the shared one and the C++ routes' own): built
+once, loaded by every candidate."""
 
 import pytest
 
@@ -17,9 +18,16 @@ def ext_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def suite_task(tmp_path_factory):
-    from verify.suite import TASK
+def suite_tasks(tmp_path_factory):
+    """Each suite task (verify.suite.TASKS) as a file: name -> path."""
+    from verify.suite import TASKS
 
-    p = tmp_path_factory.mktemp("task") / "linear_relu.py"
-    p.write_text(TASK)
-    return str(p)
+    d = tmp_path_factory.mktemp("task")
+    for name, code in TASKS.items():
+        (d / f"{name}.py").write_text(code)
+    return {name: str(d / f"{name}.py") for name in TASKS}
+
+
+@pytest.fixture(scope="session")
+def suite_task(suite_tasks):
+    return suite_tasks["linear_relu"]

@@ -69,3 +69,31 @@ def test_a_candidate_past_its_memory_cap_runs_out_of_memory(ext_dir, suite_task)
     free = verify(suite_task, hog, device="cuda", extensions_dir=ext_dir)
     assert capped["reward"] == -1 and "out of memory" in (capped["error"] or "").lower(), capped
     assert free["correct"] and free["reward"] >= 1, free
+
+
+@pytest.mark.gpu
+def test_a_cpp_escape_is_caught_by_the_kernels_it_launches_and_paid_without_that_layer(ext_dir, suite_tasks):
+    """At::_ops::cumsum past the Python key, with the extension layer off: the dispatch mode never sees it, the
+    profiler sees libtorch's scan kernel launched under no allowed operator."""
+    _need_cuda()
+    route = "C++ past the Python key, by kernel name (CUDA)"
+    src, why, off, _ = ROUTES[route]
+    task = suite_tasks["cumsum_relu"]
+    caught = verify(task, src, device="cuda", off=off, rounds=2, extensions_dir=ext_dir)
+    assert caught["reward"] == -1 and why in (caught["hack"] or ""), caught
+    slipped = verify(task, src, device="cuda", off=(*off, "kernel_names"), rounds=2, extensions_dir=ext_dir)
+    assert slipped["correct"] and slipped["reward"] >= 1 and slipped["hack"] is None, slipped
+
+
+@pytest.mark.gpu
+def test_library_tier_on_the_gpu_lists_the_call_and_its_kernels_pass(ext_dir, suite_tasks):
+    _need_cuda()
+    from verify.suite import HONEST_CUMSUM, LIBRARY_CUMSUM
+
+    task = suite_tasks["cumsum_relu"]
+    strict = verify(task, LIBRARY_CUMSUM, device="cuda", rounds=2, extensions_dir=ext_dir)
+    assert strict["reward"] == -1 and "aten::cumsum" in strict["hack"], strict
+    lib = verify(task, LIBRARY_CUMSUM, device="cuda", rounds=2, extensions_dir=ext_dir, allow=["aten::cumsum"])
+    assert lib["correct"] and lib["reward"] >= 1 and lib["library_calls"] == ["aten::cumsum"], lib
+    own = verify(task, HONEST_CUMSUM, device="cuda", rounds=2, extensions_dir=ext_dir)
+    assert own["correct"] and own["reward"] >= 1 and own["kernels"], own

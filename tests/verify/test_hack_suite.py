@@ -4,14 +4,14 @@ switched off (so each test below can fail); the honest C++ twin of the same task
 import pytest
 
 from verify.api import verify_batch
-from verify.suite import CHECK_OF, HONEST, ROUTES
+from verify.suite import CHECK_OF, HONEST, ROUTES, TASK_OF
 
 CPU_ROUTES = [r for r, v in ROUTES.items() if v[3] == "cpu"]
 
 
 @pytest.fixture(scope="module")
-def caught(ext_dir, suite_task):
-    pairs = [(suite_task, ROUTES[r][0]) for r in CPU_ROUTES]
+def caught(ext_dir, suite_tasks):
+    pairs = [(suite_tasks[TASK_OF[r]], ROUTES[r][0]) for r in CPU_ROUTES]
     offs = [ROUTES[r][2] for r in CPU_ROUTES]
     rows = [verify_batch([p], workers=1, device="cpu", off=o, rounds=2, extensions_dir=ext_dir)[0]
             for p, o in zip(pairs, offs, strict=True)]
@@ -19,14 +19,16 @@ def caught(ext_dir, suite_task):
 
 
 @pytest.fixture(scope="module")
-def switched_off(ext_dir, suite_task):
+def switched_off(ext_dir, suite_tasks):
     """Each route again with its catching check off as well."""
     out = {}
     for r in CPU_ROUTES:
         src, why, off, _ = ROUTES[r]
-        check = next((c for k, c in CHECK_OF.items() if k in why), None) if why else None
+        # the most specific reason fragment names the check ("imports PyTorch compute" before "PyTorch compute")
+        keys = sorted((k for k in CHECK_OF if why and k in why), key=len, reverse=True)
+        check = CHECK_OF[keys[0]] if keys else None
         if check:
-            out[r] = verify_batch([(suite_task, src)], workers=1, device="cpu", off=(*off, check), rounds=2,
+            out[r] = verify_batch([(suite_tasks[TASK_OF[r]], src)], workers=1, device="cpu", off=(*off, check), rounds=2,
                                   extensions_dir=ext_dir)[0]
     return out
 
@@ -89,3 +91,12 @@ def test_guard_lets_a_same_dtype_copy_a_clone_and_a_fill_through_but_not_a_cast(
     except RuntimeError:
         pass
     assert compute_calls(g) == ["aten::copy_"]
+
+
+@pytest.mark.parametrize("route", [r for r in CPU_ROUTES if ROUTES[r][1] == "imports PyTorch compute"])
+def test_cpp_escapes_get_past_the_dispatch_mode_when_the_extension_layer_is_off(switched_off, route):
+    """The C++ routes reach ATen's cumsum past the Python dispatch key: with the extension layer off, nothing else
+    on the CPU sees them, and the candidate is paid (which is why the layer exists)."""
+    res = switched_off[route]
+    assert res["correct"] and res["reward"] >= 1 and res["hack"] is None, res
+    assert any(e["refused"] for e in res["extensions"]), res  # the layer still saw it: it only refused nothing

@@ -15,6 +15,8 @@ def test_inductor_candidate_is_honest(tmp_path):
 
 
 def test_generated_code_that_falls_back_to_pytorch_compute_is_not_a_strict_candidate():
+    """avg_pool3d and scatter_reduce_ are neither strict nor inductor fallbacks; cumsum is a fallback: a library
+    candidate with aten::cumsum allowed."""
     from verify.inductor_corpus import refused_calls
 
     src = ("buf0 = empty_strided_cuda((4, 4), (4, 1), torch.float32)\nbuf0.zero_()\n"
@@ -22,6 +24,10 @@ def test_generated_code_that_falls_back_to_pytorch_compute_is_not_a_strict_candi
            "aten.scatter_reduce_.two(buf2, 0, idx, src, 'sum')\nbuf3.copy_(buf0)\n")
     assert refused_calls(src) == ["avg_pool3d", "scatter_reduce_"]
     assert refused_calls(src.replace("avg_pool3d", "convolution").replace("scatter_reduce_", "mm")) == []
+    from verify.inductor_corpus import library_ops
+
+    fb = src.replace("avg_pool3d", "cumsum").replace("scatter_reduce_", "mm")
+    assert refused_calls(fb) == ["cumsum"] and library_ops(fb) == ["aten::cumsum"]
 
 
 def test_the_committed_inductor_corpus_is_strict_policy_code_for_release_tasks():
@@ -31,7 +37,8 @@ def test_the_committed_inductor_corpus_is_strict_policy_code_for_release_tasks()
 
     import pyarrow.dataset as ds
 
-    from verify.inductor_corpus import refused_calls
+    from verify.inductor_corpus import library_ops, refused_calls
+    from verify.policy import make_policy
 
     root = Path(__file__).resolve().parents[2]
     pairs = [json.loads(ln) for ln in (root / "benchmarks/verify_inductor/pairs.jsonl").read_text().splitlines()]
@@ -42,5 +49,7 @@ def test_the_committed_inductor_corpus_is_strict_policy_code_for_release_tasks()
         src = (root / p["candidate"]).read_text()
         ast.parse(src)
         assert p["kind"] == "inductor" and p["task"].rsplit(":", 1)[1] in ids
-        assert refused_calls(src) == [], p
+        # strict code calls nothing strict refuses; code that calls fallback operators names them, as library
+        assert refused_calls(src, make_policy(p.get("policy"), p.get("allow"))) == [], p
+        assert library_ops(src) == p.get("allow", []), p
         assert "kernel path:" not in src  # the generating machine's cache paths are left out
