@@ -1,4 +1,4 @@
-"""The honest corpus's tasks through the dataset's shortcut checks (filters/shortcuts.py) at their real sizes, with
+"""The honest corpus's tasks through the dataset's shortcut checks (measures/shortcuts.py) at their real sizes, with
 the verifier's own draws: weights seeded k and inputs seeded 500 + k for draw k (`opsynth verify`'s seed 0), each
 draw building its model afresh. A corpus pair whose task the checks drop cannot show whether honest candidates
 are punished: a correct kernel that rounds differently fails a fragile task at random.
@@ -32,8 +32,8 @@ def check_task(item: tuple[str, str, tuple[str, ...], int, int | None]) -> dict:
     """One task's shortcut measurements on `device` at its real sizes, the verifier's draws."""
     import torch
 
-    from filters.shortcuts import measure
-    from filters.tensor_checks import flatten
+    from measures.shortcuts import measure
+    from measures.tensor_checks import flatten
     from verify.task import load_task
 
     spec, device, kinds, steps, f64_draws = item

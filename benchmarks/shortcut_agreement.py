@@ -6,7 +6,7 @@
         --hardware "NVIDIA H100 80GB HBM3" --torch 2.11.0+cu130 --commit C
 
 `measure` runs, per row and in a pool of processes sharing the device, every kind of the exhaustive checks
-(filters/shortcuts.py with the profile defaults: 5 draws, each after the first with its own weights, every
+(measures/shortcuts.py with the profile defaults: 5 draws, each after the first with its own weights, every
 floating input moved 16 ulps, float64 on draw 0; every input and operator at the real size), each kind apart so
 each has its own verdict, and the measurements the cheap checks decide from (filters/cheap_shortcuts.py), with the
 seconds of each part. Rows are appended to --rows as they finish; a second call skips the rows already there, so
@@ -51,9 +51,9 @@ def measure_row(row: dict, seed: int, tol: float, dev: str) -> dict:
     """Every exhaustive kind and the cheap checks' measurements for one row, with each part's seconds."""
     import torch
 
-    from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, dead_inputs, fragility, skippable_ops
-    from filters.tensor_checks import flatten, sample_stride, tolerance_ratio
     from measures.cheap_shortcuts import cheap_measure
+    from measures.shortcuts import FRAGILE_F64, FRAGILE_ULP, dead_inputs, fragility, skippable_ops
+    from measures.tensor_checks import flatten, sample_stride, tolerance_ratio
     from operators.trace import load_module
 
     secs: dict[str, float] = {}

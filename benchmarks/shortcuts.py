@@ -1,4 +1,4 @@
-"""Shortcuts in released tasks: dead inputs, skippable operators and numerically fragile outputs (filters/shortcuts.py)
+"""Shortcuts in released tasks: dead inputs, skippable operators and numerically fragile outputs (measures/shortcuts.py)
 over random rows of a release.
 
     python benchmarks/shortcuts.py --device cpu --n 500 --seed 0 --max-minutes 10
@@ -89,8 +89,8 @@ def _cuda_model(row: dict, seed: int, dev: str = "cuda"):
 def _cuda(row: dict, cfg, dev: str = "cuda") -> dict:
     import torch
 
-    from filters.shortcuts import fragility, measure
-    from filters.tensor_checks import flatten
+    from measures.shortcuts import fragility, measure
+    from measures.tensor_checks import flatten
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -114,7 +114,7 @@ def _compile_flips(row: dict, seed: int, tol: float, dev: str = "cuda") -> dict:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch
 
-    from filters.tensor_checks import flatten, tolerance_ratio
+    from measures.tensor_checks import flatten, tolerance_ratio
 
     try:
         with torch.no_grad():

@@ -1,5 +1,5 @@
 """Shortcut checks: every tensor input and every operator must matter at the verifier's tolerance, and the output
-must hold under an honest rounding change (measured by filters/shortcuts.py in the profile stage)."""
+must hold under an honest rounding change (measured by measures/shortcuts.py in the profile stage)."""
 
 from __future__ import annotations
 

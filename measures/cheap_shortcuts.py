@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, _ulp_move, fragility, skippable_ops, ulp_finding
-from filters.tensor_checks import flatten, tolerance_ratio
+from measures.shortcuts import FRAGILE_F64, FRAGILE_ULP, _ulp_move, fragility, skippable_ops, ulp_finding
+from measures.tensor_checks import flatten, tolerance_ratio
 
 BATCH = "batch_size"
 BATCH_CUT = 16  # the reduced skip check's batch: the real one over this, at least 1

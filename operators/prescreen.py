@@ -1,7 +1,7 @@
 """A CPU pre-screen: run a sampled task on the CPU with the profile worker's own output checks and predict
 the filter's input-insensitive / degenerate / fakeable verdicts before any GPU time is spent on it.
 
-The checks are the worker's (filters.tensor_checks.draw_checks over `profile.input_draws` seeded draws, the
+The checks are the worker's (measures.tensor_checks.draw_checks over `profile.input_draws` seeded draws, the
 same seeds as the worker) and the verdict is the filter's (filters.degenerate.OUTPUT_CHECKS with the config's
 filter section), so a reason here reads exactly as the filter's. Determinism is left to the GPU (atomics and
 cuDNN algorithms, not the CPU, make a task non-deterministic).
@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from filters.tensor_checks import tensors
+from measures.tensor_checks import tensors
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
 
@@ -346,7 +346,7 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
 def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False) -> Result:
     from filters.base import decide
     from filters.degenerate import OUTPUT_CHECKS
-    from filters.tensor_checks import draw_checks, flatten, sample_stride
+    from measures.tensor_checks import draw_checks, flatten, sample_stride
 
     draws, seed = int(cfg.profile.input_draws), int(cfg.run.seed)
     tol = float(cfg.filter.compile_tolerance)
@@ -432,11 +432,11 @@ def _fresh_models(ns: dict, seed: int) -> Any:
 
 def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result,
                       steps: int = 1, model_for: Any = None) -> None:
-    """filters/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
+    """measures/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
     profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
     screen's reason."""
     from filters.shortcut_checks import no_shortcuts
-    from filters.shortcuts import KINDS, measure, ulp_finding
+    from measures.shortcuts import KINDS, measure, ulp_finding
 
     p = cfg.profile
     known = float(res.measurements["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
@@ -459,7 +459,7 @@ def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cf
     (profile.shortcut_ulp_steps, `prescreen_real_move_ratio`). A response in proportion to the move (the scaled
     ratio n times the real one, within PROPORTIONAL either way) is a smooth output's, and the real move's verdict
     is the screen's; otherwise (a step met, or crossed) the flag stands."""
-    from filters.shortcuts import fragility
+    from measures.shortcuts import fragility
 
     m, p = res.measurements, cfg.profile
     real = fragility(model, draw, float(cfg.filter.compile_tolerance), p.shortcut_draws, subs, stride,
@@ -495,10 +495,10 @@ def _plant_zeros(inputs: list[Any], counts: list[int], seed: int) -> list[Any]:
 
 
 def _fp64_ratio(model: Any, inputs: list[Any], ref0: Any, tol: float) -> float | None:
-    """The verifier's ratio (filters.tensor_checks.tolerance_ratio) of draw 0's float32 output against the same
+    """The verifier's ratio (measures.tensor_checks.tolerance_ratio) of draw 0's float32 output against the same
     model and inputs in float64: > 1 means a kernel that rounds differently (a compiler reordering a sum, a
     fused softmax) may flip a comparison or an integer part and fail allclose. None if float64 does not run."""
-    from filters.tensor_checks import flatten, tolerance_ratio
+    from measures.tensor_checks import flatten, tolerance_ratio
 
     try:
         out = flatten(copy.deepcopy(model).double()(

@@ -1,6 +1,6 @@
 """Value-scale rules: draws whose operators cannot matter at the verifier's tolerance (1e-2), predicted from an
 operator's parameters and shapes before any task is rendered, so the sampler draws another instead of making a
-task the shortcut checks (filters/shortcuts.py) would drop.
+task the shortcut checks (measures/shortcuts.py) would drop.
 
 - renorm(p, dim, maxnorm=1) scales each slice (all dims but `dim`) to norm 1: each value becomes ~n**(-1/p) of
   an n-value slice, below the tolerance once n**(1/p) > RENORM_MAX_SCALE;

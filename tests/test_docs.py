@@ -16,9 +16,6 @@ HEX = re.compile(r"(?<![0-9A-Za-z_/.@-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9
 HISTORY = re.compile(r"\bcommits? [0-9a-f]{7,40}\b|not measured yet|^#+ .*known problem", re.I | re.M)
 # measurements live on the figures page, generated with the commit that measured each
 GENERATED_WITH_COMMITS = {"figures.md"}
-# docs/shortcuts.md is being rewritten as a manual page; until then it still names commits. Strict: once it passes,
-# this marker fails the suite, and the exemption goes
-PENDING_REWRITE = {"shortcuts.md"}
 MANUAL = [p for p in PAGES if p.name not in GENERATED_WITH_COMMITS]
 
 
@@ -56,9 +53,7 @@ def history_in(text: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("page", [
-    pytest.param(p, id=p.name, marks=[pytest.mark.xfail(strict=True, reason="being rewritten as a manual page")]
-                 if p.name in PENDING_REWRITE else []) for p in MANUAL])
+@pytest.mark.parametrize("page", MANUAL, ids=lambda p: p.name)
 def test_no_commit_hash_or_history_outside_the_figures_page(page):
     assert history_in(page.read_text()) == []
 

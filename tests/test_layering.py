@@ -7,7 +7,7 @@ import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("opsynth", "detectors", "operators", "filters", "pipeline", "pinning", "verify")
+PACKAGES = ("opsynth", "detectors", "operators", "measures", "filters", "pipeline", "pinning", "verify")
 
 # bottom to top; within a tier, the first pattern that matches a module places it (exact names before wildcards)
 TIERS: list[tuple[str, list[str]]] = [
@@ -18,9 +18,12 @@ TIERS: list[tuple[str, list[str]]] = [
     # what can be sampled and how it becomes code: catalog, graph, sizing, peak, render, trace, labels
     ("operators", ["operators.*"]),
     # the checks: a record and the config's section in, a reason or None out (labels reads operators' pins);
-    # tensor_checks measures what the output checks judge; the old filters.contamination / filters.dedupe names
+    # the old filters.contamination / filters.dedupe names
     # are the detectors' modules
-    ("filters", ["filters.*", "measures.*"]),
+    # what the checks read off a task's forwards (output checks, shortcut checks, cheap and exhaustive): torch only,
+    # run by the GPU worker and the CPU pre-screen
+    ("measures", ["measures.*"]),
+    ("filters", ["filters.*"]),
     # the sampler draws tasks and screens them with the filter's output checks and the detectors' op signature
     ("sampler", ["operators.sample", "operators.prescreen", "operators.llm_composer"]),
     # pipeline, bottom up: plain contracts, the run directory, the profile worker, what is built from a run,

@@ -1,5 +1,5 @@
 """What a profile worker does with one task: load it, check it, time it. torch, pyarrow and stdlib only: its
-siblings pipeline.gpu.gpu_share (the GPU lock and memory budget), filters.tensor_checks and pipeline.gpu.worker_settings
+siblings pipeline.gpu.gpu_share (the GPU lock and memory budget), measures.tensor_checks and pipeline.gpu.worker_settings
 (what the parent tells it), the eager checks filters.checks owns, so a task they reject is not compiled, and
 operators.trace's ATen naming, so the ops it records are the vocabulary the labels are pinned in.
 
@@ -49,7 +49,7 @@ import torch
 from filters.base import decide
 from filters.checks import EAGER_CHECKS, UNTIMED_CHECKS
 from filters.determinism import deterministic
-from filters.tensor_checks import (
+from measures.tensor_checks import (
     agreement,
     checksum,
     draw_checks,
@@ -855,11 +855,11 @@ class Harness:
 
     def _shortcuts(self, model: Any, ns: dict, ref0: Any, subs: list, stride: int, m: dict,
                    task: dict | None = None) -> None:
-        """filters/shortcuts.py on the real sizes, inside the eager hold: reuses draw 0's output and the draws'
+        """measures/shortcuts.py on the real sizes, inside the eager hold: reuses draw 0's output and the draws'
         samples, draws inputs again (seeded: the same values) rather than holding them, one forward's output at
         a time beside ref0, as the draws above."""
-        from filters.shortcuts import KINDS, measure, screened_far
-        from filters.tensor_checks import tolerance_ratio
+        from measures.shortcuts import KINDS, measure, screened_far
+        from measures.tensor_checks import tolerance_ratio
 
         s, t = self.s.profile, time.perf_counter()
         tol = self.s.filter.compile_tolerance

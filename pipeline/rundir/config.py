@@ -72,7 +72,7 @@ class SampleSection:
     # also run draw 0 in float64 and flag a task whose float32 output disagrees with it at the verifier's
     # tolerance ("numerically fragile": a compiled kernel that reorders arithmetic likely disagrees too)
     prescreen_fp64: bool = False
-    # filters/shortcuts.py at the screened shapes: off | record (prescreen columns) | drop (a draw with a dead input,
+    # measures/shortcuts.py at the screened shapes: off | record (prescreen columns) | drop (a draw with a dead input,
     # a skippable operator or a fragile output is resampled, like the other pre-screen verdicts)
     prescreen_shortcuts: str = "off"
     # the fragility check's input move at the screened shapes, in ulps: the real element count over the screened one
@@ -99,7 +99,7 @@ class ProfileSection:
     # a task whose runs spread wider than iqr_target otherwise runs max_runs times; 0: the IQR rule alone
     median_precision: float = 0.0
     input_draws: int = 3  # different input draws for the sensitivity check
-    # filters/shortcuts.py on the real sizes after the eager draws: which kinds (dead, skip, fragile; empty: off),
+    # measures/shortcuts.py on the real sizes after the eager draws: which kinds (dead, skip, fragile; empty: off),
     # on how many draws the fragility check runs, and whether each kind stops at its first finding
     shortcut_checks: tuple[str, ...] = ()
     shortcut_draws: int = 5

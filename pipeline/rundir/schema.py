@@ -64,7 +64,7 @@ MEASUREMENTS = pa.schema([
     ("compile_agrees_1e2", pa.bool_()),
     ("deterministic", pa.bool_()),
     ("determinism_max_diff", pa.float64()),
-    # filters.tensor_checks.checksum of draw 0's eager and compiled outputs: which side of a compile check moved
+    # measures.tensor_checks.checksum of draw 0's eager and compiled outputs: which side of a compile check moved
     # between two runs of the same task (benchmarks/pipeline_yield.py --repeat)
     ("eager_checksum", pa.float64()),
     ("compile_checksum", pa.float64()),
@@ -108,7 +108,7 @@ MEASUREMENTS = pa.schema([
     ("gpu_busy_eager_s", pa.float64()),
     ("gpu_busy_compile_s", pa.float64()),
     ("compile_wall_s", pa.float64()),
-    # filters/shortcuts.py at the verifier's tolerance (profile.shortcut_checks): which kinds ran ("" none), and
+    # measures/shortcuts.py at the verifier's tolerance (profile.shortcut_checks): which kinds ran ("" none), and
     # per kind what it found before stopping at its first finding
     ("shortcut_checks", pa.string()),       # dead,skip,fragile: the kinds measured
     ("dead_inputs", STR_LIST),              # tensor inputs whose redraw alone leaves the output within tolerance

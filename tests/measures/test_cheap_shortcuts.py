@@ -3,9 +3,9 @@ operators at the reduced batch."""
 
 import torch
 
-from filters.shortcuts import FRAGILE_F64, skippable_ops, ulp_finding
-from filters.tensor_checks import flatten
 from measures.cheap_shortcuts import reduced_op_ratios, scaled_fragility, scaled_verdict
+from measures.shortcuts import FRAGILE_F64, skippable_ops, ulp_finding
+from measures.tensor_checks import flatten
 from operators.trace import load_module
 
 

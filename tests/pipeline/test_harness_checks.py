@@ -9,7 +9,7 @@ import torch
 
 from filters.base import decide
 from filters.checks import EAGER_CHECKS
-from filters.tensor_checks import degenerate, tolerance_ratio
+from measures.tensor_checks import degenerate, tolerance_ratio
 from pipeline.gpu.harness import Harness, one_line
 from pipeline.gpu.worker_settings import WorkerSettings
 from pipeline.rundir.config import Config, FilterSection, RunSection
@@ -173,7 +173,7 @@ def test_output_checksums_say_which_side_of_the_compile_check_computed_what():
     """The eager and compiled outputs of draw 0 are checksummed (what a repeat compares): the same task gives the
     same eager checksum in another worker, a compiled graph that computes the same bits gives the same checksum,
     and another task gives another."""
-    from filters.tensor_checks import checksum
+    from measures.tensor_checks import checksum
 
     first, again = (run("x * self.w + 1", compile=True) for _ in range(2))
     other = run("x * self.w + 2", compile=True)
@@ -273,7 +273,7 @@ def test_oom_line_keeps_the_request_and_the_cap():
 
 
 def test_max_diff_counts_equal_infinities_and_same_place_nans_as_equal():
-    from filters.tensor_checks import max_diff
+    from measures.tensor_checks import max_diff
 
     inf, nan = float("inf"), float("nan")
     a = torch.tensor([1.0, inf, -inf, nan])

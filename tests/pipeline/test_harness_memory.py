@@ -2,7 +2,7 @@
 and a few chunks, the reservation a GPU worker makes for it. Measured on the CPU by counting the bytes of every
 storage the profile creates (operators.peak.LiveBytes), which is what a GPU worker's hard cap sees."""
 
-from filters import tensor_checks as tc
+from measures import tensor_checks as tc
 from operators.peak import LiveBytes
 from pipeline.gpu.harness import Harness
 from pipeline.gpu.worker_settings import WorkerSettings

@@ -3,7 +3,7 @@ measurements (which stay as they were), and the filter joins them: a planted dea
 
 import dataclasses
 
-from filters.shortcuts import ulp_finding
+from measures.shortcuts import ulp_finding
 from pipeline.rundir.config import load_preset
 from pipeline.rundir.schema import TASKS, conform
 from pipeline.rundir.store import RunDir

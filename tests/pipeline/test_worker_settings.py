@@ -37,7 +37,9 @@ def _other(name: str, value):
         return 2.0
     if name == "shortcut_screen_margin":  # 0 (off) or >= 1
         return 10.0
-    if name == "shortcut_checks":  # kinds of filters/shortcuts.py; empty: off
+    if name == "shortcut_mode":  # cheap | exhaustive
+        return "exhaustive"
+    if name == "shortcut_checks":  # kinds of measures/shortcuts.py; empty: off
         return ("dead", "fragile")
     if isinstance(value, bool):
         return not value

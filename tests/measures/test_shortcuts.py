@@ -1,4 +1,4 @@
-"""filters.shortcuts: planted shortcuts are found, tasks where everything matters are not flagged."""
+"""measures.shortcuts: planted shortcuts are found, tasks where everything matters are not flagged."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from filters.shortcuts import FRAGILE_F64, FRAGILE_ULP, OperatorCalls, measure, skippable_ops
+from measures.shortcuts import FRAGILE_F64, FRAGILE_ULP, OperatorCalls, measure, skippable_ops
 
 TOL = 1e-2
 
@@ -159,7 +159,7 @@ def test_planted_shortcuts_found_on_the_gpu():
 
 def test_a_move_of_many_ulps_reaches_a_step_one_ulp_does_not():
     """x * 3 sits 50 ulps below the step at 1.5: one ulp up leaves every element where it was, 100 ulps flip them."""
-    from filters.shortcuts import fragility
+    from measures.shortcuts import fragility
 
     class Step(nn.Module):
         def forward(self, x):
@@ -202,7 +202,7 @@ class Counting(nn.Module):
 
 
 def test_parts_the_screen_found_far_spend_no_forward_and_are_listed():
-    from filters.shortcuts import screened_far
+    from measures.shortcuts import screened_far
 
     draw = _draw((32, 16), (32, 16), (32, 16))
     full = Counting()
@@ -223,7 +223,7 @@ def test_parts_the_screen_found_far_spend_no_forward_and_are_listed():
 
 
 def test_screened_far_keeps_only_parts_at_or_over_the_margin():
-    from filters.shortcuts import screened_far
+    from measures.shortcuts import screened_far
 
     assert screened_far(json.dumps({"a": 0.5, "b": 10.0, "c": 11.0}), 10) == {"b": 10.0, "c": 11.0}
     assert screened_far(json.dumps({"a": 50.0}), 0) == {} and screened_far(None, 10) == {}
@@ -250,7 +250,7 @@ def test_fresh_weights_per_draw_find_a_threshold_one_weight_draw_hides():
     """Under draw 0's weight the threshold sits past every input value (nothing flips); draw 2's own weight sits
     exactly on 17 input values, and the one-ulp move takes some of them up, past it. Only the check that builds
     each draw's model sees it."""
-    from filters.shortcuts import fragility
+    from measures.shortcuts import fragility
 
     def draw(k):
         x = torch.linspace(0.0, 1.0, 257)
@@ -267,7 +267,7 @@ def test_fresh_weights_per_draw_find_a_threshold_one_weight_draw_hides():
 
 def test_draw_zero_keeps_the_callers_model_and_its_outputs():
     """model_for is asked for draws 1.. only: draw 0 is the caller's model, whose output (subs[0]) is reused."""
-    from filters.shortcuts import fragility
+    from measures.shortcuts import fragility
 
     asked = []
 
@@ -286,7 +286,7 @@ def test_draw_zero_keeps_the_callers_model_and_its_outputs():
 def test_the_float64_reference_runs_on_the_first_f64_draws_only():
     """(x + 1e8) - 1e8 loses x in float32 and keeps it in float64: a draw with x nonzero is fragile. With that draw
     third, f64_draws=2 never compares it and every draw does."""
-    from filters.shortcuts import FRAGILE_F64, fragility
+    from measures.shortcuts import FRAGILE_F64, fragility
 
     class Cancel(nn.Module):
         def forward(self, x):
@@ -305,7 +305,7 @@ def test_a_long_sum_into_a_sign_is_not_fragile_under_moves_of_both_signs():
     """Row sums of 16,384 values sit 0.005 below zero. An exact sum keeps every sign, so no honest rounding flips
     them; moving all 16,384 values up by 16 ulps would add about 0.013 to each sum and flip them all, moving each
     up or down at random adds about 1e-4."""
-    from filters.shortcuts import FRAGILE_ULP, fragility
+    from measures.shortcuts import FRAGILE_ULP, fragility
 
     class SignOfSum(nn.Module):
         def forward(self, x):
@@ -326,7 +326,7 @@ def test_a_long_sum_into_a_sign_is_not_fragile_under_moves_of_both_signs():
 def test_inputs_of_one_shape_move_in_their_own_directions():
     """Rounding differences of two inputs are independent: the move draws each input's directions from one stream,
     not the same pattern for every input of a shape (which would cancel in x - y)."""
-    from filters.shortcuts import _ulp_move
+    from measures.shortcuts import _ulp_move
 
     x = torch.ones(4096)
     a, b = _ulp_move((x, x.clone()), steps=1)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from filters.tensor_checks import flatten, tensors, tolerance_ratio
+from measures.tensor_checks import flatten, tensors, tolerance_ratio
 
 KINDS = ("dead", "skip", "fragile")
 FRAGILE_ULP = "one-ulp input move"  # the ulp check's name; a finding names its move (ulp_finding)

@@ -1,4 +1,4 @@
-"""The whole-output checks of filters.tensor_checks go over outputs a chunk at a time (their temporaries must fit
+"""The whole-output checks of measures.tensor_checks go over outputs a chunk at a time (their temporaries must fit
 a task's memory reservation); these tests hold them to the one-pass formulas, NaN and inf included."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from filters import tensor_checks as tc
+from measures import tensor_checks as tc
 
 
 def _one_pass_max_diff(a, b):
