@@ -1,12 +1,25 @@
-"""Value-scale rules: draws whose operators cannot matter at the verifier's tolerance (1e-2), predicted from an
-operator's parameters and shapes before any task is rendered, so the sampler draws another instead of making a
-task the shortcut checks (filters/shortcuts.py) would drop.
+"""Value-scale rules: draws whose operators cannot matter at the verifier's tolerance (1e-2), or whose output a
+rounding would flip, predicted from the catalog's value model (operators/value_model.py) before any task is
+screened, so the sampler draws another instead of making a task the shortcut checks (filters/shortcuts.py) drop.
 
+By parameters and shapes:
 - renorm(p, dim, maxnorm=1) scales each slice (all dims but `dim`) to norm 1: each value becomes ~n**(-1/p) of
   an n-value slice, below the tolerance once n**(1/p) > RENORM_MAX_SCALE;
 - prod over n values in [0, 1) is ~2**-n: it underflows to ~0 past PROD_MAX_VALUES values;
 - softmax / softmin over n >= SOFTMAX_MAX_WIDTH values are each ~1/n: a distance or similarity between them and
-  another operand hardly sees them.
+  another operand hardly sees them;
+- local response norm changes its input by ~beta * alpha * E[x**2]: under the tolerance, it is the identity.
+By the value model:
+- the output moves between draws by less than the tolerance (a fixed output fakes it);
+- one input moves the output by less than the tolerance (a dead input);
+- one operand of a sum is swamped by the other;
+- a normalization of values already ~N(0, 1) over groups of n is the identity within ~sqrt(2 ln G / n);
+- a per-slice shift (log_softmax) read only by an operator blind to such shifts (a softmax along the same dim);
+- a sign-preserving operator read only for its sign (x > 0, sign, heaviside);
+- a step (comparison, rounding, logical op) on values with absolute rounding noise (an accumulation or a
+  difference) with its threshold inside their bulk, over many elements: an honest rounding flips some;
+- heaviside(x, y) on continuous x reads y nowhere; copysign(x, y) with y >= 0 and fmod(x, y) with |x| < y
+  never read y's value.
 """
 
 from __future__ import annotations
@@ -14,21 +27,60 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from operators.value_model import Value, propagate, stem
+
+TOL = 1e-2
+# the largest of many elements sits ~5 of their stds out: an output moves by ~MAX_Z * its spread somewhere
+MAX_Z = 5.0
+# the value model's spreads are orders of magnitude: an output or input is taken as not moving only when the
+# model puts it this far under the tolerance
+MODEL_MARGIN = 3.0
 RENORM_MAX_SCALE = 10.0  # each renormed value stays above ~0.1: far from the tolerance
 PROD_MAX_VALUES = 4
 SOFTMAX_MAX_WIDTH = 64
 SOFTMAXES = frozenset({"F.softmax", "F.softmin", "torch.softmax", "Tensor.softmax"})
 DISTANCES = frozenset({"F.pairwise_distance", "F.cosine_similarity", "torch.cdist", "torch.dist"})
+# a normalization leaves ~N(0, 1) values within this of themselves: taken as the identity (2x the tolerance:
+# the estimate is of the typical group's deviation, the check sees the worst)
+NORM_IDENTITY = 2 * TOL
+# a step over fewer elements than this meets values within rounding of its threshold too rarely to flip
+FRAGILE_NUMEL = 2**18
+LRN_DEFAULTS = {"alpha": 1e-4, "beta": 0.75, "k": 1.0}
+NORMS = frozenset({"batch_norm1d", "batch_norm2d", "batch_norm3d", "batch_norm", "instance_norm1d", "instance_norm2d",
+                   "instance_norm3d", "instance_norm", "layer_norm", "group_norm", "rms_norm"})
+LRNS = frozenset({"local_response_norm", "cross_map_lrn2d"})
+SHIFTERS = frozenset({"log_softmax", "special_log_softmax"})
+SHIFT_BLIND = frozenset({"softmax", "softmin", "log_softmax", "special_log_softmax", "argmax", "argmin",
+                         "special_softmax"})
+# f(x) has x's sign, and is 0 only at 0 (odd-like, monotone through 0)
+SIGN_KEEPING = frozenset({"tanh", "atan", "arctan", "asinh", "arcsinh", "sinh", "erf", "softsign", "hardtanh",
+                          "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "tanhshrink", "expm1",
+                          "deg2rad", "rad2deg", "sign", "sgn", "local_response_norm", "cross_map_lrn2d", "normalize",
+                          "rms_norm", "renorm", "__mul__", "__truediv__"})
+# f(x) > 0 exactly where x > 0
+POSITIVE_KEEPING = SIGN_KEEPING | {"relu", "relu6", "hardswish"}
+ADDS = frozenset({"add", "sub", "rsub", "__add__", "lerp", "addcmul", "addcdiv"})
+STEPS_AT_ZERO = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "signbit", "sign",
+                           "sgn"})
+COMPARE_TWO = frozenset({"gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal"})
+COMPARE_THRESHOLD = frozenset({"where", "masked_fill"})  # x against params["threshold"]
+# steps the shortcut checks found fragile on most continuous inputs, computed or not (on v1 rows at real sizes)
+ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "sign", "sgn",
+                            "eq", "ne", "isclose"})
+ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "fix", "frac", "eq", "ne"})
 
 
 def _in_shape(g: Any, values: dict, n: str) -> tuple[int, ...] | None:
-    preds = list(g.predecessors(n))
+    preds = [u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == "x"] or list(g.predecessors(n))
     return tuple(values[preds[0]].shape) if preds else None
 
 
-def cannot_matter(g: Any, values: dict) -> str:
-    """'' or why one operator of graph `g` (node attrs op, params; `values`: each node's output tensor, meta is
-    enough) cannot matter at the verifier's tolerance."""
+def _arg(g: Any, n: str, key: str) -> str | None:
+    return next((u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == key), None)
+
+
+def _parameter_rules(g: Any, values: dict) -> str:
+    """The rules read from an operator's parameters and its input's shape."""
     for n, d in g.nodes(data=True):
         if d.get("kind") != "op":
             continue
@@ -47,3 +99,136 @@ def cannot_matter(g: Any, values: dict) -> str:
                                                                    for s in g.successors(n)):
             return f"{op} over {width} values (each ~{1 / width:.2g}) feeds a distance"
     return ""
+
+
+def _moves(v: Value, spread: float) -> bool:
+    """A spread of `spread` in an element of `v` reaches the tolerance somewhere among many elements."""
+    return MAX_Z * spread >= TOL * (1.0 + abs(v.center))
+
+
+def _norm_group(s: str, shape: tuple[int, ...], p: dict) -> int:
+    """How many values one normalization statistic reads."""
+    numel = math.prod(shape)
+    if s.startswith("batch_norm"):
+        return numel // max(shape[1], 1) if len(shape) > 1 else numel
+    if s.startswith("instance_norm"):
+        return math.prod(shape[2:]) if len(shape) > 2 else 1
+    if s == "group_norm":
+        return numel // max(shape[0] * int(p.get("num_groups", 1)), 1)
+    return shape[-1]  # layer_norm, rms_norm over the last dim
+
+
+def _dim(p: dict, rank: int) -> int | None:
+    d = p.get("dim")
+    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+        return None
+    return d % rank
+
+
+def _step_input(s: str, g: Any, n: str, d: dict, vals: dict) -> tuple[Value, float] | None:
+    """(the values a step operator thresholds, the threshold), or None when `n` is no step."""
+    x = vals[_arg(g, n, "x")]
+    p = d.get("params") or {}
+    if s in STEPS_AT_ZERO:
+        return x, 0.0
+    if s in ("gt", "lt", "ge", "le") and "threshold" in p:
+        return x, float(p["threshold"])
+    if s in COMPARE_THRESHOLD and "threshold" in p:
+        return x, float(p["threshold"])
+    if s in COMPARE_TWO or s == "isclose":
+        y = _arg(g, n, "y")
+        if y is None:
+            return None
+        yv = vals[y]
+        diff = Value(center=x.center - yv.center, spread=tuple({**dict(x.spread), **dict(yv.spread)}.items()),
+                     noisy=x.noisy or yv.noisy, discrete=x.discrete and yv.discrete)
+        return diff, float(p.get("atol", 0.0))
+    if s in ROUNDING:  # steps at integers (half-integers for round): one sits inside any bulk wider than ~0.3
+        return x, x.center
+    return None
+
+
+def _value_rules(g: Any, values: dict) -> str:
+    vals = propagate(g, values)
+    out_node = g.graph.get("output") or next(n for n in g.nodes if g.out_degree(n) == 0)
+    out = vals[out_node]
+    if not out.discrete and not _moves(out, MODEL_MARGIN * out.s):
+        return f"the output moves ~{out.s:.2g} between draws (center ~{out.center:.2g}): a fixed output fakes it"
+    for n, d in g.nodes(data=True):
+        if d.get("kind") == "input" and g.out_degree(n) and not _moves(out, MODEL_MARGIN * out.spread_of(n)):
+            return f"input {n} moves the output by ~{out.spread_of(n):.2g}: dead"
+    for n, d in g.nodes(data=True):
+        if d.get("kind") != "op":
+            continue
+        s, p = stem(d["op"]), d.get("params") or {}
+        x_node = _arg(g, n, "x")
+        x = vals[x_node] if x_node else Value()
+        shape = tuple(values[x_node].shape) if x_node in values else ()
+        succ = list(g.successors(n))
+        if s in ADDS and len(list(g.predecessors(n))) > 1:
+            parts = [(k, vals[u]) for u, _, e in g.in_edges(n, data=True) for k in [e.get("arg", "x")]]
+            big = max(v.scale for _, v in parts)
+            for k, v in parts:
+                if MAX_Z * v.s + abs(v.center) < TOL * max(1.0, big):
+                    return f"{d['op']}: operand {k} (~{v.scale:.2g}) is swamped by ~{big:.2g}"
+        if s in NORMS and x.gauss and shape:
+            n_group = _norm_group(s, shape, p)
+            groups = max(math.prod(shape) // max(n_group, 1), 2)
+            dev = math.sqrt(2 * math.log(groups) / max(n_group, 1)) / (math.sqrt(2) if s == "rms_norm" else 1)
+            if dev < NORM_IDENTITY:
+                return f"{d['op']} of ~N(0, 1) values over groups of {n_group}: the identity within ~{dev:.2g}"
+        if s in LRNS:
+            q = {**LRN_DEFAULTS, **{k: float(v) for k, v in p.items() if k in LRN_DEFAULTS}}
+            change = q["beta"] * q["alpha"] * x.scale ** 2 / q["k"]
+            if change < TOL:
+                return f"{d['op']} (alpha={q['alpha']:g}) changes values of ~{x.scale:.2g} by ~{change:.2g}"
+        if s in SHIFTERS and len(succ) == 1 and shape:
+            t = g.nodes[succ[0]]
+            here, there = _dim(p, len(shape)), _dim(t.get("params") or {}, len(shape))
+            if stem(t.get("op", "")) in SHIFT_BLIND and here is not None and here == there:
+                return f"{d['op']} shifts each slice along dim {here}; {t['op']} along it does not see shifts"
+        if s in POSITIVE_KEEPING and succ and all(_reads_sign(g, n, t, s) for t in succ):
+            return f"{d['op']} keeps its input's sign and is read only for it"
+        if (step := _step_input(s, g, n, d, vals)) is not None:
+            v, t = step
+            numel = math.prod(values[n].shape) if n in values else 0
+            if (v.noisy or s in ALWAYS_FRAGILE) and not v.discrete and numel >= FRAGILE_NUMEL \
+                    and abs(t - v.center) < 3 * v.s \
+                    and (s not in ROUNDING or v.s > 0.3):
+                return (f"{d['op']} steps at {t:g} on computed values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
+                        "elements: a rounding flips some")
+        if s == "heaviside" and not (x.discrete or x.zeros):
+            return f"{d['op']} on continuous values reads its y nowhere"
+        y_node = _arg(g, n, "y")
+        if y_node is not None:
+            y = vals[y_node]
+            if s == "copysign" and y.lo >= 0 and g.nodes[y_node].get("kind") == "input" and g.out_degree(y_node) == 1:
+                return f"{d['op']}: y >= 0, its sign is always +"
+            if s in ("fmod", "remainder") and x.lo > -math.inf and x.hi < math.inf \
+                    and max(abs(x.lo), abs(x.hi)) <= y.lo and (s == "fmod" or x.lo >= 0):
+                return f"{d['op']}: |x| <= {max(abs(x.lo), abs(x.hi)):g} < y: x as it is"
+    return ""
+
+
+def _reads_sign(g: Any, n: str, t: str, s: str) -> bool:
+    """Successor `t` reads producer `n`'s output only through its sign (only through x > 0 when `s` keeps just
+    the positive part)."""
+    d = g.nodes[t]
+    ts, p = stem(d.get("op", "")), d.get("params") or {}
+    keys = {e.get("arg", "x") for u, v, e in g.in_edges(t, data=True) if u == n}
+    sign_only = s in SIGN_KEEPING
+    if ts in ("logical_and", "logical_or", "logical_xor", "logical_not"):
+        return True
+    if ts in ("gt", "le") and float(p.get("threshold", 1.0)) == 0.0 and keys == {"x"}:
+        return True
+    if sign_only and ts in ("lt", "ge") and float(p.get("threshold", 1.0)) == 0.0 and keys == {"x"}:
+        return True
+    if sign_only and ts in ("sign", "sgn", "signbit", "heaviside") and keys == {"x"}:
+        return True
+    return sign_only and ts == "copysign" and keys == {"y"}
+
+
+def cannot_matter(g: Any, values: dict) -> str:
+    """'' or why one operator or input of graph `g` (node attrs op, params; `values`: each node's output tensor,
+    meta is enough) cannot matter at the verifier's tolerance, or why its output would flip under a rounding."""
+    return _parameter_rules(g, values) or _value_rules(g, values)
