@@ -212,8 +212,11 @@ def _p_normalize(c: Ctx) -> Value:
 
 def _softmax(c: Ctx) -> Value:
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
-    # e**x tails: the largest of many outputs is ~20x the typical 1/n, and moves as much
-    return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(c.x.spread, min(1.0, 20.0 / n)), noisy=True)
+    # each output is ~e**(x - mean) / n and moves by that times its input's move: the largest sit where the input
+    # is highest, ~3 stds up for an unbounded input (~20x the typical 1/n), at its bound for a bounded one
+    x = c.x
+    top = math.exp(min(x.hi - x.center, 3.0 * x.s, 30.0))
+    return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(x.spread, min(1.0, top / n)), noisy=True)
 
 
 def _log_softmax(c: Ctx) -> Value:
@@ -249,10 +252,18 @@ def _xlogy(c: Ctx) -> Value:
 
 
 def _extreme(c: Ctx) -> Value:
-    """max, min, median, quantiles over k values: an order statistic moves less than one value."""
+    """max, min, median, quantiles over k values: an order statistic moves less than one value; the max of k
+    sits ~sqrt(2 ln k) stds up (the min as far down)."""
     k = max(c.fan, 2)
-    return Value(lo=c.x.lo, hi=c.x.hi, center=c.x.center, spread=_times(c.x.spread, 1.0 / math.sqrt(2 * math.log(k))),
-                 noisy=c.x.noisy)
+    up = math.sqrt(2 * math.log(k))
+    s = stem(c.op)
+    shift = up if s in ("amax", "max", "logsumexp", "special_logsumexp") or s.startswith(
+        ("max_pool", "adaptive_max_pool")) else -up if s in ("amin", "min") else 0.0
+    center = c.x.center + shift * c.x.s
+    if s in ("logsumexp", "special_logsumexp"):
+        center = c.x.center + 0.5 * c.x.s ** 2 + math.log(k)
+    return Value(lo=c.x.lo, hi=c.x.hi, center=min(max(center, c.x.lo), c.x.hi),
+                 spread=_times(c.x.spread, 1.0 / up), noisy=c.x.noisy)
 
 
 def _spread_stat(c: Ctx) -> Value:
@@ -416,7 +427,7 @@ def rule_for(op: str) -> Rule:
     """The value rule of catalog operator `op` (its primary input's values when the tables do not name it)."""
     s = stem(op)
     if s.startswith(("max_pool", "adaptive_max_pool")):
-        return _same
+        return _extreme
     if s.startswith(("conv", "conv_transpose")):
         return _linear_mix
     return RULES.get(s, _same)

@@ -51,7 +51,10 @@ NORMS = frozenset({"batch_norm1d", "batch_norm2d", "batch_norm3d", "batch_norm",
 LRNS = frozenset({"local_response_norm", "cross_map_lrn2d"})
 SHIFTERS = frozenset({"log_softmax", "special_log_softmax"})
 SHIFT_BLIND = frozenset({"softmax", "softmin", "log_softmax", "special_log_softmax", "argmax", "argmin",
-                         "special_softmax"})
+                         "special_softmax", "diff"})
+# smooth rectifiers are within the tolerance of the identity (not exactly it: an exact identity is a fair skip)
+# on inputs over ~6
+SMOOTH_RECTIFIERS = frozenset({"gelu", "silu", "mish", "softplus"})
 # f(x) has x's sign, and is 0 only at 0 (odd-like, monotone through 0)
 SIGN_KEEPING = frozenset({"tanh", "atan", "arctan", "asinh", "arcsinh", "sinh", "erf", "softsign", "hardtanh",
                           "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "tanhshrink", "expm1",
@@ -68,6 +71,11 @@ COMPARE_THRESHOLD = frozenset({"where", "masked_fill"})  # x against params["thr
 ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "sign", "sgn",
                             "eq", "ne", "isclose"})
 ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "fix", "frac", "eq", "ne"})
+
+
+def normalizes_normal(op: str) -> bool:
+    """`op` standardizes its input (mean 0, std 1 per group): on ~N(0, 1) values it is about the identity."""
+    return stem(op) in NORMS
 
 
 def _in_shape(g: Any, values: dict, n: str) -> tuple[int, ...] | None:
@@ -187,10 +195,14 @@ def _value_rules(g: Any, values: dict) -> str:
             here, there = _dim(p, len(shape)), _dim(t.get("params") or {}, len(shape))
             if stem(t.get("op", "")) in SHIFT_BLIND and here is not None and here == there:
                 return f"{d['op']} shifts each slice along dim {here}; {t['op']} along it does not see shifts"
+        if s in SMOOTH_RECTIFIERS and x.center - 3 * x.s > 6.0:
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g} is about the identity"
         if s in POSITIVE_KEEPING and succ and all(_reads_sign(g, n, t, s) for t in succ):
             return f"{d['op']} keeps its input's sign and is read only for it"
         if (step := _step_input(s, g, n, d, vals)) is not None:
             v, t = step
+            if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (v.hi <= t or v.lo > t):
+                return f"{d['op']} steps at {t:g} on values in [{v.lo:g}, {v.hi:g}]: one side only"
             numel = math.prod(values[n].shape) if n in values else 0
             if (v.noisy or s in ALWAYS_FRAGILE) and not v.discrete and numel >= FRAGILE_NUMEL \
                     and abs(t - v.center) < 3 * v.s \
