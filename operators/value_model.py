@@ -76,8 +76,8 @@ def input_value(name: str, draw: str) -> Value:
     """A graph input as get_inputs draws it."""
     if draw == "randn":
         return Value(center=0.0, spread=((name, 1.0),), gauss=True)
-    if draw == "rand":
-        return Value(lo=0.0, hi=1.0, center=0.5, spread=((name, 0.29),))
+    if draw == "rand":  # torch.rand draws multiples of 2**-24: a real-size input holds exact zeros
+        return Value(lo=0.0, hi=1.0, center=0.5, spread=((name, 0.29),), zeros=True)
     if draw == "rand1":
         return Value(lo=1.0, hi=2.0, center=1.5, spread=((name, 0.29),))
     if draw == "sign":
@@ -215,12 +215,16 @@ def _softmax(c: Ctx) -> Value:
     # each output is ~e**(x - mean) / n and moves by that times its input's move: the largest sit where the input
     # is highest, ~3 stds up for an unbounded input (~20x the typical 1/n), at its bound for a bounded one
     x = c.x
+    if n == 1:  # over one value: 1 everywhere
+        return Value(lo=1.0, hi=1.0, center=1.0, discrete=True)
     top = math.exp(min(x.hi - x.center, 3.0 * x.s, 30.0))
     return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(x.spread, min(1.0, top / n)), noisy=True)
 
 
 def _log_softmax(c: Ctx) -> Value:
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
+    if n == 1:  # over one value: 0 everywhere
+        return Value(lo=0.0, hi=0.0, center=0.0, discrete=True)
     return Value(hi=0.0, center=c.x.center - math.log(max(n, 1)) - 0.5 * c.x.s ** 2, spread=c.x.spread, noisy=True)
 
 
@@ -259,11 +263,15 @@ def _extreme(c: Ctx) -> Value:
     s = stem(c.op)
     shift = up if s in ("amax", "max", "logsumexp", "special_logsumexp") or s.startswith(
         ("max_pool", "adaptive_max_pool")) else -up if s in ("amin", "min") else 0.0
-    center = c.x.center + shift * c.x.s
+    x = c.x
+    center = x.center + shift * x.s
     if s in ("logsumexp", "special_logsumexp"):
-        center = c.x.center + 0.5 * c.x.s ** 2 + math.log(k)
-    return Value(lo=c.x.lo, hi=c.x.hi, center=min(max(center, c.x.lo), c.x.hi),
-                 spread=_times(c.x.spread, 1.0 / up), noisy=c.x.noisy)
+        center = x.center + 0.5 * x.s ** 2 + math.log(k)
+    elif center >= x.hi or center <= x.lo:  # the extreme of k bounded values sits at the bound, ~range/k off it
+        width = (x.hi - x.lo) / k
+        return Value(lo=x.lo, hi=x.hi, center=x.hi if center >= x.hi else x.lo,
+                     spread=_times(x.spread, width / max(x.s, 1e-30)), noisy=x.noisy)
+    return Value(lo=x.lo, hi=x.hi, center=center, spread=_times(x.spread, 1.0 / up), noisy=x.noisy)
 
 
 def _spread_stat(c: Ctx) -> Value:
@@ -330,11 +338,25 @@ def _clamp(c: Ctx) -> Value:
     elif stem(c.op) == "clamp_max":
         lo = -INF
     x = c.x
+    if x.center - 3 * x.s >= hi or x.center + 3 * x.s <= lo:  # all beyond one bound: that bound
+        return Value(lo=hi if x.center > hi else lo, hi=hi if x.center > hi else lo, center=min(max(x.center, lo), hi),
+                     spread=_times(x.spread, 1e-3), discrete=True)
     return replace(x, lo=max(x.lo, lo), hi=min(x.hi, hi), center=min(max(x.center, lo), hi), gauss=False)
 
 
 def _embedding(c: Ctx) -> Value:
     return Value(center=0.0, spread=_times(c.x.spread, 1.0 / max(c.x.s, 1e-30)), gauss=True)
+
+
+def _loss(c: Ctx) -> Value:
+    """A loss compares its operands elementwise and averages over what it reduces."""
+    k = c.fan
+    sp = _merge(*(v.spread for v in c.args.values()))
+    return Value(lo=0.0, center=max(c.x.scale, 0.5), spread=_times(sp, 1.0 / math.sqrt(k)), noisy=True)
+
+
+def _log_sigmoid(c: Ctx) -> Value:
+    return Value(hi=0.0, center=-0.7, spread=_times(c.x.spread, 0.5), noisy=c.x.noisy)
 
 
 def _abs(c: Ctx) -> Value:
@@ -383,7 +405,8 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _bounded(-1.0, 1.0, 1.0): ("tanh", "softsign", "hardtanh", "erf", "atan", "arctan"),
     _rectify(True): ("relu", "relu6", "threshold", "softshrink", "hardshrink"),
     _rectify(False): ("leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardswish", "prelu", "glu",
-                      "softplus", "log_sigmoid", "logsigmoid", "tanhshrink"),
+                      "softplus", "tanhshrink"),
+    _log_sigmoid: ("log_sigmoid", "logsigmoid"),
     _unit_steps: ("gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal", "eq", "ne", "isclose",
                   "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "one_hot"),
     _levels: ("sign", "sgn", "round", "floor", "ceil", "trunc", "fix"),
@@ -430,6 +453,9 @@ def rule_for(op: str) -> Rule:
         return _extreme
     if s.startswith(("conv", "conv_transpose")):
         return _linear_mix
+    if s.endswith("_loss") or s in ("kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                                    "cross_entropy", "multilabel_soft_margin_loss"):
+        return _loss
     return RULES.get(s, _same)
 
 

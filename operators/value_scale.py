@@ -16,8 +16,13 @@ By the value model:
 - a normalization of values already ~N(0, 1) over groups of n is the identity within ~sqrt(2 ln G / n);
 - a per-slice shift (log_softmax) read only by an operator blind to such shifts (a softmax along the same dim);
 - a sign-preserving operator read only for its sign (x > 0, sign, heaviside);
-- a step (comparison, rounding, logical op) on values with absolute rounding noise (an accumulation or a
-  difference) with its threshold inside their bulk, over many elements: an honest rounding flips some;
+- a step (comparison, rounding, logical op) on continuous values with its threshold inside their bulk, over
+  many elements: an honest rounding, or the screen's move scaled to the real size, flips some; one with every
+  value on one side of it (log_softmax > 0.5, amax of many values <= 0) or rounding values onto one level is
+  constant;
+- a saturating function (sigmoid, tanh, erf) of values spread over tens of units sits at its bounds; a pole
+  (reciprocal, log) at the exact zeros a real-size torch.rand input holds is not finite; atanh, erfinv and logit
+  of values reaching 1 are infinitely steep there;
 - heaviside(x, y) on continuous x reads y nowhere; copysign(x, y) with y >= 0 and fmod(x, y) with |x| < y
   never read y's value.
 """
@@ -70,6 +75,14 @@ COMPARE_THRESHOLD = frozenset({"where", "masked_fill"})  # x against params["thr
 # steps the shortcut checks found fragile on most continuous inputs, computed or not (on v1 rows at real sizes)
 ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "sign", "sgn",
                             "eq", "ne", "isclose"})
+# bounded functions flat (to float32) a few units from 0: on values spread this wide most outputs sit at a bound
+SATURATING = frozenset({"sigmoid", "expit", "ndtr", "tanh", "erf", "hardtanh", "hardsigmoid"})
+SATURATED = 20.0
+# a step this many stds from its input's center sees (practically) one side only
+ONE_SIDE = 6.0
+POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digamma", "psi", "lgamma", "gammaln",
+                           "polygamma"})
+POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit"})  # and at -1 / 0: unbounded slope at the edge
 ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "fix", "frac", "eq", "ne"})
 
 
@@ -201,14 +214,29 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} keeps its input's sign and is read only for it"
         if (step := _step_input(s, g, n, d, vals)) is not None:
             v, t = step
-            if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (v.hi <= t or v.lo > t):
-                return f"{d['op']} steps at {t:g} on values in [{v.lo:g}, {v.hi:g}]: one side only"
+            if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (
+                    v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
+                return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
+            if s in ("floor", "ceil", "trunc", "fix", "round") and v.lo > -math.inf and v.hi < math.inf and (
+                    _level(s, v.lo + 1e-9 * (v.hi - v.lo)) == _level(s, v.hi - 1e-9 * (v.hi - v.lo))):
+                return f"{d['op']} of values in [{v.lo:g}, {v.hi:g}]: one level"
             numel = math.prod(values[n].shape) if n in values else 0
-            if (v.noisy or s in ALWAYS_FRAGILE) and not v.discrete and numel >= FRAGILE_NUMEL \
-                    and abs(t - v.center) < 3 * v.s \
+            if not v.discrete and numel >= FRAGILE_NUMEL and abs(t - v.center) < ONE_SIDE * v.s \
                     and (s not in ROUNDING or v.s > 0.3):
-                return (f"{d['op']} steps at {t:g} on computed values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
+                return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
                         "elements: a rounding flips some")
+        if s in SATURATING and (x.s > SATURATED or abs(x.center) - 3 * x.s > SATURATED / 2):
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: saturated"
+        if s in POLES_AT_ZERO and x.zeros and x.lo <= 0.0 <= x.hi:
+            return f"{d['op']} of values with exact zeros: not finite"
+        if s in POLES_AT_ONE and x.hi >= 1.0 and not x.discrete:
+            return f"{d['op']} of values up to {x.hi:g}: infinitely steep there, a rounding moves it past the tolerance"
+        if s in ("tril", "triu") and len(shape) >= 2:
+            r, cols = shape[-2], shape[-1]
+            lower = (min(r, cols) * (min(r, cols) + 1) / 2 + max(0, r - cols) * cols) / (r * cols)
+            kept = lower if s == "tril" else 1 - lower + min(r, cols) / (r * cols)
+            if kept < 0.01:
+                return f"{d['op']} of a {r}x{cols} matrix keeps {kept:.2%} of it: the rest is 0"
         if s == "heaviside" and not (x.discrete or x.zeros):
             return f"{d['op']} on continuous values reads its y nowhere"
         y_node = _arg(g, n, "y")
@@ -220,6 +248,10 @@ def _value_rules(g: Any, values: dict) -> str:
                     and max(abs(x.lo), abs(x.hi)) <= y.lo and (s == "fmod" or x.lo >= 0):
                 return f"{d['op']}: |x| <= {max(abs(x.lo), abs(x.hi)):g} < y: x as it is"
     return ""
+
+
+def _level(s: str, v: float) -> float:
+    return {"floor": math.floor, "ceil": math.ceil, "round": round}.get(s, math.trunc)(v)
 
 
 def _reads_sign(g: Any, n: str, t: str, s: str) -> bool:

@@ -116,7 +116,7 @@ def test_a_sign_keeping_op_read_only_for_its_sign_is_skippable():
     assert cannot_matter(*read) == ""
 
 
-def test_a_step_on_accumulated_values_over_many_elements_is_fragile_on_few_it_is_not():
+def test_a_step_on_continuous_values_over_many_elements_is_fragile_on_few_or_on_levels_it_is_not():
     shape = (64, 1024, 64)
     many = _g({"x": ("randn", shape)}, [("c", "torch.cumsum", {"dim": 1}, {"x": "x"}, shape),
                                        ("s", "Tensor.gt", {"threshold": 0.0}, {"x": "c"}, shape)])
@@ -124,14 +124,35 @@ def test_a_step_on_accumulated_values_over_many_elements_is_fragile_on_few_it_is
     few = _g({"x": ("randn", (4, 16, 8))}, [("c", "torch.cumsum", {"dim": 1}, {"x": "x"}, (4, 16, 8)),
                                            ("s", "Tensor.gt", {"threshold": 0.0}, {"x": "c"}, (4, 16, 8))])
     assert cannot_matter(*few) == ""
-    raw = _g({"x": ("randn", shape)}, [("s", "Tensor.gt", {"threshold": 0.0}, {"x": "x"}, shape)])
-    assert cannot_matter(*raw) == ""  # an input's own rounding is relative: no value crosses 0
+    levels = _g({"x": ("sign", shape)}, [("s", "Tensor.gt", {"threshold": 0.0}, {"x": "x"}, shape)])
+    assert cannot_matter(*levels) == ""
 
 
 def test_a_step_with_every_value_on_one_side_is_constant():
     g = _g({"x": ("randn", (8, 32))}, [("a", "F.log_softmax", {"dim": 1}, {"x": "x"}, (8, 32)),
                                       ("b", "torch.where", {"threshold": 0.5}, {"x": "a", "y": "x"}, (8, 32))])
     assert "one side only" in cannot_matter(*g)
+
+
+def test_ceil_of_unit_values_is_one_level_reciprocal_of_them_not_finite_atanh_too_steep():
+    ceil = _g({"x": ("rand", (8, 32))}, [("c", "torch.ceil", {}, {"x": "x"}, (8, 32))])
+    assert "one level" in cannot_matter(*ceil)
+    assert "one level" not in cannot_matter(*_g({"x": ("randn", (8, 32))}, [("c", "torch.ceil", {}, {"x": "x"}, (8, 32))]))
+    inv = _g({"x": ("rand", (8, 32))}, [("r", "torch.reciprocal", {}, {"x": "x"}, (8, 32))])
+    assert "not finite" in cannot_matter(*inv)
+    inv1 = _g({"x": ("rand1", (8, 32))}, [("r", "torch.reciprocal", {}, {"x": "x"}, (8, 32))])
+    assert cannot_matter(*inv1) == ""
+    steep = _g({"x": ("rand", (8, 32))}, [("a", "torch.atanh", {}, {"x": "x"}, (8, 32))])
+    assert "steep" in cannot_matter(*steep)
+
+
+def test_a_sigmoid_of_widely_spread_values_is_saturated():
+    wide = _g({"x": ("randn", (8, 4096))}, [("t", "torch.sum", {"dim": 1, "keepdim": True}, {"x": "x"}, (8, 1)),
+                                           ("e", "torch.exp", {}, {"x": "x"}, (8, 4096)),
+                                           ("s", "torch.sigmoid", {}, {"x": "t"}, (8, 1))])
+    assert "saturated" in cannot_matter(*wide)
+    unit = _g({"x": ("randn", (8, 4096))}, [("s", "torch.sigmoid", {}, {"x": "x"}, (8, 4096))])
+    assert cannot_matter(*unit) == ""
 
 
 def test_heaviside_on_continuous_values_never_reads_y_on_steps_it_does():
