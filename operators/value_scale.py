@@ -91,6 +91,11 @@ def normalizes_normal(op: str) -> bool:
     return stem(op) in NORMS
 
 
+def pole_at_zero(op: str) -> bool:
+    """`op` is infinite at 0 (reciprocal, log): the exact zeros of a real-size torch.rand input make it so."""
+    return stem(op) in POLES_AT_ZERO
+
+
 def _in_shape(g: Any, values: dict, n: str) -> tuple[int, ...] | None:
     preds = [u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == "x"] or list(g.predecessors(n))
     return tuple(values[preds[0]].shape) if preds else None

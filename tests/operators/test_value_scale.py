@@ -199,3 +199,19 @@ def test_the_sampler_gives_a_first_norm_values_it_changes():
         if normalizes_normal(op):
             firsts.append(inputs[0]["draw"])
     assert firsts and all(d == "rand" for d in firsts)
+
+
+def test_the_sampler_gives_a_first_pole_at_zero_values_away_from_zero():
+    import dataclasses
+    import json
+
+    from operators.sample import sample_tasks
+    from operators.value_scale import pole_at_zero
+    from pipeline.rundir.config import load_preset
+
+    cfg = dataclasses.replace(load_preset("h200").sample, value_scale_rule=True, prescreen="off",
+                              categories=("elementwise",), min_ops=1, max_ops=1)
+    rows = sample_tasks(cfg, 9, range(30), set())
+    draws = [next(n["draw"] for n in json.loads(r["graph"])["nodes"] if n["kind"] == "input")
+             for r in rows if pole_at_zero(r["ops"][0])]
+    assert draws and all(d == "rand1" for d in draws)
