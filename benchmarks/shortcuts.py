@@ -20,7 +20,10 @@ shortcuts/, and counts per kind the profile stage's findings it catches and the 
 with one model per task and once with each draw's own weights (profile.shortcut_fresh_weights), and counts the rows
 each flags (shortcuts_fresh_weights.json). --scaled-flags N screens the first N sample rows with the fragility check
 alone and counts the rows the scaled move flags and those measured again with the real move and let through as
-smooth (shortcuts_scaled_flags.json)."""
+smooth (shortcuts_scaled_flags.json). --sampler-screen N samples N h200 draws twice in one process, the value-scale
+rule (operators/value_scale.py) off then on, each draw screened once by the pre-screen in record mode, and reports
+per side the share of draws the screen flags, by kind, and the sample stage's CPU seconds per task
+(shortcuts_sampler_screen.json; --records FILE keeps each draw's record for grouping the flagged ones by cause)."""
 
 from __future__ import annotations
 

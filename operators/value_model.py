@@ -33,7 +33,8 @@ class Value:
     spread: tuple[tuple[str, float], ...] = ()  # (graph input, element's draw-to-draw std from it)
     gauss: bool = False     # iid ~N(0, 1) per slice: a normalization of it is about the identity
     discrete: bool = False  # a few levels ({0, 1}, signs, integers): a step on it does not flip under rounding
-    zeros: bool = False     # many exact zeros (relu, steps, pads)
+    zeros: bool = False     # many exact zeros (relu, steps, pads): a step at 0 sees them on it, unmoved by rounding
+    some_zeros: bool = False  # a few exact zeros (a real-size torch.rand input's): a pole at 0 meets them
     noisy: bool = False     # an accumulation or a difference: rounding noise near 0 is absolute, not relative
 
     @property
@@ -77,7 +78,7 @@ def input_value(name: str, draw: str) -> Value:
     if draw == "randn":
         return Value(center=0.0, spread=((name, 1.0),), gauss=True)
     if draw == "rand":  # torch.rand draws multiples of 2**-24: a real-size input holds exact zeros
-        return Value(lo=0.0, hi=1.0, center=0.5, spread=((name, 0.29),), zeros=True)
+        return Value(lo=0.0, hi=1.0, center=0.5, spread=((name, 0.29),), some_zeros=True)
     if draw == "rand1":
         return Value(lo=1.0, hi=2.0, center=1.5, spread=((name, 0.29),))
     if draw == "sign":

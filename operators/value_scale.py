@@ -78,6 +78,15 @@ ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical
 # bounded functions flat (to float32) a few units from 0: on values spread this wide most outputs sit at a bound
 SATURATING = frozenset({"sigmoid", "expit", "ndtr", "tanh", "erf", "hardtanh", "hardsigmoid"})
 SATURATED = 20.0
+# a flip upstream of an average or sum over DAMP_FAN values (a product over MIX_FAN) moves the output under the
+# tolerance: the shortcut checks see no fragility through it
+DAMPING = frozenset({"mean", "nanmean", "sum", "nansum", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+                     "adaptive_avg_pool2d", "adaptive_avg_pool3d", "var", "std", "var_mean", "std_mean", "norm",
+                     "vector_norm", "trapezoid", "trapz", "cosine_similarity", "pairwise_distance"})
+MIXING = frozenset({"matmul", "__matmul__", "mm", "bmm", "linear", "einsum", "inner", "tensordot", "vecdot", "mv",
+                    "addmm", "baddbmm", "addbmm", "addmv", "multi_dot"})
+DAMP_FAN = 256
+MIX_FAN = 2048
 # a step this many stds from its input's center sees (practically) one side only
 ONE_SIDE = 6.0
 POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digamma", "psi", "lgamma", "gammaln",
@@ -219,6 +228,8 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} keeps its input's sign and is read only for it"
         if (step := _step_input(s, g, n, d, vals)) is not None:
             v, t = step
+            if v.zeros and t == v.lo:  # x > 0 on relu-like values: the ones on the step are exact zeros, unmoved
+                continue
             if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (
                     v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
                 return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
@@ -226,13 +237,13 @@ def _value_rules(g: Any, values: dict) -> str:
                     _level(s, v.lo + 1e-9 * (v.hi - v.lo)) == _level(s, v.hi - 1e-9 * (v.hi - v.lo))):
                 return f"{d['op']} of values in [{v.lo:g}, {v.hi:g}]: one level"
             numel = math.prod(values[n].shape) if n in values else 0
-            if not v.discrete and numel >= FRAGILE_NUMEL and abs(t - v.center) < ONE_SIDE * v.s \
+            if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) and abs(t - v.center) < ONE_SIDE * v.s \
                     and (s not in ROUNDING or v.s > 0.3):
                 return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
                         "elements: a rounding flips some")
         if s in SATURATING and (x.s > SATURATED or abs(x.center) - 3 * x.s > SATURATED / 2):
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: saturated"
-        if s in POLES_AT_ZERO and x.zeros and x.lo <= 0.0 <= x.hi:
+        if s in POLES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0 <= x.hi:
             return f"{d['op']} of values with exact zeros: not finite"
         if s in POLES_AT_ONE and x.hi >= 1.0 and not x.discrete:
             return f"{d['op']} of values up to {x.hi:g}: infinitely steep there, a rounding moves it past the tolerance"
@@ -253,6 +264,32 @@ def _value_rules(g: Any, values: dict) -> str:
                     and max(abs(x.lo), abs(x.hi)) <= y.lo and (s == "fmod" or x.lo >= 0):
                 return f"{d['op']}: |x| <= {max(abs(x.lo), abs(x.hi)):g} < y: x as it is"
     return ""
+
+
+def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
+    """Every path from `n` to the output passes an average or sum over many values: one flipped element moves the
+    output by ~1/fan of its scale, under the tolerance."""
+    import networkx as nx
+
+    if n == out_node:
+        return False
+    on_path = nx.descendants(g, n) & (nx.ancestors(g, out_node) | {out_node})
+    sub = g.subgraph(on_path | {n})
+    blockers = set()
+    for m in on_path:
+        d = g.nodes[m]
+        x = _arg(g, m, "x")
+        if x is None or x not in values or m not in values:
+            continue
+        s, shape = stem(d.get("op", "")), tuple(values[x].shape)
+        fan = math.prod(shape) // max(math.prod(values[m].shape), 1)
+        if s in DAMPING and fan >= DAMP_FAN or s in MIXING and shape and shape[-1] >= MIX_FAN:
+            blockers.add(m)
+    if not blockers:
+        return False
+    if out_node in blockers:
+        return True
+    return not nx.has_path(sub.subgraph(set(sub) - blockers), n, out_node)
 
 
 def _level(s: str, v: float) -> float:

@@ -215,3 +215,20 @@ def test_the_sampler_gives_a_first_pole_at_zero_values_away_from_zero():
     draws = [next(n["draw"] for n in json.loads(r["graph"])["nodes"] if n["kind"] == "input")
              for r in rows if pole_at_zero(r["ops"][0])]
     assert draws and all(d == "rand1" for d in draws)
+
+
+def test_a_step_averaged_over_many_values_downstream_is_not_fragile():
+    shape = (64, 1024, 64)
+    out = _g({"x": ("randn", shape)}, [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, shape),
+                                      ("e", "torch.exp", {}, {"x": "s"}, shape)])
+    assert "a rounding flips some" in cannot_matter(*out)
+    averaged = _g({"x": ("randn", shape)}, [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, shape),
+                                           ("m", "torch.mean", {"dim": 1}, {"x": "s"}, (64, 64))])
+    assert "a rounding flips some" not in cannot_matter(*averaged)
+
+
+def test_a_step_at_zero_on_relu_values_is_stable():
+    shape = (64, 1024, 64)
+    g = _g({"x": ("randn", shape), "y": ("randn", shape)},
+           [("r", "torch.relu", {}, {"x": "x"}, shape), ("h", "torch.heaviside", {}, {"x": "r", "y": "y"}, shape)])
+    assert cannot_matter(*g) == ""
