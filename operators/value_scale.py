@@ -39,7 +39,7 @@ TOL = 1e-2
 MAX_Z = 5.0
 # the value model's spreads are orders of magnitude: an output or input is taken as not moving only when the
 # model puts it this far under the tolerance
-MODEL_MARGIN = 3.0
+MODEL_MARGIN = 1.5
 RENORM_MAX_SCALE = 10.0  # each renormed value stays above ~0.1: far from the tolerance
 PROD_MAX_VALUES = 4
 SOFTMAX_MAX_WIDTH = 64
@@ -237,8 +237,8 @@ def _value_rules(g: Any, values: dict) -> str:
                     _level(s, v.lo + 1e-9 * (v.hi - v.lo)) == _level(s, v.hi - 1e-9 * (v.hi - v.lo))):
                 return f"{d['op']} of values in [{v.lo:g}, {v.hi:g}]: one level"
             numel = math.prod(values[n].shape) if n in values else 0
-            if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) and abs(t - v.center) < ONE_SIDE * v.s \
-                    and (s not in ROUNDING or v.s > 0.3):
+            if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) \
+                    and abs(t - v.center) < ONE_SIDE * v.s and (s not in ROUNDING or _meets_level(s, v)):
                 return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
                         "elements: a rounding flips some")
         if s in SATURATING and (x.s > SATURATED or abs(x.center) - 3 * x.s > SATURATED / 2):
@@ -290,6 +290,14 @@ def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
     if out_node in blockers:
         return True
     return not nx.has_path(sub.subgraph(set(sub) - blockers), n, out_node)
+
+
+def _meets_level(s: str, v: Value) -> bool:
+    """The bulk of `v` holds a step of rounding op `s` (integers; half-integers for round, and for eq / ne, which
+    compare rounded values)."""
+    lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+    off = 0.5 if s in ("round", "eq", "ne") else 0.0
+    return math.floor(lo - off) + 1 + off < hi
 
 
 def _level(s: str, v: float) -> float:
