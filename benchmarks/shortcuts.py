@@ -23,7 +23,8 @@ alone and counts the rows the scaled move flags and those measured again with th
 smooth (shortcuts_scaled_flags.json). --sampler-screen N samples N h200 draws twice in one process, the value-scale
 rule (operators/value_scale.py) off then on, each draw screened once by the pre-screen in record mode, and reports
 per side the share of draws the screen flags, by kind, and the sample stage's CPU seconds per task
-(shortcuts_sampler_screen.json; --records FILE keeps each draw's record for grouping the flagged ones by cause)."""
+(shortcuts_sampler_screen.json; --records FILE keeps each draw's record for grouping the flagged ones by cause).
+--sampler-coverage N counts the catalog operators N h200 draws hold, rule off and on (shortcuts_sampler_coverage.json)."""
 
 from __future__ import annotations
 
@@ -482,6 +483,52 @@ def _write_screen(a, torch) -> None:
     print(f"wrote {out}")
 
 
+def coverage_section(n: int, seed: int) -> dict:
+    """Which catalog operators n h200 draws hold (no pre-screen), value-scale rule off and on."""
+    import collections
+
+    from operators.catalog import sampleable
+    from operators.sample import Stats, sample_tasks
+    from pipeline.rundir.config import load_preset
+
+    base = dataclasses.replace(load_preset("h200").sample, prescreen="off")
+    out: dict = {"catalog": len(sampleable())}
+    for rule in (False, True):
+        stats = Stats()
+        rows = sample_tasks(dataclasses.replace(base, value_scale_rule=rule), seed, range(n), set(), stats)
+        out["on" if rule else "off"] = {"counts": dict(collections.Counter(o for r in rows for o in r["ops"])),
+                                        "attempts": stats.attempts, "rejected": stats.rejected or {}}
+    return out
+
+
+def _write_coverage(a, torch) -> None:
+    r = coverage_section(a.sampler_coverage, a.seed)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    cmd = f"python benchmarks/shortcuts.py --sampler-coverage {a.sampler_coverage} --seed {a.seed}"
+    base = {"command": cmd, "hardware": "2-core CPU", "torch": torch.__version__, "commit": commit}
+    off, on = r["off"]["counts"], r["on"]["counts"]
+    lost = sorted(o for o in off if o not in on)
+    by_cat: dict = {}
+    from operators.catalog import REGISTRY
+
+    for side, counts in (("off", off), ("on", on)):
+        for o, k in counts.items():
+            by_cat.setdefault(REGISTRY[o].category, {"off": 0, "on": 0})[side] += k
+    headline = [{"figure": f"catalog operators in {a.sampler_coverage} h200 draws, value-scale rule off -> on",
+                 "value": f"{len(off)} -> {len(on)} of {r['catalog']}", "target": None, **base},
+                {"figure": "operators drawn with the rule off and not with it on", "value": f"{len(lost)}: "
+                 + ", ".join(f"{o} ({off[o]})" for o in sorted(lost, key=lambda o: -off[o])), "target": None, **base}]
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    print(f"{'category':<22}{'off':>6}{'on':>6}")
+    for c, v in sorted(by_cat.items()):
+        print(f"{c:<22}{v['off']:>6}{v['on']:>6}")
+    out = Path(a.out) / "shortcuts_sampler_coverage.json"
+    out.write_text(json.dumps({"headline": headline, "operator_uses_by_category": by_cat,
+                               "rejected": {k: r[k]["rejected"] for k in ("off", "on")}}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -498,6 +545,8 @@ def main() -> None:
                     "(writes shortcuts_sampler.json)")
     ap.add_argument("--sampler-screen", type=int, default=0, help="only the sampler's screen section: N h200 draws "
                     "screened in record mode, value-scale rule off and on (writes shortcuts_sampler_screen.json)")
+    ap.add_argument("--sampler-coverage", type=int, default=0, help="only the sampler's coverage section: the "
+                    "catalog operators N h200 draws hold, value-scale rule off and on (shortcuts_sampler_coverage.json)")
     ap.add_argument("--records", default=None, help="--sampler-screen: also write each draw's record to this file")
     ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the shortcuts_cuda.json of a cuda "
                     "run (writes shortcuts_cpu_vs_gpu.json)")
@@ -516,6 +565,8 @@ def main() -> None:
         return _write_sampler(a, torch)
     if a.sampler_screen:
         return _write_screen(a, torch)
+    if a.sampler_coverage:
+        return _write_coverage(a, torch)
     if a.scaled_flags:
         return _write_scaled_flags(a, torch)
     if a.against:
