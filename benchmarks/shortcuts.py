@@ -20,7 +20,11 @@ shortcuts/, and counts per kind the profile stage's findings it catches and the 
 with one model per task and once with each draw's own weights (profile.shortcut_fresh_weights), and counts the rows
 each flags (shortcuts_fresh_weights.json). --scaled-flags N screens the first N sample rows with the fragility check
 alone and counts the rows the scaled move flags and those measured again with the real move and let through as
-smooth (shortcuts_scaled_flags.json)."""
+smooth (shortcuts_scaled_flags.json). --sampler-screen N samples N h200 draws twice in one process, the value-scale
+rule (operators/value_scale.py) off then on, each draw screened once by the pre-screen in record mode, and reports
+per side the share of draws the screen flags, by kind, and the sample stage's CPU seconds per task
+(shortcuts_sampler_screen.json; --records FILE keeps each draw's record for grouping the flagged ones by cause).
+--sampler-coverage N counts the catalog operators N h200 draws hold, rule off and on (shortcuts_sampler_coverage.json)."""
 
 from __future__ import annotations
 
@@ -400,6 +404,131 @@ def sampler_section(n: int, seed: int) -> dict:
             "flagged_with_rule": left, "sampled_with_rule": len(after)}
 
 
+def screen_section(n: int, seed: int, rules: tuple[bool, ...] = (False, True)) -> dict:
+    """The pre-screen's verdicts on n h200-preset draws, in record mode (every draw kept and screened once), with
+    the value-scale rule off and on: per side the share of draws it flags (an output check's reason, a dead input,
+    a skippable operator or a fragile output), by kind, and the sample stage's CPU seconds per task (sampling and
+    screening, one process). Each side's records are returned for grouping by cause."""
+    from operators.prescreen import RECORDS_KEY, Screen
+    from operators.sample import Stats, sample_tasks
+    from pipeline.rundir.config import load_preset
+
+    full = load_preset("h200")
+    full = dataclasses.replace(full, sample=dataclasses.replace(full.sample, prescreen="record",
+                                                                prescreen_shortcuts="record"))
+    out: dict = {}
+    for rule in rules:
+        cfg = dataclasses.replace(full.sample, value_scale_rule=rule)
+        screen, stats = Screen(dataclasses.replace(full, sample=cfg), "record"), Stats()
+        cpu = time.process_time()
+        rows = sample_tasks(cfg, seed, range(n), set(), stats, screen)
+        cpu = time.process_time() - cpu
+        recs = [r for row in rows for r in row.pop(RECORDS_KEY, [])]
+        kinds = {"reason": [r for r in recs if r["reason"]], "dead": [r for r in recs if r["dead_inputs"]],
+                 "skip": [r for r in recs if r["skippable_ops"]], "fragile": [r for r in recs if r["fragile"]]}
+        flagged = [r for r in recs if r["reason"] or r["dead_inputs"] or r["skippable_ops"] or r["fragile"]]
+        out["on" if rule else "off"] = {
+            "tasks": len(rows), "screened": len(recs), "judged": sum(r["status"] == "ok" for r in recs),
+            "flagged": len(flagged), "by_kind": {k: len(v) for k, v in kinds.items()},
+            "cpu_s": cpu, "cpu_s_per_task": cpu / max(len(rows), 1), "attempts": stats.attempts,
+            "rejected": stats.rejected or {},
+            "ops_drawn": sorted({o for row in rows for o in row["ops"]}),
+            "records": [{k: r[k] for k in ("task_id", "reason", "status", "dead_inputs", "skippable_ops", "fragile",
+                                           "graph", "cpu_ms")} for r in recs]}
+    return out
+
+
+def _write_screen(a, torch) -> None:
+    t0 = time.time()
+    r = screen_section(a.sampler_screen, a.seed)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    cmd = f"python benchmarks/shortcuts.py --sampler-screen {a.sampler_screen} --seed {a.seed}"
+    base = {"command": cmd, "hardware": "2-core CPU", "torch": torch.__version__, "commit": commit}
+    off, on = r["off"], r["on"]
+
+    def share(s):
+        return f"{s['flagged']} of {s['screened']} ({100 * s['flagged'] / max(s['screened'], 1):.1f}%)"
+
+    # a draw the screen flags is drawn again in drop mode: a task then costs its draws' CPU over the kept share
+    def per_kept(s):
+        return s["cpu_s_per_task"] / max(1 - s["flagged"] / max(s["screened"], 1), 1e-9)
+
+    headline = [
+        {"figure": "h200 draws the pre-screen flags, value-scale rule off", "value": share(off), "target": None,
+         **base},
+        {"figure": "h200 draws the pre-screen flags, value-scale rule on", "value": share(on), "target": "<= 10%",
+         **base},
+        {"figure": "sample stage CPU-s per task (record mode: each draw screened once), off -> on",
+         "value": f"{off['cpu_s_per_task']:.2f} -> {on['cpu_s_per_task']:.2f}", "target": None, **base},
+        {"figure": "sample stage CPU-s per kept task in drop mode (per draw / share kept), off -> on",
+         "value": f"{per_kept(off):.2f} -> {per_kept(on):.2f} ({per_kept(on) / per_kept(off):.2f}x)",
+         "target": "<= 0.33x", **base},
+        {"figure": "catalog operators drawn, off -> on",
+         "value": f"{len(off['ops_drawn'])} -> {len(on['ops_drawn'])}", "target": None, **base},
+    ]
+    print(f"{'':<8}{'tasks':>7}{'flagged':>9}{'share':>8}{'reason':>8}{'dead':>6}{'skip':>6}{'fragile':>9}"
+          f"{'CPU-s/task':>12}")
+    for side, s in (("off", off), ("on", on)):
+        k = s["by_kind"]
+        print(f"{side:<8}{s['tasks']:>7}{s['flagged']:>9}{100 * s['flagged'] / max(s['screened'], 1):>7.1f}%"
+              f"{k['reason']:>8}{k['dead']:>6}{k['skip']:>6}{k['fragile']:>9}{s['cpu_s_per_task']:>12.2f}")
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    out = Path(a.out) / "shortcuts_sampler_screen.json"
+    summary = {side: {k: v for k, v in s.items() if k not in ("records", "ops_drawn")} for side, s in r.items()}
+    out.write_text(json.dumps({"headline": headline, "sides": summary, "sample_size": a.sampler_screen,
+                               "minutes": round((time.time() - t0) / 60, 1)}, indent=1) + "\n")
+    if a.records:  # per-draw records for grouping flagged draws by cause (not committed)
+        Path(a.records).write_text(json.dumps(r))
+    print(f"wrote {out}")
+
+
+def coverage_section(n: int, seed: int) -> dict:
+    """Which catalog operators n h200 draws hold (no pre-screen), value-scale rule off and on."""
+    import collections
+
+    from operators.catalog import sampleable
+    from operators.sample import Stats, sample_tasks
+    from pipeline.rundir.config import load_preset
+
+    base = dataclasses.replace(load_preset("h200").sample, prescreen="off")
+    out: dict = {"catalog": len(sampleable())}
+    for rule in (False, True):
+        stats = Stats()
+        rows = sample_tasks(dataclasses.replace(base, value_scale_rule=rule), seed, range(n), set(), stats)
+        out["on" if rule else "off"] = {"counts": dict(collections.Counter(o for r in rows for o in r["ops"])),
+                                        "attempts": stats.attempts, "rejected": stats.rejected or {}}
+    return out
+
+
+def _write_coverage(a, torch) -> None:
+    r = coverage_section(a.sampler_coverage, a.seed)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    cmd = f"python benchmarks/shortcuts.py --sampler-coverage {a.sampler_coverage} --seed {a.seed}"
+    base = {"command": cmd, "hardware": "2-core CPU", "torch": torch.__version__, "commit": commit}
+    off, on = r["off"]["counts"], r["on"]["counts"]
+    lost = sorted(o for o in off if o not in on)
+    by_cat: dict = {}
+    from operators.catalog import REGISTRY
+
+    for side, counts in (("off", off), ("on", on)):
+        for o, k in counts.items():
+            by_cat.setdefault(REGISTRY[o].category, {"off": 0, "on": 0})[side] += k
+    headline = [{"figure": f"catalog operators in {a.sampler_coverage} h200 draws, value-scale rule off -> on",
+                 "value": f"{len(off)} -> {len(on)} of {r['catalog']}", "target": None, **base},
+                {"figure": "operators drawn with the rule off and not with it on", "value": f"{len(lost)}: "
+                 + ", ".join(f"{o} ({off[o]})" for o in sorted(lost, key=lambda o: -off[o])), "target": None, **base}]
+    for h in headline:
+        print(f"{h['figure']:<60} {h['value']}")
+    print(f"{'category':<22}{'off':>6}{'on':>6}")
+    for c, v in sorted(by_cat.items()):
+        print(f"{c:<22}{v['off']:>6}{v['on']:>6}")
+    out = Path(a.out) / "shortcuts_sampler_coverage.json"
+    out.write_text(json.dumps({"headline": headline, "operator_uses_by_category": by_cat,
+                               "rejected": {k: r[k]["rejected"] for k in ("off", "on")}}, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -414,6 +543,11 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--sampler", type=int, default=0, help="only the sampler section: N h200 draws "
                     "(writes shortcuts_sampler.json)")
+    ap.add_argument("--sampler-screen", type=int, default=0, help="only the sampler's screen section: N h200 draws "
+                    "screened in record mode, value-scale rule off and on (writes shortcuts_sampler_screen.json)")
+    ap.add_argument("--sampler-coverage", type=int, default=0, help="only the sampler's coverage section: the "
+                    "catalog operators N h200 draws hold, value-scale rule off and on (shortcuts_sampler_coverage.json)")
+    ap.add_argument("--records", default=None, help="--sampler-screen: also write each draw's record to this file")
     ap.add_argument("--against", default=None, help="only the CPU-vs-GPU section: the shortcuts_cuda.json of a cuda "
                     "run (writes shortcuts_cpu_vs_gpu.json)")
     ap.add_argument("--against-run", default=None, help="only the CPU-vs-profile section: a run directory whose "
@@ -429,6 +563,10 @@ def main() -> None:
 
     if a.sampler:
         return _write_sampler(a, torch)
+    if a.sampler_screen:
+        return _write_screen(a, torch)
+    if a.sampler_coverage:
+        return _write_coverage(a, torch)
     if a.scaled_flags:
         return _write_scaled_flags(a, torch)
     if a.against:

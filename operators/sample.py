@@ -43,7 +43,7 @@ from operators.peak import draw_peak
 from operators.render import render, task_name
 from operators.sizing import base_sizes, output_cap, per_sample_budget, solve_batch
 from operators.spec import accepts
-from operators.value_scale import cannot_matter
+from operators.value_scale import cannot_matter, normalizes_normal, pole_at_zero
 
 MAX_ATTEMPTS = 40
 OP_TRIES = 24
@@ -129,6 +129,11 @@ class _Draw:
                 draw = "rand" if spec.needs != "any" else self.rng.choice(["randn", "randn", "rand"])
                 if draw == "rand" and "unit" in spec.flat_on:
                     draw = "randn"
+                if getattr(self.cfg, "value_scale_rule", False):
+                    if draw == "randn" and normalizes_normal(spec.name):
+                        draw = "rand"  # a norm of ~N(0, 1) values is about the identity: give it values it changes
+                    elif draw == "rand" and pole_at_zero(spec.name):
+                        draw = "rand1"  # a real-size torch.rand input holds exact zeros: [1, 2) keeps it finite
                 x = self.b.add_input(names, [batch, *sizes], draw)
             self.x = x
             try:

@@ -1,12 +1,30 @@
-"""Value-scale rules: draws whose operators cannot matter at the verifier's tolerance (1e-2), predicted from an
-operator's parameters and shapes before any task is rendered, so the sampler draws another instead of making a
-task the shortcut checks (measures/shortcuts.py) would drop.
+"""Value-scale rules: draws whose operators cannot matter at the verifier's tolerance (1e-2), or whose output a
+rounding would flip, predicted from the catalog's value model (operators/value_model.py) before any task is
+screened, so the sampler draws another instead of making a task the shortcut checks (measures/shortcuts.py) drop.
 
+By parameters and shapes:
 - renorm(p, dim, maxnorm=1) scales each slice (all dims but `dim`) to norm 1: each value becomes ~n**(-1/p) of
   an n-value slice, below the tolerance once n**(1/p) > RENORM_MAX_SCALE;
 - prod over n values in [0, 1) is ~2**-n: it underflows to ~0 past PROD_MAX_VALUES values;
 - softmax / softmin over n >= SOFTMAX_MAX_WIDTH values are each ~1/n: a distance or similarity between them and
-  another operand hardly sees them.
+  another operand hardly sees them;
+- local response norm changes its input by ~beta * alpha * E[x**2]: under the tolerance, it is the identity.
+By the value model:
+- the output moves between draws by less than the tolerance (a fixed output fakes it);
+- one input moves the output by less than the tolerance (a dead input);
+- one operand of a sum is swamped by the other;
+- a normalization of values already ~N(0, 1) over groups of n is the identity within ~sqrt(2 ln G / n);
+- a per-slice shift (log_softmax) read only by an operator blind to such shifts (a softmax along the same dim);
+- a sign-preserving operator read only for its sign (x > 0, sign, heaviside);
+- a step (comparison, rounding, logical op) on continuous values with its threshold inside their bulk, over
+  many elements: an honest rounding, or the screen's move scaled to the real size, flips some; one with every
+  value on one side of it (log_softmax > 0.5, amax of many values <= 0) or rounding values onto one level is
+  constant;
+- a saturating function (sigmoid, tanh, erf) of values spread over tens of units sits at its bounds; a pole
+  (reciprocal, log) at the exact zeros a real-size torch.rand input holds is not finite; atanh, erfinv and logit
+  of values reaching 1 are infinitely steep there;
+- heaviside(x, y) on continuous x reads y nowhere; copysign(x, y) with y >= 0 and fmod(x, y) with |x| < y
+  never read y's value.
 """
 
 from __future__ import annotations
@@ -14,21 +32,90 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from operators.value_model import Value, propagate, stem
+
+TOL = 1e-2
+# the largest of many elements sits ~5 of their stds out: an output moves by ~MAX_Z * its spread somewhere
+MAX_Z = 5.0
+# the value model's spreads are orders of magnitude: an output or input is taken as not moving only when the
+# model puts it this far under the tolerance
+MODEL_MARGIN = 1.5
 RENORM_MAX_SCALE = 10.0  # each renormed value stays above ~0.1: far from the tolerance
 PROD_MAX_VALUES = 4
 SOFTMAX_MAX_WIDTH = 64
 SOFTMAXES = frozenset({"F.softmax", "F.softmin", "torch.softmax", "Tensor.softmax"})
 DISTANCES = frozenset({"F.pairwise_distance", "F.cosine_similarity", "torch.cdist", "torch.dist"})
+# a normalization leaves ~N(0, 1) values within this of themselves: taken as the identity (2x the tolerance:
+# the estimate is of the typical group's deviation, the check sees the worst)
+NORM_IDENTITY = 2 * TOL
+# a step over fewer elements than this meets values within rounding of its threshold too rarely to flip
+FRAGILE_NUMEL = 2**18
+LRN_DEFAULTS = {"alpha": 1e-4, "beta": 0.75, "k": 1.0}
+NORMS = frozenset({"batch_norm1d", "batch_norm2d", "batch_norm3d", "batch_norm", "instance_norm1d", "instance_norm2d",
+                   "instance_norm3d", "instance_norm", "layer_norm", "group_norm", "rms_norm"})
+LRNS = frozenset({"local_response_norm", "cross_map_lrn2d"})
+SHIFTERS = frozenset({"log_softmax", "special_log_softmax"})
+SHIFT_BLIND = frozenset({"softmax", "softmin", "log_softmax", "special_log_softmax", "argmax", "argmin",
+                         "special_softmax", "diff"})
+# smooth rectifiers are within the tolerance of the identity (not exactly it: an exact identity is a fair skip)
+# on inputs over ~6
+SMOOTH_RECTIFIERS = frozenset({"gelu", "silu", "mish", "softplus"})
+# f(x) has x's sign, and is 0 only at 0 (odd-like, monotone through 0)
+SIGN_KEEPING = frozenset({"tanh", "atan", "arctan", "asinh", "arcsinh", "sinh", "erf", "softsign", "hardtanh",
+                          "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "tanhshrink", "expm1",
+                          "deg2rad", "rad2deg", "sign", "sgn", "local_response_norm", "cross_map_lrn2d", "normalize",
+                          "rms_norm", "renorm", "__mul__", "__truediv__"})
+# f(x) > 0 exactly where x > 0
+POSITIVE_KEEPING = SIGN_KEEPING | {"relu", "relu6", "hardswish"}
+ADDS = frozenset({"add", "sub", "rsub", "__add__", "lerp", "addcmul", "addcdiv"})
+STEPS_AT_ZERO = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "signbit", "sign",
+                           "sgn"})
+COMPARE_TWO = frozenset({"gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal"})
+COMPARE_THRESHOLD = frozenset({"where", "masked_fill"})  # x against params["threshold"]
+# steps the shortcut checks found fragile on most continuous inputs, computed or not (on v1 rows at real sizes)
+ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "sign", "sgn",
+                            "eq", "ne", "isclose"})
+# bounded functions flat (to float32) a few units from 0: on values spread this wide most outputs sit at a bound
+SATURATING = frozenset({"sigmoid", "expit", "ndtr", "tanh", "erf", "hardtanh", "hardsigmoid"})
+SATURATED = 20.0
+# a flip upstream of an average or sum over DAMP_FAN values (a product over MIX_FAN) moves the output under the
+# tolerance: the shortcut checks see no fragility through it
+DAMPING = frozenset({"mean", "nanmean", "sum", "nansum", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+                     "adaptive_avg_pool2d", "adaptive_avg_pool3d", "var", "std", "var_mean", "std_mean", "norm",
+                     "vector_norm", "trapezoid", "trapz", "cosine_similarity", "pairwise_distance"})
+MIXING = frozenset({"matmul", "__matmul__", "mm", "bmm", "linear", "einsum", "inner", "tensordot", "vecdot", "mv",
+                    "addmm", "baddbmm", "addbmm", "addmv", "multi_dot"})
+DAMP_FAN = 256
+MIX_FAN = 2048
+# a step this many stds from its input's center sees (practically) one side only
+ONE_SIDE = 6.0
+POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digamma", "psi", "lgamma", "gammaln",
+                           "polygamma"})
+POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit"})  # and at -1 / 0: unbounded slope at the edge
+ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "fix", "frac", "eq", "ne"})
+
+
+def normalizes_normal(op: str) -> bool:
+    """`op` standardizes its input (mean 0, std 1 per group): on ~N(0, 1) values it is about the identity."""
+    return stem(op) in NORMS
+
+
+def pole_at_zero(op: str) -> bool:
+    """`op` is infinite at 0 (reciprocal, log): the exact zeros of a real-size torch.rand input make it so."""
+    return stem(op) in POLES_AT_ZERO
 
 
 def _in_shape(g: Any, values: dict, n: str) -> tuple[int, ...] | None:
-    preds = list(g.predecessors(n))
+    preds = [u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == "x"] or list(g.predecessors(n))
     return tuple(values[preds[0]].shape) if preds else None
 
 
-def cannot_matter(g: Any, values: dict) -> str:
-    """'' or why one operator of graph `g` (node attrs op, params; `values`: each node's output tensor, meta is
-    enough) cannot matter at the verifier's tolerance."""
+def _arg(g: Any, n: str, key: str) -> str | None:
+    return next((u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == key), None)
+
+
+def _parameter_rules(g: Any, values: dict) -> str:
+    """The rules read from an operator's parameters and its input's shape."""
     for n, d in g.nodes(data=True):
         if d.get("kind") != "op":
             continue
@@ -47,3 +134,195 @@ def cannot_matter(g: Any, values: dict) -> str:
                                                                    for s in g.successors(n)):
             return f"{op} over {width} values (each ~{1 / width:.2g}) feeds a distance"
     return ""
+
+
+def _moves(v: Value, spread: float) -> bool:
+    """A spread of `spread` in an element of `v` reaches the tolerance somewhere among many elements."""
+    return MAX_Z * spread >= TOL * (1.0 + abs(v.center))
+
+
+def _norm_group(s: str, shape: tuple[int, ...], p: dict) -> int:
+    """How many values one normalization statistic reads."""
+    numel = math.prod(shape)
+    if s.startswith("batch_norm"):
+        return numel // max(shape[1], 1) if len(shape) > 1 else numel
+    if s.startswith("instance_norm"):
+        return math.prod(shape[2:]) if len(shape) > 2 else 1
+    if s == "group_norm":
+        return numel // max(shape[0] * int(p.get("num_groups", 1)), 1)
+    return shape[-1]  # layer_norm, rms_norm over the last dim
+
+
+def _dim(p: dict, rank: int) -> int | None:
+    d = p.get("dim")
+    if isinstance(d, bool) or not isinstance(d, int) or not -rank <= d < rank:
+        return None
+    return d % rank
+
+
+def _step_input(s: str, g: Any, n: str, d: dict, vals: dict) -> tuple[Value, float] | None:
+    """(the values a step operator thresholds, the threshold), or None when `n` is no step."""
+    x = vals[_arg(g, n, "x")]
+    p = d.get("params") or {}
+    if s in STEPS_AT_ZERO:
+        return x, 0.0
+    if s in ("gt", "lt", "ge", "le") and "threshold" in p:
+        return x, float(p["threshold"])
+    if s in COMPARE_THRESHOLD and "threshold" in p:
+        return x, float(p["threshold"])
+    if s in COMPARE_TWO or s == "isclose":
+        y = _arg(g, n, "y")
+        if y is None:
+            return None
+        yv = vals[y]
+        diff = Value(center=x.center - yv.center, spread=tuple({**dict(x.spread), **dict(yv.spread)}.items()),
+                     noisy=x.noisy or yv.noisy, discrete=x.discrete and yv.discrete)
+        return diff, float(p.get("atol", 0.0))
+    if s in ROUNDING:  # steps at integers (half-integers for round): one sits inside any bulk wider than ~0.3
+        return x, x.center
+    return None
+
+
+def _value_rules(g: Any, values: dict) -> str:
+    vals = propagate(g, values)
+    out_node = g.graph.get("output") or next(n for n in g.nodes if g.out_degree(n) == 0)
+    out = vals[out_node]
+    if not out.discrete and not _moves(out, MODEL_MARGIN * out.s):
+        return f"the output moves ~{out.s:.2g} between draws (center ~{out.center:.2g}): a fixed output fakes it"
+    for n, d in g.nodes(data=True):
+        if d.get("kind") == "input" and g.out_degree(n) and not _moves(out, MODEL_MARGIN * out.spread_of(n)):
+            return f"input {n} moves the output by ~{out.spread_of(n):.2g}: dead"
+    for n, d in g.nodes(data=True):
+        if d.get("kind") != "op":
+            continue
+        s, p = stem(d["op"]), d.get("params") or {}
+        x_node = _arg(g, n, "x")
+        x = vals[x_node] if x_node else Value()
+        shape = tuple(values[x_node].shape) if x_node in values else ()
+        succ = list(g.successors(n))
+        if s in ADDS and len(list(g.predecessors(n))) > 1:
+            parts = [(k, vals[u]) for u, _, e in g.in_edges(n, data=True) for k in [e.get("arg", "x")]]
+            big = max(v.scale for _, v in parts)
+            for k, v in parts:
+                if MAX_Z * v.s + abs(v.center) < TOL * max(1.0, big):
+                    return f"{d['op']}: operand {k} (~{v.scale:.2g}) is swamped by ~{big:.2g}"
+        if s in NORMS and x.gauss and shape:
+            n_group = _norm_group(s, shape, p)
+            groups = max(math.prod(shape) // max(n_group, 1), 2)
+            dev = math.sqrt(2 * math.log(groups) / max(n_group, 1)) / (math.sqrt(2) if s == "rms_norm" else 1)
+            if dev < NORM_IDENTITY:
+                return f"{d['op']} of ~N(0, 1) values over groups of {n_group}: the identity within ~{dev:.2g}"
+        if s in LRNS:
+            q = {**LRN_DEFAULTS, **{k: float(v) for k, v in p.items() if k in LRN_DEFAULTS}}
+            change = q["beta"] * q["alpha"] * x.scale ** 2 / q["k"]
+            if change < TOL:
+                return f"{d['op']} (alpha={q['alpha']:g}) changes values of ~{x.scale:.2g} by ~{change:.2g}"
+        if s in SHIFTERS and len(succ) == 1 and shape:
+            t = g.nodes[succ[0]]
+            here, there = _dim(p, len(shape)), _dim(t.get("params") or {}, len(shape))
+            if stem(t.get("op", "")) in SHIFT_BLIND and here is not None and here == there:
+                return f"{d['op']} shifts each slice along dim {here}; {t['op']} along it does not see shifts"
+        if s in SMOOTH_RECTIFIERS and x.center - 3 * x.s > 6.0:
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g} is about the identity"
+        if s in POSITIVE_KEEPING and succ and all(_reads_sign(g, n, t, s) for t in succ):
+            return f"{d['op']} keeps its input's sign and is read only for it"
+        if (step := _step_input(s, g, n, d, vals)) is not None:
+            v, t = step
+            if v.zeros and t == v.lo:  # x > 0 on relu-like values: the ones on the step are exact zeros, unmoved
+                continue
+            if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (
+                    v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
+                return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
+            if s in ("floor", "ceil", "trunc", "fix", "round") and v.lo > -math.inf and v.hi < math.inf and (
+                    _level(s, v.lo + 1e-9 * (v.hi - v.lo)) == _level(s, v.hi - 1e-9 * (v.hi - v.lo))):
+                return f"{d['op']} of values in [{v.lo:g}, {v.hi:g}]: one level"
+            numel = math.prod(values[n].shape) if n in values else 0
+            if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) \
+                    and abs(t - v.center) < ONE_SIDE * v.s and (s not in ROUNDING or _meets_level(s, v)):
+                return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
+                        "elements: a rounding flips some")
+        if s in SATURATING and (x.s > SATURATED or abs(x.center) - 3 * x.s > SATURATED / 2):
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: saturated"
+        if s in POLES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0 <= x.hi:
+            return f"{d['op']} of values with exact zeros: not finite"
+        if s in POLES_AT_ONE and x.hi >= 1.0 and not x.discrete:
+            return f"{d['op']} of values up to {x.hi:g}: infinitely steep there, a rounding moves it past the tolerance"
+        if s in ("tril", "triu") and len(shape) >= 2:
+            r, cols = shape[-2], shape[-1]
+            lower = (min(r, cols) * (min(r, cols) + 1) / 2 + max(0, r - cols) * cols) / (r * cols)
+            kept = lower if s == "tril" else 1 - lower + min(r, cols) / (r * cols)
+            if kept < 0.01:
+                return f"{d['op']} of a {r}x{cols} matrix keeps {kept:.2%} of it: the rest is 0"
+        if s == "heaviside" and not (x.discrete or x.zeros):
+            return f"{d['op']} on continuous values reads its y nowhere"
+        y_node = _arg(g, n, "y")
+        if y_node is not None:
+            y = vals[y_node]
+            if s == "copysign" and y.lo >= 0 and g.nodes[y_node].get("kind") == "input" and g.out_degree(y_node) == 1:
+                return f"{d['op']}: y >= 0, its sign is always +"
+            if s in ("fmod", "remainder") and x.lo > -math.inf and x.hi < math.inf \
+                    and max(abs(x.lo), abs(x.hi)) <= y.lo and (s == "fmod" or x.lo >= 0):
+                return f"{d['op']}: |x| <= {max(abs(x.lo), abs(x.hi)):g} < y: x as it is"
+    return ""
+
+
+def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
+    """Every path from `n` to the output passes an average or sum over many values: one flipped element moves the
+    output by ~1/fan of its scale, under the tolerance."""
+    import networkx as nx
+
+    if n == out_node:
+        return False
+    on_path = nx.descendants(g, n) & (nx.ancestors(g, out_node) | {out_node})
+    sub = g.subgraph(on_path | {n})
+    blockers = set()
+    for m in on_path:
+        d = g.nodes[m]
+        x = _arg(g, m, "x")
+        if x is None or x not in values or m not in values:
+            continue
+        s, shape = stem(d.get("op", "")), tuple(values[x].shape)
+        fan = math.prod(shape) // max(math.prod(values[m].shape), 1)
+        if s in DAMPING and fan >= DAMP_FAN or s in MIXING and shape and shape[-1] >= MIX_FAN:
+            blockers.add(m)
+    if not blockers:
+        return False
+    if out_node in blockers:
+        return True
+    return not nx.has_path(sub.subgraph(set(sub) - blockers), n, out_node)
+
+
+def _meets_level(s: str, v: Value) -> bool:
+    """The bulk of `v` holds a step of rounding op `s` (integers; half-integers for round, and for eq / ne, which
+    compare rounded values)."""
+    lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+    off = 0.5 if s in ("round", "eq", "ne") else 0.0
+    return math.floor(lo - off) + 1 + off < hi
+
+
+def _level(s: str, v: float) -> float:
+    return {"floor": math.floor, "ceil": math.ceil, "round": round}.get(s, math.trunc)(v)
+
+
+def _reads_sign(g: Any, n: str, t: str, s: str) -> bool:
+    """Successor `t` reads producer `n`'s output only through its sign (only through x > 0 when `s` keeps just
+    the positive part)."""
+    d = g.nodes[t]
+    ts, p = stem(d.get("op", "")), d.get("params") or {}
+    keys = {e.get("arg", "x") for u, v, e in g.in_edges(t, data=True) if u == n}
+    sign_only = s in SIGN_KEEPING
+    if ts in ("logical_and", "logical_or", "logical_xor", "logical_not"):
+        return True
+    if ts in ("gt", "le") and float(p.get("threshold", 1.0)) == 0.0 and keys == {"x"}:
+        return True
+    if sign_only and ts in ("lt", "ge") and float(p.get("threshold", 1.0)) == 0.0 and keys == {"x"}:
+        return True
+    if sign_only and ts in ("sign", "sgn", "signbit", "heaviside") and keys == {"x"}:
+        return True
+    return sign_only and ts == "copysign" and keys == {"y"}
+
+
+def cannot_matter(g: Any, values: dict) -> str:
+    """'' or why one operator or input of graph `g` (node attrs op, params; `values`: each node's output tensor,
+    meta is enough) cannot matter at the verifier's tolerance, or why its output would flip under a rounding."""
+    return _parameter_rules(g, values) or _value_rules(g, values)

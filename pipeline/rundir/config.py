@@ -78,8 +78,13 @@ class SampleSection:
     # the fragility check's input move at the screened shapes, in ulps: the real element count over the screened one
     # (at most 4096), so the screen meets as many values near a step as the real size does at one ulp
     prescreen_ulp_scale: bool = False
-    # operators/value_scale.py: draw another task where an operator's parameters and shapes say it cannot matter
-    # at the verifier's tolerance (renorm over wide slices, prod over many values, wide softmax into a distance)
+    # operators/value_scale.py: draw another task where the catalog's value model (operators/value_model.py: each
+    # operator's output range and magnitude from its inputs', carried through the graph) says an input or operator
+    # cannot move the output past the verifier's tolerance (1e-2) or a rounding would flip it: a fixed output, a
+    # dead or swamped input, a norm of ~N(0, 1) values, a default-alpha local response norm, a shift or sign
+    # nothing downstream reads, a step on continuous values in their bulk, renorm/prod/softmax by their widths;
+    # and give a first normalization [0, 1) inputs rather than ~N(0, 1). The draw is made again before the
+    # pre-screen runs, at the cost of a meta-device pass
     value_scale_rule: bool = False
 
 
@@ -129,7 +134,8 @@ class ProfileSection:
     # operators whose ratio there is under shortcut_skip_margin; dead inputs as in exhaustive. exhaustive: every
     # draw, input and operator at the real size
     shortcut_mode: str = "cheap"
-    shortcut_move_scale: int = 10
+    shortcut_move_scale: int = 10  # cheap mode: the fragility check's move on draw 0, in multiples of the real one
+    # cheap mode: an operator whose skip ratio at the reduced batch is at least this is taken as mattering
     shortcut_skip_margin: float = 10.0
     # run only the shortcut checks on a run already measured (`opsynth profile DIR --set profile.shortcuts_only=true`): rows go to
     # shortcuts/, beside the stored measurements, which the filter joins by task_id

@@ -4,7 +4,7 @@ with parameters that matter through."""
 import networkx as nx
 import torch
 
-from operators.value_scale import cannot_matter
+from operators.value_scale import cannot_matter, normalizes_normal
 
 
 def _chain(op: str, params: dict, shape: tuple, then: str | None = None) -> tuple:
@@ -55,3 +55,180 @@ def test_sampler_with_the_rule_makes_no_task_it_flags():
         g = json_graph.node_link_graph(json.loads(r["graph"]), edges="edges")
         _, values = execute(g, g.graph["constants"], None)
         assert cannot_matter(g, values) == "", r["name"]
+
+
+# ---- rules from the value model (operators/value_model.py)
+
+def _g(inputs: dict, ops: list) -> tuple:
+    from tests.operators.test_value_model import graph
+
+    return graph(inputs, ops)
+
+
+def test_a_mean_over_many_values_is_a_fixed_output_over_few_it_is_not():
+    wide = _g({"x": ("randn", (32, 2**24))}, [("m", "torch.mean", {"dim": 1}, {"x": "x"}, (32,))])
+    few = _g({"x": ("randn", (32, 16))}, [("m", "torch.mean", {"dim": 1}, {"x": "x"}, (32,))])
+    assert "fixed output" in cannot_matter(*wide)
+    assert cannot_matter(*few) == ""
+
+
+def test_an_input_swamped_inside_a_sum_is_dead():
+    g = _g({"x": ("randn", (64, 64)), "y": ("randn", (64, 64, 2**24))},
+           [("t", "torch.mean", {"dim": 2}, {"x": "y"}, (64, 64)),
+            ("a", "torch.add", {}, {"x": "x", "y": "t"}, (64, 64))])
+    assert "input y" in cannot_matter(*g)
+    ok = _g({"x": ("randn", (64, 64)), "y": ("randn", (64, 64))}, [("a", "torch.add", {}, {"x": "x", "y": "y"}, (64, 64))])
+    assert cannot_matter(*ok) == ""
+
+
+def test_a_norm_of_normal_values_over_large_groups_is_the_identity():
+    big = _g({"x": ("randn", (16, 8, 64, 64, 64))}, [("n", "nn.BatchNorm3d", {}, {"x": "x"}, (16, 8, 64, 64, 64))])
+    assert "identity" in cannot_matter(*big)
+    on_rand = _g({"x": ("rand", (16, 8, 64, 64, 64))}, [("n", "nn.BatchNorm3d", {}, {"x": "x"}, (16, 8, 64, 64, 64))])
+    assert cannot_matter(*on_rand) == ""
+    small = _g({"x": ("randn", (16, 8, 4, 4))}, [("n", "nn.InstanceNorm2d", {}, {"x": "x"}, (16, 8, 4, 4))])
+    assert cannot_matter(*small) == ""
+
+
+def test_lrn_at_its_default_alpha_cannot_matter_on_unit_values_but_can_on_large_ones():
+    unit = _g({"x": ("randn", (8, 16, 32, 32))}, [("l", "nn.LocalResponseNorm", {"size": 2}, {"x": "x"}, (8, 16, 32, 32))])
+    assert "alpha=0.0001" in cannot_matter(*unit)
+    big = _g({"x": ("randn", (8, 16, 32, 32))}, [("l", "nn.LocalResponseNorm", {"size": 2, "alpha": 1.0}, {"x": "x"},
+                                                  (8, 16, 32, 32))])
+    assert cannot_matter(*big) == ""
+
+
+def test_log_softmax_into_a_softmax_along_the_same_dim_is_skippable():
+    same = _g({"x": ("randn", (8, 32))}, [("a", "nn.LogSoftmax", {"dim": 1}, {"x": "x"}, (8, 32)),
+                                         ("b", "F.softmax", {"dim": -1}, {"x": "a"}, (8, 32))])
+    assert "does not see shifts" in cannot_matter(*same)
+    other = _g({"x": ("randn", (8, 32))}, [("a", "nn.LogSoftmax", {"dim": 0}, {"x": "x"}, (8, 32)),
+                                          ("b", "F.softmax", {"dim": 1}, {"x": "a"}, (8, 32))])
+    assert cannot_matter(*other) == ""
+
+
+def test_a_sign_keeping_op_read_only_for_its_sign_is_skippable():
+    g = _g({"x": ("randn", (8, 32))}, [("a", "torch.tanh", {}, {"x": "x"}, (8, 32)),
+                                      ("b", "torch.sign", {}, {"x": "a"}, (8, 32))])
+    assert "read only for it" in cannot_matter(*g)
+    read = _g({"x": ("randn", (8, 32))}, [("a", "torch.tanh", {}, {"x": "x"}, (8, 32)),
+                                         ("b", "torch.exp", {}, {"x": "a"}, (8, 32))])
+    assert cannot_matter(*read) == ""
+
+
+def test_a_step_on_continuous_values_over_many_elements_is_fragile_on_few_or_on_levels_it_is_not():
+    shape = (64, 1024, 64)
+    many = _g({"x": ("randn", shape)}, [("c", "torch.cumsum", {"dim": 1}, {"x": "x"}, shape),
+                                       ("s", "Tensor.gt", {"threshold": 0.0}, {"x": "c"}, shape)])
+    assert "a rounding flips some" in cannot_matter(*many)
+    few = _g({"x": ("randn", (4, 16, 8))}, [("c", "torch.cumsum", {"dim": 1}, {"x": "x"}, (4, 16, 8)),
+                                           ("s", "Tensor.gt", {"threshold": 0.0}, {"x": "c"}, (4, 16, 8))])
+    assert cannot_matter(*few) == ""
+    levels = _g({"x": ("sign", shape)}, [("s", "Tensor.gt", {"threshold": 0.0}, {"x": "x"}, shape)])
+    assert cannot_matter(*levels) == ""
+
+
+def test_a_step_with_every_value_on_one_side_is_constant():
+    g = _g({"x": ("randn", (8, 32))}, [("a", "F.log_softmax", {"dim": 1}, {"x": "x"}, (8, 32)),
+                                      ("b", "torch.where", {"threshold": 0.5}, {"x": "a", "y": "x"}, (8, 32))])
+    assert "one side only" in cannot_matter(*g)
+
+
+def test_ceil_of_unit_values_is_one_level_reciprocal_of_them_not_finite_atanh_too_steep():
+    ceil = _g({"x": ("rand", (8, 32))}, [("c", "torch.ceil", {}, {"x": "x"}, (8, 32))])
+    assert "one level" in cannot_matter(*ceil)
+    assert "one level" not in cannot_matter(*_g({"x": ("randn", (8, 32))}, [("c", "torch.ceil", {}, {"x": "x"}, (8, 32))]))
+    inv = _g({"x": ("rand", (8, 32))}, [("r", "torch.reciprocal", {}, {"x": "x"}, (8, 32))])
+    assert "not finite" in cannot_matter(*inv)
+    inv1 = _g({"x": ("rand1", (8, 32))}, [("r", "torch.reciprocal", {}, {"x": "x"}, (8, 32))])
+    assert cannot_matter(*inv1) == ""
+    steep = _g({"x": ("rand", (8, 32))}, [("a", "torch.atanh", {}, {"x": "x"}, (8, 32))])
+    assert "steep" in cannot_matter(*steep)
+
+
+def test_a_sigmoid_of_widely_spread_values_is_saturated():
+    wide = _g({"x": ("randn", (8, 4096))}, [("t", "torch.sum", {"dim": 1, "keepdim": True}, {"x": "x"}, (8, 1)),
+                                           ("e", "torch.exp", {}, {"x": "x"}, (8, 4096)),
+                                           ("s", "torch.sigmoid", {}, {"x": "t"}, (8, 1))])
+    assert "saturated" in cannot_matter(*wide)
+    unit = _g({"x": ("randn", (8, 4096))}, [("s", "torch.sigmoid", {}, {"x": "x"}, (8, 4096))])
+    assert cannot_matter(*unit) == ""
+
+
+def test_heaviside_on_continuous_values_never_reads_y_on_steps_it_does():
+    cont = _g({"x": ("randn", (8, 32)), "y": ("randn", (8, 32))},
+              [("h", "torch.heaviside", {}, {"x": "x", "y": "y"}, (8, 32))])
+    assert "reads its y nowhere" in cannot_matter(*cont)
+    steps = _g({"x": ("randn", (8, 32)), "y": ("randn", (8, 32))},
+               [("r", "torch.round", {}, {"x": "x"}, (8, 32)), ("h", "torch.heaviside", {}, {"x": "r", "y": "y"}, (8, 32))])
+    assert "reads its y" not in cannot_matter(*steps)
+
+
+def test_fmod_by_a_larger_divisor_never_reads_it():
+    g = _g({"x": ("rand", (8, 32)), "y": ("rand1", (8, 32))}, [("f", "torch.fmod", {}, {"x": "x", "y": "y"}, (8, 32))])
+    assert "x as it is" in cannot_matter(*g)
+    wide = _g({"x": ("randn", (8, 32)), "y": ("rand1", (8, 32))}, [("f", "torch.fmod", {}, {"x": "x", "y": "y"}, (8, 32))])
+    assert cannot_matter(*wide) == ""
+
+
+def test_smooth_rectifier_on_large_values_is_about_the_identity():
+    g = _g({"x": ("randn", (8, 2**20))}, [("m", "torch.amax", {"dim": 1, "keepdim": True}, {"x": "x"}, (8, 1)),
+                                         ("s", "torch.sum", {"dim": 1}, {"x": "x"}, (8,))])
+    # the max of 2**20 normal values sits ~5.3 stds up; a sum of them ~1000 wide: neither is flagged by itself
+    assert "identity" not in cannot_matter(*g)
+    big = _g({"x": ("rand", (8, 4096))}, [("t", "torch.sum", {"dim": 1}, {"x": "x"}, (8,)),
+                                         ("u", "F.silu", {}, {"x": "t"}, (8,))])
+    assert "about the identity" in cannot_matter(*big)
+
+
+def test_the_sampler_gives_a_first_norm_values_it_changes():
+    import dataclasses
+    import json
+
+    from operators.sample import sample_tasks
+    from pipeline.rundir.config import load_preset
+
+    cfg = dataclasses.replace(load_preset("h200").sample, value_scale_rule=True, prescreen="off",
+                              categories=("normalization", "activation"), min_ops=1, max_ops=2)
+    rows = sample_tasks(cfg, 5, range(12), set())
+    firsts = []
+    for r in rows:
+        g = json.loads(r["graph"])
+        inputs = [n for n in g["nodes"] if n["kind"] == "input"]
+        op = next(n["op"] for n in g["nodes"] if n["kind"] == "op" and n["args"]["x"] == inputs[0]["id"])
+        if normalizes_normal(op):
+            firsts.append(inputs[0]["draw"])
+    assert firsts and all(d == "rand" for d in firsts)
+
+
+def test_the_sampler_gives_a_first_pole_at_zero_values_away_from_zero():
+    import dataclasses
+    import json
+
+    from operators.sample import sample_tasks
+    from operators.value_scale import pole_at_zero
+    from pipeline.rundir.config import load_preset
+
+    cfg = dataclasses.replace(load_preset("h200").sample, value_scale_rule=True, prescreen="off",
+                              categories=("elementwise",), min_ops=1, max_ops=1)
+    rows = sample_tasks(cfg, 9, range(30), set())
+    draws = [next(n["draw"] for n in json.loads(r["graph"])["nodes"] if n["kind"] == "input")
+             for r in rows if pole_at_zero(r["ops"][0])]
+    assert draws and all(d == "rand1" for d in draws)
+
+
+def test_a_step_averaged_over_many_values_downstream_is_not_fragile():
+    shape = (64, 1024, 64)
+    out = _g({"x": ("randn", shape)}, [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, shape),
+                                      ("e", "torch.exp", {}, {"x": "s"}, shape)])
+    assert "a rounding flips some" in cannot_matter(*out)
+    averaged = _g({"x": ("randn", shape)}, [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, shape),
+                                           ("m", "torch.mean", {"dim": 1}, {"x": "s"}, (64, 64))])
+    assert "a rounding flips some" not in cannot_matter(*averaged)
+
+
+def test_a_step_at_zero_on_relu_values_is_stable():
+    shape = (64, 1024, 64)
+    g = _g({"x": ("randn", shape), "y": ("randn", shape)},
+           [("r", "torch.relu", {}, {"x": "x"}, shape), ("h", "torch.heaviside", {}, {"x": "r", "y": "y"}, shape)])
+    assert cannot_matter(*g) == ""

@@ -1,0 +1,501 @@
+"""The catalog's value model: for each operator, the range and typical magnitude of its output given its inputs',
+and its propagation through a task graph in topological order.
+
+A `Value` describes one tensor of a task: its range (lo, hi), its typical element (`center`), how far an element
+moves between two draws of the inputs (`spread`, kept per graph input so a rule can ask what one input
+contributes), and a few flags the rules read (iid standard normal, on a few discrete levels, with many exact
+zeros, carrying absolute rounding noise from an accumulation or a difference). The numbers are orders of
+magnitude, not predictions to the digit: operators/value_scale.py compares them with the verifier's
+tolerance (1e-2) with margins.
+
+Rules are looked up by the operator's stem (`torch.tanh`, `F.tanh`, `nn.Tanh` and `Tensor.tanh` share `tanh`);
+an operator the tables do not name keeps its primary input's values (shape and indexing ops, pads, most
+elementwise functions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class Value:
+    """One tensor's values (see the module docstring)."""
+
+    lo: float = -INF
+    hi: float = INF
+    center: float = 0.0
+    spread: tuple[tuple[str, float], ...] = ()  # (graph input, element's draw-to-draw std from it)
+    gauss: bool = False     # iid ~N(0, 1) per slice: a normalization of it is about the identity
+    discrete: bool = False  # a few levels ({0, 1}, signs, integers): a step on it does not flip under rounding
+    zeros: bool = False     # many exact zeros (relu, steps, pads): a step at 0 sees them on it, unmoved by rounding
+    some_zeros: bool = False  # a few exact zeros (a real-size torch.rand input's): a pole at 0 meets them
+    noisy: bool = False     # an accumulation or a difference: rounding noise near 0 is absolute, not relative
+
+    @property
+    def s(self) -> float:
+        return math.sqrt(sum(v * v for _, v in self.spread))
+
+    @property
+    def scale(self) -> float:
+        return math.hypot(self.center, self.s)
+
+    def spread_of(self, name: str) -> float:
+        return dict(self.spread).get(name, 0.0)
+
+    def scaled(self, k: float, shift: float = 0.0) -> Value:
+        """k * values + shift (k may be negative)."""
+        lo, hi = sorted((self.lo * k if self.lo > -INF or k == 0 else -INF * k,
+                         self.hi * k if self.hi < INF or k == 0 else INF * k))
+        return replace(self, lo=_nan0(lo) + shift, hi=_nan0(hi) + shift, center=self.center * k + shift,
+                       spread=_times(self.spread, abs(k)), gauss=self.gauss and k == 1 and shift == 0)
+
+
+def _nan0(v: float) -> float:
+    return 0.0 if v != v else v
+
+
+def _times(spread: tuple[tuple[str, float], ...], k: float) -> tuple[tuple[str, float], ...]:
+    return tuple((n, v * k) for n, v in spread)
+
+
+def _merge(*spreads: tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
+    """Spreads of independent contributions add in quadrature."""
+    out: dict[str, float] = {}
+    for sp in spreads:
+        for n, v in sp:
+            out[n] = math.hypot(out.get(n, 0.0), v)
+    return tuple(sorted(out.items()))
+
+
+def input_value(name: str, draw: str) -> Value:
+    """A graph input as get_inputs draws it."""
+    if draw == "randn":
+        return Value(center=0.0, spread=((name, 1.0),), gauss=True)
+    if draw == "rand":  # torch.rand draws multiples of 2**-24: a real-size input holds exact zeros
+        return Value(lo=0.0, hi=1.0, center=0.5, spread=((name, 0.29),), some_zeros=True)
+    if draw == "rand1":
+        return Value(lo=1.0, hi=2.0, center=1.5, spread=((name, 0.29),))
+    if draw == "sign":
+        return Value(lo=-1.0, hi=1.0, center=0.0, spread=((name, 1.0),), discrete=True)
+    # randint: token indices
+    return Value(lo=0.0, hi=INF, center=1.0, spread=((name, 1.0),), discrete=True)
+
+
+@dataclass
+class Ctx:
+    """What a rule sees of one operator: its input values by argument, its parameters and shapes."""
+
+    op: str
+    params: dict[str, Any]
+    args: dict[str, Value]
+    in_shape: tuple[int, ...]
+    out_shape: tuple[int, ...]
+
+    @property
+    def x(self) -> Value:
+        return self.args["x"]
+
+    @property
+    def others(self) -> list[Value]:
+        return [v for k, v in self.args.items() if k != "x"]
+
+    @property
+    def fan(self) -> int:
+        """How many input elements each output element combines, when the op shrinks the tensor."""
+        n_in, n_out = math.prod(self.in_shape or (1,)), math.prod(self.out_shape or (1,))
+        return max(1, n_in // max(n_out, 1))
+
+    def dim_size(self, default: int = 1) -> int:
+        d = self.params.get("dim")
+        if isinstance(d, int) and not isinstance(d, bool) and self.in_shape and -len(self.in_shape) <= d < len(
+                self.in_shape):
+            return self.in_shape[d]
+        return default
+
+
+Rule = Callable[[Ctx], Value]
+
+
+def stem(op: str) -> str:
+    """`nn.LogSoftmax` -> `log_softmax`, `torch.special.expit` -> `expit`, `Tensor.__mul__` -> `__mul__`."""
+    from operators.spec import _snake
+
+    last = op.rsplit(".", 1)[-1]
+    return last if last.startswith("__") else _snake(last).replace("re_lu", "relu").replace("si_lu", "silu")
+
+
+# ---- rules: families of operators sharing one
+
+
+def _same(c: Ctx) -> Value:
+    """x's values; other operands (an index, a mask, a target) still move them."""
+    if not c.others:
+        return c.x
+    return replace(c.x, spread=_merge(c.x.spread, *(o.spread for o in c.others)))
+
+
+def _join_values(c: Ctx) -> Value:
+    """Values taken from every operand (cat, stack, maximum, where): the widest range, all spreads."""
+    vs = list(c.args.values())
+    return Value(lo=min(v.lo for v in vs), hi=max(v.hi for v in vs), center=sum(v.center for v in vs) / len(vs),
+                 spread=_merge(*(v.spread for v in vs)), gauss=all(v.gauss for v in vs),
+                 discrete=all(v.discrete for v in vs), zeros=any(v.zeros for v in vs), noisy=any(v.noisy for v in vs))
+
+
+def _add(c: Ctx) -> Value:
+    vs = list(c.args.values())
+    sign = -1.0 if stem(c.op) in ("sub", "rsub") else 1.0
+    center = vs[0].center + sign * sum(v.center for v in vs[1:])
+    return Value(center=center, spread=_merge(*(v.spread for v in vs)), noisy=True)
+
+
+def _mul(c: Ctx) -> Value:
+    if len(c.args) == 1:  # by a constant
+        k = float(c.params.get("scale", c.params.get("value", 1.0)))
+        if stem(c.op) == "__truediv__":
+            k = 1.0 / float(c.params.get("divisor", 1.0))
+        return c.x.scaled(k)
+    a, b = c.x, c.others[0]
+    div = stem(c.op) in ("div", "true_divide")
+    bs = (1.0 / max(abs(b.center), 1e-3)) if div else b.scale
+    spread = _merge(_times(a.spread, bs), _times(b.spread, a.scale * (bs * bs if div else 1.0)))
+    return Value(center=a.center * (1.0 / b.center if div and b.center else b.center), spread=spread,
+                 zeros=a.zeros or b.zeros)
+
+
+def _bounded(lo: float, hi: float, slope: float) -> Rule:
+    """A saturating function onto [lo, hi] with slope `slope` at the center of its input's values."""
+    def rule(c: Ctx) -> Value:
+        k = slope / max(1.0, c.x.scale)  # a wide input spends much of its mass in the flat tails
+        mid = (lo + hi) / 2 if lo > -INF and hi < INF else 0.0
+        return Value(lo=lo, hi=hi, center=mid, spread=_times(c.x.spread, k), noisy=c.x.noisy)
+    return rule
+
+
+def _rectify(zero_below: bool) -> Rule:
+    def rule(c: Ctx) -> Value:
+        x = c.x
+        return Value(lo=0.0 if zero_below else -INF, hi=x.hi, center=0.4 * x.scale, spread=_times(x.spread, 0.6),
+                     zeros=zero_below or x.zeros, noisy=x.noisy)
+    return rule
+
+
+def _unit_steps(c: Ctx) -> Value:
+    """Comparisons and logical ops: {0, 1}."""
+    s = max(c.x.s, 1e-30)
+    spread = _merge(*(_times(v.spread, 0.5 / max(v.s, 1e-30)) for v in c.args.values()))
+    return Value(lo=0.0, hi=1.0, center=0.5, spread=spread or _times(c.x.spread, 0.5 / s), discrete=True, zeros=True)
+
+
+def _levels(c: Ctx) -> Value:
+    """sign, round, floor...: a few discrete levels, moving as their input does when it spans several."""
+    x = c.x
+    return replace(x, discrete=True, zeros=True, gauss=False, spread=_times(x.spread, min(1.0, x.scale)))
+
+
+def _normalize(c: Ctx) -> Value:
+    """Batch, instance, layer, group and RMS norms: ~N(0, 1) per group."""
+    s = max(c.x.s, 1e-30)
+    return Value(center=0.0, spread=_times(c.x.spread, 1.0 / s), gauss=True, noisy=True)
+
+
+def _p_normalize(c: Ctx) -> Value:
+    n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
+    k = n ** (-1.0 / float(c.params.get("p", 2.0))) / max(c.x.scale, 1e-30)
+    return replace(c.x.scaled(k), noisy=True)
+
+
+def _softmax(c: Ctx) -> Value:
+    n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
+    # each output is ~e**(x - mean) / n and moves by that times its input's move: the largest sit where the input
+    # is highest, ~3 stds up for an unbounded input (~20x the typical 1/n), at its bound for a bounded one
+    x = c.x
+    if n == 1:  # over one value: 1 everywhere
+        return Value(lo=1.0, hi=1.0, center=1.0, discrete=True)
+    top = math.exp(min(x.hi - x.center, 3.0 * x.s, 30.0))
+    return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(x.spread, min(1.0, top / n)), noisy=True)
+
+
+def _log_softmax(c: Ctx) -> Value:
+    n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
+    if n == 1:  # over one value: 0 everywhere
+        return Value(lo=0.0, hi=0.0, center=0.0, discrete=True)
+    return Value(hi=0.0, center=c.x.center - math.log(max(n, 1)) - 0.5 * c.x.s ** 2, spread=c.x.spread, noisy=True)
+
+
+def _mean(c: Ctx) -> Value:
+    k = c.fan
+    return Value(lo=c.x.lo, hi=c.x.hi, center=c.x.center, spread=_times(c.x.spread, 1.0 / math.sqrt(k)),
+                 noisy=True)
+
+
+def _sum(c: Ctx) -> Value:
+    if stem(c.op) in ("cumsum", "cumulative_trapezoid"):  # the first elements sum one value, the last all k
+        return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True)
+    k = c.fan
+    return Value(center=c.x.center * k, spread=_times(c.x.spread, math.sqrt(k)), noisy=True)
+
+
+def _cumprod(c: Ctx) -> Value:
+    """The first elements of a cumulative product are its input's; the later ones may vanish or grow."""
+    return replace(c.x, gauss=False, noisy=True)
+
+
+def _xlogy(c: Ctx) -> Value:
+    """x * log(y) (xlog1py: log1p(y))."""
+    x, y = c.x, c.others[0] if c.others else Value(center=math.e)
+    ly = math.log(max(abs(y.center) + (1.0 if stem(c.op) == "xlog1py" else 0.0), 1e-3))
+    return Value(center=x.center * ly, spread=_merge(_times(x.spread, max(abs(ly), 0.1)),
+                                                     _times(y.spread, x.scale / max(abs(y.center), 1e-3))),
+                 zeros=x.zeros, noisy=x.noisy)
+
+
+def _extreme(c: Ctx) -> Value:
+    """max, min, median, quantiles over k values: an order statistic moves less than one value; the max of k
+    sits ~sqrt(2 ln k) stds up (the min as far down)."""
+    k = max(c.fan, 2)
+    up = math.sqrt(2 * math.log(k))
+    s = stem(c.op)
+    shift = up if s in ("amax", "max", "logsumexp", "special_logsumexp") or s.startswith(
+        ("max_pool", "adaptive_max_pool")) else -up if s in ("amin", "min") else 0.0
+    x = c.x
+    center = x.center + shift * x.s
+    if s in ("logsumexp", "special_logsumexp"):
+        center = x.center + 0.5 * x.s ** 2 + math.log(k)
+    elif center >= x.hi or center <= x.lo:  # the extreme of k bounded values sits at the bound, ~range/k off it
+        width = (x.hi - x.lo) / k
+        return Value(lo=x.lo, hi=x.hi, center=x.hi if center >= x.hi else x.lo,
+                     spread=_times(x.spread, width / max(x.s, 1e-30)), noisy=x.noisy)
+    return Value(lo=x.lo, hi=x.hi, center=center, spread=_times(x.spread, 1.0 / up), noisy=x.noisy)
+
+
+def _spread_stat(c: Ctx) -> Value:
+    """var, std, norms: their center grows with the values', their spread shrinks as 1/sqrt(k)."""
+    k, x = max(c.fan, 1), c.x
+    if stem(c.op) in ("var",):
+        center = x.s ** 2
+    elif stem(c.op) in ("norm", "vector_norm"):
+        center = math.sqrt(k) * x.scale
+    else:
+        center = x.s
+    rel = math.sqrt(2.0 / k)
+    return Value(lo=0.0, center=center, spread=_times(x.spread, center * rel / max(x.s, 1e-30)), noisy=True)
+
+
+def _product(c: Ctx) -> Value:
+    k, x = c.dim_size(c.fan), c.x
+    if x.hi <= 1.0 and x.lo >= 0.0:  # values in [0, 1): ~2**-k
+        center = 2.0 ** -k
+    else:
+        center = x.scale ** k
+    return Value(lo=0.0 if x.lo >= 0 else -INF, center=center, spread=_times(x.spread, center / max(x.s, 1e-30)),
+                 noisy=True)
+
+
+def _linear_mix(c: Ctx) -> Value:
+    """matmul, linear, conv, attention: sums of products; a learned weight (kaiming-uniform) keeps ~0.6 of the
+    scale, a drawn operand multiplies it by sqrt(fan) times its own."""
+    fan = c.in_shape[-1] if c.in_shape else 1
+    if not c.others:
+        return Value(center=0.0, spread=_times(c.x.spread, 0.6), noisy=True)
+    parts = [_times(c.x.spread, math.sqrt(fan) * max(o.scale for o in c.others))]
+    parts += [_times(o.spread, math.sqrt(fan) * c.x.scale) for o in c.others]
+    return Value(center=0.0, spread=_merge(*parts), noisy=True)
+
+
+def _attention(c: Ctx) -> Value:
+    """A softmax-weighted mean over L keys: ~e**0.5 / sqrt(L) of the values' spread."""
+    length = c.in_shape[-2] if len(c.in_shape) >= 2 else 1
+    return Value(center=0.0, spread=_times(_merge(*(v.spread for v in c.args.values())), 1.65 / math.sqrt(length)),
+                 noisy=True)
+
+
+def _exp(c: Ctx) -> Value:
+    x = c.x
+    m = math.exp(min(x.center + 0.5 * x.s ** 2, 80.0))
+    return Value(lo=0.0, center=m, spread=_times(x.spread, m), noisy=x.noisy)
+
+
+def _log(c: Ctx) -> Value:
+    x = c.x
+    return Value(center=math.log(max(x.scale, 1e-30)), spread=_times(x.spread, 1.0 / max(x.scale, 1e-3)),
+                 noisy=x.noisy)
+
+
+def _neg(c: Ctx) -> Value:
+    return c.x.scaled(-1.0)
+
+
+def _clamp(c: Ctx) -> Value:
+    lo, hi = float(c.params.get("lo", -INF)), float(c.params.get("hi", INF))
+    if stem(c.op) == "clamp_min":
+        hi = INF
+    elif stem(c.op) == "clamp_max":
+        lo = -INF
+    x = c.x
+    if x.center - 3 * x.s >= hi or x.center + 3 * x.s <= lo:  # all beyond one bound: that bound
+        return Value(lo=hi if x.center > hi else lo, hi=hi if x.center > hi else lo, center=min(max(x.center, lo), hi),
+                     spread=_times(x.spread, 1e-3), discrete=True)
+    return replace(x, lo=max(x.lo, lo), hi=min(x.hi, hi), center=min(max(x.center, lo), hi), gauss=False)
+
+
+def _embedding(c: Ctx) -> Value:
+    return Value(center=0.0, spread=_times(c.x.spread, 1.0 / max(c.x.s, 1e-30)), gauss=True)
+
+
+def _loss(c: Ctx) -> Value:
+    """A loss compares its operands elementwise and averages over what it reduces."""
+    k = c.fan
+    sp = _merge(*(v.spread for v in c.args.values()))
+    return Value(lo=0.0, center=max(c.x.scale, 0.5), spread=_times(sp, 1.0 / math.sqrt(k)), noisy=True)
+
+
+def _log_sigmoid(c: Ctx) -> Value:
+    return Value(hi=0.0, center=-0.7, spread=_times(c.x.spread, 0.5), noisy=c.x.noisy)
+
+
+def _abs(c: Ctx) -> Value:
+    return replace(c.x, lo=0.0, center=abs(c.x.center) + 0.8 * c.x.s, spread=_times(c.x.spread, 0.6), gauss=False)
+
+
+def _square(c: Ctx) -> Value:
+    x = c.x
+    return Value(lo=0.0, center=x.scale ** 2, spread=_times(x.spread, 1.4 * x.scale), zeros=x.zeros, noisy=x.noisy)
+
+
+def _periodic(c: Ctx) -> Value:
+    return Value(lo=-1.0, hi=1.0, center=0.0, spread=_times(c.x.spread, min(1.0, 0.7 / max(c.x.s, 1e-30))),
+                 noisy=c.x.noisy)
+
+
+def _diff(c: Ctx) -> Value:
+    return Value(center=0.0, spread=_times(c.x.spread, math.sqrt(2.0)), noisy=True)
+
+
+def _integer(c: Ctx) -> Value:
+    return Value(lo=0.0, center=1.0, spread=_times(c.x.spread, 1.0 / max(c.x.s, 1e-30)), discrete=True)
+
+
+def _cosine(c: Ctx) -> Value:
+    n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
+    return Value(lo=-1.0, hi=1.0, center=0.0, spread=_times(_merge(*(v.spread for v in c.args.values())),
+                                                            1.0 / math.sqrt(n) / max(c.x.scale, 1e-30)), noisy=True)
+
+
+def _distance(c: Ctx) -> Value:
+    n = c.dim_size(c.in_shape[-1] if c.in_shape else 1)
+    sp = _merge(*(v.spread for v in c.args.values()))
+    s = math.sqrt(sum(v * v for _, v in sp))
+    return Value(lo=0.0, center=math.sqrt(2 * n) * s, spread=_times(sp, 0.7), noisy=True)
+
+
+_FAMILIES: dict[Rule, tuple[str, ...]] = {
+    _join_values: ("cat", "concat", "concatenate", "stack", "hstack", "vstack", "dstack", "maximum", "minimum",
+                   "fmax", "fmin", "where", "index_add", "index_copy", "scatter", "scatter_add", "scatter_reduce",
+                   "lerp", "copysign"),
+    _add: ("add", "sub", "rsub", "__add__", "logaddexp", "logaddexp2", "hypot", "addcmul", "addcdiv"),
+    _mul: ("mul", "__mul__", "__truediv__", "div", "true_divide"),
+    _bounded(0.0, 1.0, 0.25): ("sigmoid", "expit", "ndtr"),
+    _bounded(0.0, 1.0, 1 / 6): ("hardsigmoid",),
+    _bounded(-1.0, 1.0, 1.0): ("tanh", "softsign", "hardtanh", "erf", "atan", "arctan"),
+    _rectify(True): ("relu", "relu6", "threshold", "softshrink", "hardshrink"),
+    _rectify(False): ("leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardswish", "prelu", "glu",
+                      "softplus", "tanhshrink"),
+    _log_sigmoid: ("log_sigmoid", "logsigmoid"),
+    _unit_steps: ("gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal", "eq", "ne", "isclose",
+                  "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "one_hot"),
+    _levels: ("sign", "sgn", "round", "floor", "ceil", "trunc", "fix"),
+    _normalize: ("batch_norm1d", "batch_norm2d", "batch_norm3d", "instance_norm1d", "instance_norm2d",
+                 "instance_norm3d", "layer_norm", "group_norm", "rms_norm", "batch_norm", "instance_norm",
+                 "transformer_encoder_layer"),  # post-norm: its last step is a layer norm
+    _p_normalize: ("normalize",),
+    _softmax: ("softmax", "softmin", "softmax2d"),
+    _log_softmax: ("log_softmax", "special_log_softmax"),
+    _mean: ("mean", "nanmean", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
+            "adaptive_avg_pool2d", "adaptive_avg_pool3d", "trapezoid", "trapz"),
+    _sum: ("sum", "nansum", "cumsum", "cumulative_trapezoid", "embedding_bag", "lp_pool1d", "lp_pool2d",
+           "lp_pool3d"),
+    _extreme: ("amax", "amin", "max", "min", "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "topk",
+               "aminmax", "logsumexp", "special_logsumexp"),
+    _spread_stat: ("var", "std", "var_mean", "std_mean", "norm", "vector_norm"),
+    _product: ("prod",),
+    _cumprod: ("cumprod",),
+    _xlogy: ("xlogy", "xlog1py"),
+    _linear_mix: ("linear", "bilinear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "addbmm", "einsum",
+                  "inner", "tensordot", "multi_dot", "mv", "addmv", "vecdot", "outer", "conv1d", "conv2d", "conv3d",
+                  "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "unfold"),
+    _attention: ("scaled_dot_product_attention", "multihead_attention"),
+    _exp: ("exp", "exp2", "expm1", "cosh", "sinh"),
+    _log: ("log", "log2", "log10", "log1p", "lgamma", "gammaln", "digamma", "psi", "logit"),
+    _abs: ("abs", "absolute"),
+    _square: ("square", "pow", "float_power"),
+    _periodic: ("sin", "cos"),
+    _diff: ("diff",),
+    _neg: ("neg", "negative"),
+    _clamp: ("clamp", "clip", "clamp_min", "clamp_max"),
+    _embedding: ("embedding",),
+    _integer: ("argmax", "argmin", "argsort", "bucketize", "searchsorted", "count_nonzero", "all", "any"),
+    _cosine: ("cosine_similarity",),
+    _distance: ("pairwise_distance", "cdist", "dist"),
+}
+RULES: dict[str, Rule] = {name: rule for rule, names in _FAMILIES.items() for name in names}
+
+
+def rule_for(op: str) -> Rule:
+    """The value rule of catalog operator `op` (its primary input's values when the tables do not name it)."""
+    s = stem(op)
+    if s.startswith(("max_pool", "adaptive_max_pool")):
+        return _extreme
+    if s.startswith(("conv", "conv_transpose")):
+        return _linear_mix
+    if s.endswith("_loss") or s in ("kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits",
+                                    "cross_entropy", "multilabel_soft_margin_loss"):
+        return _loss
+    return RULES.get(s, _same)
+
+
+def _category(d: dict) -> str:
+    if "category" in d:
+        return d["category"]
+    from operators.catalog import REGISTRY
+
+    spec = REGISTRY.get(d.get("op", ""))
+    return spec.category if spec else ""
+
+
+def propagate(g: Any, values: dict) -> dict[str, Value]:
+    """Each node's Value, in topological order of graph `g` (node attrs kind, draw, op, params, args; `values`:
+    each node's output tensor, meta is enough, for shapes)."""
+    import networkx as nx
+
+    out: dict[str, Value] = {}
+    for n in nx.topological_sort(g):
+        d = g.nodes[n]
+        if d.get("kind") == "input":
+            out[n] = input_value(n, d.get("draw", "randn"))
+            continue
+        args = {e.get("arg", "x"): out[u] for u, _, e in g.in_edges(n, data=True)}
+        if "x" not in args and args:
+            args["x"] = next(iter(args.values()))
+        if not args:
+            out[n] = Value()
+            continue
+        x_node = next((u for u, _, e in g.in_edges(n, data=True) if e.get("arg", "x") == "x"), None)
+        in_shape = tuple(values[x_node].shape) if x_node in values else ()
+        out_shape = tuple(values[n].shape) if n in values else in_shape
+        ctx = Ctx(op=d["op"], params=d.get("params") or {}, args=args, in_shape=in_shape, out_shape=out_shape)
+        rule = rule_for(d["op"])
+        try:
+            v = rule(ctx)
+        except (ArithmeticError, ValueError):  # an order-of-magnitude model: a value it cannot form is unknown
+            v = replace(ctx.x, gauss=False)
+        if rule is _same and v.gauss and _category(d) not in ("shape", "indexing"):
+            v = replace(v, gauss=False)  # an unnamed elementwise function reshapes the distribution
+        out[n] = v
+    return out

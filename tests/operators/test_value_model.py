@@ -1,0 +1,84 @@
+"""operators/value_model.py: each operator family's output range and magnitude from its inputs', and their
+propagation through a graph."""
+
+import math
+
+import networkx as nx
+import torch
+
+from operators.value_model import input_value, propagate, rule_for, stem
+
+
+def graph(inputs: dict, ops: list) -> tuple:
+    """inputs: {name: (draw, shape)}; ops: [(name, op, params, {arg: source}, out_shape)]."""
+    g, values = nx.DiGraph(), {}
+    for n, (draw, shape) in inputs.items():
+        g.add_node(n, kind="input", draw=draw)
+        values[n] = torch.empty(shape, device="meta")
+    for n, op, params, args, shape in ops:
+        g.add_node(n, kind="op", op=op, params=params)
+        for k, src in args.items():
+            g.add_edge(src, n, arg=k)
+        values[n] = torch.empty(shape, device="meta")
+    g.graph["output"] = ops[-1][0]
+    return g, values
+
+
+def test_stems_share_one_rule_across_spellings():
+    assert stem("nn.LogSoftmax") == stem("F.log_softmax") == "log_softmax"
+    assert stem("nn.ReLU") == stem("torch.relu") == "relu"
+    assert rule_for("nn.Tanh") is rule_for("Tensor.tanh")
+    assert rule_for("nn.Tanh") is not rule_for("torch.sigmoid")
+
+
+def test_inputs_by_draw():
+    assert input_value("x", "randn").gauss and input_value("x", "randn").s == 1.0
+    r = input_value("x", "rand")
+    assert (r.lo, r.hi) == (0.0, 1.0) and not r.gauss
+
+
+def test_bounded_and_step_outputs():
+    g, v = graph({"x": ("randn", (4, 8))}, [("s", "torch.sigmoid", {}, {"x": "x"}, (4, 8)),
+                                           ("c", "Tensor.gt", {"threshold": 0.5}, {"x": "s"}, (4, 8))])
+    vals = propagate(g, v)
+    assert (vals["s"].lo, vals["s"].hi) == (0.0, 1.0) and vals["s"].s < 1.0
+    assert vals["c"].discrete and (vals["c"].lo, vals["c"].hi) == (0.0, 1.0)
+
+
+def test_softmax_values_shrink_with_width():
+    g, v = graph({"x": ("randn", (4, 4096))}, [("p", "F.softmax", {"dim": 1}, {"x": "x"}, (4, 4096))])
+    narrow_g, narrow_v = graph({"x": ("randn", (4, 8))}, [("p", "F.softmax", {"dim": 1}, {"x": "x"}, (4, 8))])
+    wide, narrow = propagate(g, v)["p"], propagate(narrow_g, narrow_v)["p"]
+    assert math.isclose(wide.center, 1 / 4096) and wide.s < narrow.s
+
+
+def test_mean_shrinks_spread_and_sum_grows_it():
+    g, v = graph({"x": ("randn", (4, 1024))}, [("m", "torch.mean", {"dim": 1}, {"x": "x"}, (4,)),
+                                              ("t", "torch.sum", {"dim": 1}, {"x": "x"}, (4,))])
+    vals = propagate(g, v)
+    assert math.isclose(vals["m"].s, 1 / 32) and math.isclose(vals["t"].s, 32.0)
+    assert vals["m"].noisy and not vals["x"].noisy
+
+
+def test_normalization_output_is_standard_and_prod_of_unit_values_vanishes():
+    g, v = graph({"x": ("rand", (4, 64))}, [("n", "nn.LayerNorm", {}, {"x": "x"}, (4, 64)),
+                                           ("q", "torch.prod", {"dim": 1}, {"x": "x"}, (4,))])
+    vals = propagate(g, v)
+    assert vals["n"].gauss and math.isclose(vals["n"].s, 1.0)
+    assert vals["q"].center == 2.0 ** -64
+
+
+def test_spread_is_kept_per_input_through_a_join():
+    g, v = graph({"x": ("randn", (4, 8)), "y": ("rand", (4, 8))},
+                 [("a", "torch.add", {}, {"x": "x", "y": "y"}, (4, 8)),
+                  ("b", "Tensor.__mul__", {"scale": 2.0}, {"x": "a"}, (4, 8))])
+    b = propagate(g, v)["b"]
+    assert math.isclose(b.spread_of("x"), 2.0) and math.isclose(b.spread_of("y"), 0.58)
+    assert b.noisy
+
+
+def test_an_unnamed_elementwise_op_drops_gaussianity_a_reshape_keeps_it():
+    g, v = graph({"x": ("randn", (4, 8))}, [("r", "torch.reciprocal", {}, {"x": "x"}, (4, 8)),
+                                           ("f", "torch.flatten", {}, {"x": "x"}, (32,))])
+    vals = propagate(g, v)
+    assert not vals["r"].gauss and vals["f"].gauss
