@@ -50,8 +50,8 @@ def get_init_inputs():
 '''
 
 
-def _fragility(code: str, steps: int, scale: int) -> dict:
-    ns = load_module(code, "t")
+def _model_draw(ns: dict):
+    """The task's model (weights seeded 0) and its seeded draws, as the profile worker makes them."""
     torch.manual_seed(0)
     model = ns["Model"](*ns["get_init_inputs"]())
 
@@ -59,6 +59,11 @@ def _fragility(code: str, steps: int, scale: int) -> dict:
         torch.manual_seed(1 + k)
         return tuple(ns["get_inputs"]())
 
+    return model, draw
+
+
+def _fragility(code: str, steps: int, scale: int) -> dict:
+    model, draw = _model_draw(load_module(code, "t"))
     with torch.no_grad():
         ref = flatten(model(*draw(0))).clone()
         return scaled_fragility(model, draw, 1e-2, ref, 1, steps, scale)
@@ -105,13 +110,7 @@ def test_the_reduced_batch_numbers_the_same_operators_and_finds_the_same_skippab
     with torch.no_grad():
         reduced = reduced_op_ratios(ns, 0, 1e-2, "cpu")
     assert ns["batch_size"] == 64  # the module's constant is put back
-    torch.manual_seed(0)
-    model = ns["Model"](*ns["get_init_inputs"]())
-
-    def draw(k):
-        torch.manual_seed(1 + k)
-        return tuple(ns["get_inputs"]())
-
+    model, draw = _model_draw(ns)
     with torch.no_grad():
         real = skippable_ops(model, draw, flatten(model(*draw(0))).clone(), 1e-2, stop_first=False)["op_ratios"]
     assert set(reduced) == set(real)
