@@ -47,8 +47,10 @@ def has_step(ops: Sequence[str] | None) -> bool:
     return ops is None or any(str(o).rsplit(".", 1)[-1] in STEP_OPS for o in ops)
 
 
-# a scaled flag gives way only where the output moved in proportion to the move, within this factor either way (a
-# smooth output's response is linear in so small a move; a step met grows far past proportion)
+# a scaled move's flag gives way only where the output moved in proportion to the move, within this factor either
+# way (the CPU pre-screen's scaled move uses it too): a smooth output's response is linear in so small a move (0.93
+# to 1.05 times in proportion on v1 rows); a step met makes it grow far past proportion (24 and 330 times), one
+# already crossed by the real move stays under it (0.14 and 0.53 times, both fragile at the real size)
 PROPORTIONAL = 1.25
 
 
@@ -75,15 +77,15 @@ def scaled_fragility(model: Any, draw: Callable[[int], tuple], tol: float, sub0:
                      scale: int, band: float = PROPORTIONAL) -> dict[str, Any]:
     """The fragility check in two or three forwards on draw 0 (see the module doc), as the exhaustive check's
     columns; fragile_weights "scaled" says how it was measured."""
-    f64 = fragility(model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride,
+    x0 = draw(0)  # drawn once: the float64 forward and both moves read the same inputs
+    f64 = fragility(model, lambda _k, x=x0: x, tol, draws=1, subs=[sub0], stride=stride,
                     checks=(FRAGILE_F64,))["fragile_f64_ratio"]
     scaled, real = 0.0, None
     if f64 is None or f64 < 1:
-        x0 = draw(0)
-        scaled = fragility_moves(model, x0, sub0, stride, tol, (ulp_steps * scale,))[ulp_steps * scale]
+        scaled = moved_ratio(model, x0, sub0, stride, tol, ulp_steps * scale)
         if scaled >= 1:
-            real = fragility_moves(model, x0, sub0, stride, tol, (ulp_steps,))[ulp_steps]
-        del x0
+            real = moved_ratio(model, x0, sub0, stride, tol, ulp_steps)
+    del x0
     found, ratio = scaled_verdict(f64, scaled, real, scale, ulp_steps, band)
     return {"fragile": found, "fragile_ulp_ratio": ratio if found != FRAGILE_F64 else None,
             "fragile_f64_ratio": f64, "fragile_ulp_steps": ulp_steps, "fragile_weights": "scaled",
@@ -98,19 +100,17 @@ def reduced_batch(ns: dict[str, Any]) -> int | None:
     return max(1, b // BATCH_CUT)
 
 
-def _model_draw(ns: dict[str, Any], seed: int, dev: str, batch: int | None) -> tuple[Any, Callable[[int], tuple]]:
+def _model_draw(ns: dict[str, Any], seed: int, dev: str, batch: int) -> tuple[Any, Callable[[int], tuple]]:
     """The model (weights seeded `seed`, as the profile worker's) and its seeded draws, with the module's batch
-    constant set to `batch` while drawing (None: the real one)."""
-    real = ns.get(BATCH)
+    constant set to `batch` while they are made."""
+    real = ns[BATCH]
 
     def patched(fn: Callable[[], Any]) -> Any:
-        if batch is not None:
-            ns[BATCH] = batch
+        ns[BATCH] = batch
         try:
             return fn()
         finally:
-            if batch is not None:
-                ns[BATCH] = real
+            ns[BATCH] = real
 
     def draw(k: int) -> tuple:
         torch.manual_seed(seed + 1 + k)
@@ -158,10 +158,10 @@ def cheap_fragility(model: Any, draw: Callable[[int], tuple], tol: float, subs: 
     return got
 
 
-def fragility_moves(model: Any, x0: Sequence[Any], sub0: Any, stride: int, tol: float,
-                    moves: Sequence[int]) -> dict[int, float]:
-    """Draw 0's output under each input move (ulps, each element up or down at random) as the verifier's ratio."""
-    return {s: tolerance_ratio(flatten(model(*_ulp_move(x0, s)))[::stride], sub0, tol) for s in moves}
+def moved_ratio(model: Any, x0: Sequence[Any], sub0: Any, stride: int, tol: float, steps: int) -> float:
+    """Draw 0's output with every floating input moved `steps` ulps (each element up or down at random), as the
+    verifier's ratio against its unmoved output."""
+    return tolerance_ratio(flatten(model(*_ulp_move(x0, steps)))[::stride], sub0, tol)
 
 
 def cheap_measure(model: Any, draw: Callable[[int], tuple], ref0: Any, sub0: Any, stride: int, tol: float, *,
@@ -186,13 +186,13 @@ def cheap_measure(model: Any, draw: Callable[[int], tuple], ref0: Any, sub0: Any
     x0 = draw(0)
     got: dict[str, Any] = {"f64_ratio": f64}
     for s in moves:
-        got[f"move{s}"] = timed(f"move{s}", lambda s=s, x=x0: fragility_moves(model, x, sub0, stride, tol, (s,))[s])
+        got[f"move{s}"] = timed(f"move{s}", lambda s=s, x=x0: moved_ratio(model, x, sub0, stride, tol, s))
     del x0
     if fresh_model is not None:  # draw 1 with its own weights, the largest move: the weights' thresholds move too
         def fresh() -> float:
             mdl, x1 = fresh_model(1), draw(1)
             ref1 = flatten(mdl(*x1))[::stride]
-            return fragility_moves(mdl, x1, ref1, stride, tol, (max(moves),))[max(moves)]
+            return moved_ratio(mdl, x1, ref1, stride, tol, max(moves))
         got[f"fresh1_move{max(moves)}"] = timed("fresh1", fresh)
     got["reduced_batch"] = reduced_batch(ns)
     got["reduced_op_ratios"] = timed("skip_reduced", lambda: reduced_op_ratios(ns, seed, tol, dev))

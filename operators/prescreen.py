@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from measures.cheap_shortcuts import PROPORTIONAL  # the smooth-response band, shared with the cheap check
 from measures.tensor_checks import tensors
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
@@ -53,11 +54,6 @@ FAN_KEEP = 2**20
 # the largest fragility move of a scaled screen, in ulps (sample.prescreen_ulp_scale): 2**12 ulps is a relative move
 # of 5e-4, past which a smooth output's own sensitivity, not a step, would decide
 ULP_STEPS_MAX = 2**12
-# a scaled move's fragility flag gives way only where the output moved in proportion to the move, within this factor
-# either way: a smooth output's response is linear in so small a move (0.93 to 1.05 times in proportion on v1
-# rows); a step met makes it grow far past proportion (24 and 330 times), one already crossed by the real move stays
-# under it (0.14 and 0.53 times, both fragile at the real size)
-PROPORTIONAL = 1.25
 # The filter's output checks read extremes over the output's elements (all zero, the largest draw-to-draw
 # difference): with a handful of outputs, "all zero" or "equal for every draw" is luck, not the task. A scaled
 # screen with fewer than min(the real output's elements, OUT_KEEP) gives no input-insensitive verdict and no
