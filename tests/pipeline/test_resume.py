@@ -18,6 +18,10 @@ def _config(tmp_path: Path) -> Path:
     cfg = load_preset("demo").to_toml()
     cfg = cfg.replace("n = 72", "n = 12").replace("shard_size = 8", "shard_size = 1").replace("workers = 2", "workers = 1")
     cfg = cfg.replace("compile = true", "compile = false").replace("warm_worker = true", "warm_worker = false").replace("require_compile = true", "require_compile = false")
+    # a threaded CPU kernel (LocalResponseNorm) rounds differently now and then, so one run could judge a task
+    # non-deterministic and the other not: the resumed run is compared on what it measured and kept
+    cfg = cfg.replace("require_deterministic = true", "require_deterministic = false")
+    assert "require_deterministic = false" in cfg
     p = tmp_path / "small.toml"
     p.write_text(cfg)
     return p
