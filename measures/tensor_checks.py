@@ -119,6 +119,10 @@ def max_diff(a: Any, b: Any) -> float:
 
 
 def _max_diff(a: Any, b: Any) -> Any:
+    if a.device.type == "cpu":  # one pass where every difference is finite (the usual case), then the exact rule
+        m = (a - b).abs_().max()
+        if bool(torch.isfinite(m)):
+            return m
     d = (a - b).abs()
     # equal values (an inf of one sign in both: inf - inf is NaN) and NaN at the same place count as equal
     d = torch.where((a == b) | (torch.isnan(a) & torch.isnan(b)), torch.zeros_like(d), d)
@@ -136,6 +140,13 @@ def tolerance_ratio(fixed: Any, ref: Any, tol: float) -> float:
 
 
 def _tolerance_ratio(fixed: Any, ref: Any, tol: float) -> Any:
+    if fixed.device.type == "cpu":
+        # in place, one buffer: the same numbers where every ratio is finite (the usual case), checked with one
+        # read; an inf or NaN anywhere takes the exact rule below. (The CPU pre-screen spent ~30% of its time here;
+        # on a GPU the read would cost a sync per chunk, so it keeps the one expression.)
+        m = (fixed - ref).abs_().div_(ref.abs().mul_(tol).add_(tol)).max()
+        if bool(torch.isfinite(m)):
+            return m
     r = (fixed - ref).abs() / (tol + tol * ref.abs())
     same = (fixed == ref) | (torch.isnan(fixed) & torch.isnan(ref))
     # what is left NaN compares a NaN or an inf with something else (inf / inf): the verifier fails it

@@ -36,6 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from measures.cheap_shortcuts import PROPORTIONAL  # the smooth-response band, shared with the cheap check
+from measures.shortcuts import FRAGILE_ULP
 from measures.tensor_checks import tensors
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
@@ -314,32 +315,34 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
     `budget` is screened again within sample.prescreen_retry_ms when that is larger."""
     budget = budget or Budget(cfg.sample.prescreen_ms, cfg.sample.prescreen_mb)
     code = task["code"] if isinstance(task, dict) and "code" in task else _render(task)
+    ops = _task_ops(task)
     t0 = time.process_time()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one core per sampler process; restored below, so the caller keeps its own
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
-            res = _screen(code, cfg, budget)
+            res = _screen(code, cfg, budget, ops=ops)
             retry = cfg.sample.prescreen_retry_ms
             if res.status.startswith("over budget") and retry > budget.ms:
                 # no size fits: a larger budget for this draw alone (the others keep theirs: a budget is also
                 # the size every screen grows to, so raising it for all costs every draw its share)
                 budget = Budget(retry, budget.mb)
-                res = _screen(code, cfg, budget)
+                res = _screen(code, cfg, budget, ops=ops)
             # an index drawn for a real size (a literal in the code) can fall outside a shrunk one, which meta
             # does not see: keep constants the code spells as literals, then shrink the batch alone
             for kw in ({"pin_literals": True}, {"only": (BATCH,)}):
                 if not (res.scaled and res.status.startswith("error")):
                     break
-                res = _screen(code, cfg, budget, **kw)
+                res = _screen(code, cfg, budget, ops=ops, **kw)
     finally:
         torch.set_num_threads(threads)
     res.cpu_ms = 1e3 * (time.process_time() - t0)
     return res
 
 
-def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False) -> Result:
+def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False,
+            ops: Any = None) -> Result:
     from filters.base import decide
     from filters.degenerate import OUTPUT_CHECKS
     from measures.tensor_checks import draw_checks, flatten, sample_stride
@@ -404,7 +407,7 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                 # the real-size check's own move (profile.shortcut_ulp_steps), scaled the same way
                 steps = min(ULP_STEPS_MAX, steps * cfg.profile.shortcut_ulp_steps)
                 _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps,
-                                  _fresh_models(ns, seed) if cfg.profile.shortcut_fresh_weights else None)
+                                  _fresh_models(ns, seed) if cfg.profile.shortcut_fresh_weights else None, ops)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
@@ -427,24 +430,68 @@ def _fresh_models(ns: dict, seed: int) -> Any:
 
 
 def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result,
-                      steps: int = 1, model_for: Any = None) -> None:
+                      steps: int = 1, model_for: Any = None, ops: Any = None) -> None:
     """measures/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
     profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
-    screen's reason."""
+    screen's reason. With profile.shortcut_mode = "cheap" the fragility check is the cheap one (_cheap_fragility)."""
     from filters.shortcut_checks import no_shortcuts
     from measures.shortcuts import KINDS, measure, ulp_finding
 
-    p = cfg.profile
-    known = float(res.measurements["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
-    res.measurements.update(measure(model, draw, ref0, float(cfg.filter.compile_tolerance),
-                                    kinds=tuple(p.shortcut_checks) or KINDS, draws=p.shortcut_draws, subs=subs,
-                                    stride=stride, stop_first=p.shortcut_stop_first, known_ratio=known,
-                                    ulp_steps=steps, model_for=model_for, f64_draws=p.shortcut_f64_draws))
-    res.measurements["prescreen_ulp_steps"] = steps
-    if steps > p.shortcut_ulp_steps and res.measurements.get("fragile") == ulp_finding(steps):
+    p, m = cfg.profile, res.measurements
+    tol = float(cfg.filter.compile_tolerance)
+    kinds = tuple(p.shortcut_checks) or KINDS
+    cheap = getattr(p, "shortcut_mode", "exhaustive") == "cheap" and "fragile" in kinds
+    known = float(m["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
+    m.update(measure(model, draw, ref0, tol, kinds=tuple(k for k in kinds if k != "fragile" or not cheap),
+                     draws=p.shortcut_draws, subs=subs, stride=stride, stop_first=p.shortcut_stop_first,
+                     known_ratio=known, ulp_steps=steps, model_for=model_for, f64_draws=p.shortcut_f64_draws))
+    m["prescreen_ulp_steps"] = steps
+    found = m.get("dead_inputs") or m.get("skippable_ops")
+    if cheap and not (found and p.shortcut_stop_first):
+        _cheap_fragility(model, draw, subs, stride, cfg, res, steps, model_for, ops)
+        m["shortcut_checks"] = ",".join(k for k in KINDS if k in kinds)
+    elif not cheap and steps > p.shortcut_ulp_steps and m.get("fragile") == ulp_finding(steps):
         _scaled_flag_or_real_move(model, draw, subs, stride, cfg, res, steps, model_for)
     if cfg.sample.prescreen_shortcuts == "drop":
-        res.reason = no_shortcuts(res.measurements, cfg.filter) or ""
+        res.reason = no_shortcuts(m, cfg.filter) or ""
+
+
+def _cheap_fragility(model: Any, draw: Any, subs: list, stride: int, cfg: Any, res: Result, steps: int,
+                     model_for: Any, ops: Any) -> None:
+    """The cheap fragility check (measures/cheap_shortcuts.py) at the screened shapes: draw 0 in float64 and under
+    one move of `steps` ulps (the real move scaled to the real element count) times profile.shortcut_move_scale, at
+    most ULP_STEPS_MAX, a flag measured again with the real move and given way where the output moved in
+    proportion. A task with a step operator that passes is screened as in exhaustive mode: a step that one value of
+    one draw meets does not grow with the move."""
+    from measures.cheap_shortcuts import has_step, scaled_fragility
+    from measures.shortcuts import fragility, ulp_finding
+
+    p, m, tol = cfg.profile, res.measurements, float(cfg.filter.compile_tolerance)
+    real = p.shortcut_ulp_steps
+    scale = max(1, min(ULP_STEPS_MAX, steps * p.shortcut_move_scale) // real)
+    got = scaled_fragility(model, draw, tol, subs[0], stride, real, scale)
+    got.pop("fragile_scaled_ratio")
+    m.update(got)
+    if got["fragile"] or not has_step(ops):
+        return
+    m.update(fragility(model, draw, tol, p.shortcut_draws, subs, stride, p.shortcut_stop_first, checks=(FRAGILE_ULP,),
+                       ulp_steps=steps, model_for=model_for), fragile_f64_ratio=got["fragile_f64_ratio"])
+    if steps > real and m.get("fragile") == ulp_finding(steps):
+        _scaled_flag_or_real_move(model, draw, subs, stride, cfg, res, steps, model_for)
+
+
+def _task_ops(task: Any) -> list[str] | None:
+    """The catalog operators of a task row (`ops`) or graph, None when unknown (then it counts as holding a step)."""
+    if isinstance(task, dict) and "ops" in task:
+        return task["ops"]
+    try:
+        import networkx as nx
+
+        g = task if isinstance(task, nx.DiGraph) else nx.node_link_graph(
+            json.loads(task) if isinstance(task, str) else task, directed=True, edges="edges")
+        return [d["op"] for _, d in g.nodes(data=True) if d.get("kind") == "op"]
+    except Exception:  # noqa: BLE001 - a task without a readable graph: every operator may step
+        return None
 
 
 def _scaled_flag_or_real_move(model: Any, draw: Any, subs: list, stride: int, cfg: Any, res: Result, steps: int,

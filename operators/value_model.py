@@ -383,9 +383,16 @@ def _integer(c: Ctx) -> Value:
 
 
 def _cosine(c: Ctx) -> Value:
+    """The cosine of two n-vectors: ~1/sqrt(n) of the varying part. Values sharing a mean (positive ones) point
+    along it: their cosine sits near the mean's share of the norm and moves only by the varying part's, squared,
+    since a move along the common direction changes the dot product and both norms alike."""
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
-    return Value(lo=-1.0, hi=1.0, center=0.0, spread=_times(_merge(*(v.spread for v in c.args.values())),
-                                                            1.0 / math.sqrt(n) / max(c.x.scale, 1e-30)), noisy=True)
+    vs = list(c.args.values())
+    share = min(v.s / max(v.scale, 1e-30) for v in vs)  # 1 for zero-mean values
+    center = math.prod(v.center / max(v.scale, 1e-30) for v in vs[:2]) if len(vs) > 1 else 0.0
+    return Value(lo=-1.0, hi=1.0, center=center, spread=_times(_merge(*(v.spread for v in vs)),
+                                                               share / math.sqrt(n) / max(c.x.scale, 1e-30)),
+                 noisy=True)
 
 
 def _distance(c: Ctx) -> Value:

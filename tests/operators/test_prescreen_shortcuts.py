@@ -78,13 +78,20 @@ def test_a_scaled_screen_moves_its_inputs_by_the_element_ratio_only_when_asked()
     assert scaled.record(task, False)["prescreen_ulp_steps"] == scaled.measurements["prescreen_ulp_steps"]
 
 
-def test_a_scaled_flag_stands_for_a_step_and_gives_way_to_the_real_move_on_a_smooth_output():
+SMOOTH = BIG.replace("(torch.tanh(x) > 0.5).float()", "torch.sin(500.0 * x)")
+
+
+def _scaled(mode: str):
     cfg = _cfg("drop")
-    cfg = dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True))
+    return dataclasses.replace(cfg, sample=dataclasses.replace(cfg.sample, prescreen_ulp_scale=True),
+                               profile=dataclasses.replace(cfg.profile, shortcut_mode=mode))
+
+
+def test_a_scaled_flag_stands_for_a_step_and_gives_way_to_the_real_move_on_a_smooth_output():
+    cfg = _scaled("exhaustive")
     # sin(500 x): 16 ulps move it well within tolerance, the scaled move (hundreds of times more) far past it, in
     # proportion: a smooth output, not a step the scaled move met
-    smooth = prescreen({"task_id": "s", "code": BIG.replace("(torch.tanh(x) > 0.5).float()", "torch.sin(500.0 * x)")},
-                       cfg)
+    smooth = prescreen({"task_id": "s", "code": SMOOTH}, cfg)
     m = smooth.measurements
     assert m["prescreen_ulp_steps"] > cfg.profile.shortcut_ulp_steps and m["prescreen_real_move_ratio"] < 1
     assert m["fragile"] == "" and m["fragile_ulp_steps"] == cfg.profile.shortcut_ulp_steps and smooth.reason == ""
@@ -93,3 +100,21 @@ def test_a_scaled_flag_stands_for_a_step_and_gives_way_to_the_real_move_on_a_smo
     step = prescreen({"task_id": "t", "code": BIG}, cfg)  # a comparison after tanh: the scaled flag stands
     sm = step.measurements
     assert sm["fragile"] and sm["fragile_ulp_steps"] == sm["prescreen_ulp_steps"] and step.reason.startswith("fragile:")
+
+
+def test_the_cheap_screen_moves_draw_0_once_and_keeps_the_same_verdicts():
+    cfg = _scaled("cheap")
+    smooth = prescreen({"task_id": "s", "code": SMOOTH, "ops": ["torch.sin"]}, cfg)
+    m = smooth.measurements
+    # one scaled move on draw 0 (the element ratio times profile.shortcut_move_scale, capped), answered in proportion:
+    # the real move's verdict stands, and the exhaustive draws never run
+    assert m["fragile"] == "" and m["fragile_weights"] == "scaled" and smooth.reason == ""
+    assert m["fragile_ulp_steps"] == cfg.profile.shortcut_ulp_steps and m["fragile_ulp_ratio"] < 1
+    step = prescreen({"task_id": "t", "code": BIG, "ops": ["torch.tanh", "Tensor.gt"]}, cfg)
+    assert step.measurements["fragile"].endswith("-ulp input move") and step.reason.startswith("fragile:")
+    # a step operator the one move passes runs the exhaustive draws: a threshold no value of draw 0 sits near
+    rare = BIG.replace("(torch.tanh(x) > 0.5).float()", "torch.tanh(x) + (x > 6.0).float()")
+    passed = prescreen({"task_id": "r", "code": rare, "ops": ["torch.tanh", "Tensor.gt"]}, cfg).measurements
+    assert passed["fragile_weights"] in ("fresh", "one")
+    plain = prescreen({"task_id": "r", "code": rare, "ops": ["torch.tanh"]}, cfg).measurements
+    assert plain["fragile_weights"] == "scaled"
