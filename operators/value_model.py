@@ -262,7 +262,7 @@ def _extreme(c: Ctx) -> Value:
     k = max(c.fan, 2)
     up = math.sqrt(2 * math.log(k))
     s = stem(c.op)
-    shift = up if s in ("amax", "max", "logsumexp", "special_logsumexp") or s.startswith(
+    shift = up if s in ("amax", "max", "aminmax", "logsumexp", "special_logsumexp") or s.startswith(
         ("max_pool", "adaptive_max_pool")) else -up if s in ("amin", "min") else 0.0
     x = c.x
     center = x.center + shift * x.s
@@ -369,6 +369,16 @@ def _square(c: Ctx) -> Value:
     return Value(lo=0.0, center=x.scale ** 2, spread=_times(x.spread, 1.4 * x.scale), zeros=x.zeros, noisy=x.noisy)
 
 
+def _reciprocal(c: Ctx) -> Value:
+    """1/x on values of one sign: the range inverted, moves scaled by 1/x**2; across 0 the pole leaves it unbounded."""
+    x = c.x
+    if not (x.lo > 0 or x.hi < 0):
+        return replace(x, lo=-INF, hi=INF, gauss=False)
+    center = 1.0 / x.center if x.center else 1.0 / max(abs(x.lo), abs(x.hi))
+    return Value(lo=min(1.0 / x.lo, 1.0 / x.hi), hi=max(1.0 / x.lo, 1.0 / x.hi), center=center,
+                 spread=_times(x.spread, center * center), noisy=x.noisy)
+
+
 def _periodic(c: Ctx) -> Value:
     return Value(lo=-1.0, hi=1.0, center=0.0, spread=_times(c.x.spread, min(1.0, 0.7 / max(c.x.s, 1e-30))),
                  noisy=c.x.noisy)
@@ -383,16 +393,17 @@ def _integer(c: Ctx) -> Value:
 
 
 def _cosine(c: Ctx) -> Value:
-    """The cosine of two n-vectors: ~1/sqrt(n) of the varying part. Values sharing a mean (positive ones) point
-    along it: their cosine sits near the mean's share of the norm and moves only by the varying part's, squared,
-    since a move along the common direction changes the dot product and both norms alike."""
+    """The cosine of two n-vectors moves as their sample covariance does: by ~a * b / sqrt(n), a and b each vector's
+    varying share of its norm (1 for zero-mean values). A move along a mean both share changes the dot product
+    and the norms alike, so values of one sign (positive ones) give a cosine that hardly moves."""
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
-    vs = list(c.args.values())
-    share = min(v.s / max(v.scale, 1e-30) for v in vs)  # 1 for zero-mean values
-    center = math.prod(v.center / max(v.scale, 1e-30) for v in vs[:2]) if len(vs) > 1 else 0.0
-    return Value(lo=-1.0, hi=1.0, center=center, spread=_times(_merge(*(v.spread for v in vs)),
-                                                               share / math.sqrt(n) / max(c.x.scale, 1e-30)),
-                 noisy=True)
+    vs = list(c.args.values())[:2]
+    shares = [v.s / max(v.scale, 1e-30) for v in vs]
+    moves = math.prod(shares) / math.sqrt(n) if len(vs) > 1 else shares[0] / math.sqrt(n)
+    center = math.prod(v.center / max(v.scale, 1e-30) for v in vs) if len(vs) > 1 else 0.0
+    sp = _merge(*(v.spread for v in vs))
+    total = math.sqrt(sum(x * x for _, x in sp))
+    return Value(lo=-1.0, hi=1.0, center=center, spread=_times(sp, moves / max(total, 1e-30)), noisy=True)
 
 
 def _distance(c: Ctx) -> Value:
@@ -445,6 +456,7 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _periodic: ("sin", "cos"),
     _diff: ("diff",),
     _neg: ("neg", "negative"),
+    _reciprocal: ("reciprocal",),
     _clamp: ("clamp", "clip", "clamp_min", "clamp_max"),
     _embedding: ("embedding",),
     _integer: ("argmax", "argmin", "argsort", "bucketize", "searchsorted", "count_nonzero", "all", "any"),
@@ -452,6 +464,38 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _distance: ("pairwise_distance", "cdist", "dist"),
 }
 RULES: dict[str, Rule] = {name: rule for rule, names in _FAMILIES.items() for name in names}
+
+# elementwise functions monotone on each side of 0 (even ones fall to their value at 0 there): on a bounded input
+# the output's range is the image of the input's, which a rule's center and spread alone do not give (the largest
+# of many cosh(x**2) of values in [0, 1) sits at cosh(1), not ~5 stds up)
+_MONOTONE: dict[str, Callable[[float], float]] = {
+    "exp": math.exp, "exp2": lambda v: 2.0 ** v, "expm1": math.expm1, "sinh": math.sinh, "cosh": math.cosh,
+    "square": lambda v: v * v, "sqrt": math.sqrt, "rsqrt": lambda v: 1.0 / math.sqrt(v), "log": math.log,
+    "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "atan": math.atan, "arctan": math.atan,
+    "asinh": math.asinh, "arcsinh": math.asinh, "tanh": math.tanh, "erf": math.erf,
+    "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "expit": lambda v: 1.0 / (1.0 + math.exp(-v)),
+    "softsign": lambda v: v / (1.0 + abs(v)),
+}
+_EVEN = frozenset({"cosh", "square"})
+# saturating functions whose rule puts the center mid-range: on a bounded input it is the image of the input's
+_CENTERED = frozenset({"tanh", "erf", "sigmoid", "expit", "softsign", "atan", "arctan"})
+
+
+def _image(s: str, x: Value, v: Value) -> Value:
+    """v with its range cut to the image of x's bounded range under the monotone (or even) function `s`."""
+    f = _MONOTONE[s]
+    if not (math.isfinite(x.lo) and math.isfinite(x.hi)) or x.hi - x.lo > 80:
+        return v
+    ends = [x.lo, x.hi, *([0.0] if s in _EVEN and x.lo < 0 < x.hi else [])]
+    try:
+        ys = [f(e) for e in ends]
+    except (ArithmeticError, ValueError):  # outside the domain (log of a value <= 0): the rule's range stands
+        return v
+    lo, hi = max(v.lo, min(ys)), min(v.hi, max(ys))
+    if lo > hi:
+        return v
+    center = f(x.center) if s in _CENTERED else v.center
+    return replace(v, lo=lo, hi=hi, center=min(max(center, lo), hi))
 
 
 def rule_for(op: str) -> Rule:
@@ -502,6 +546,8 @@ def propagate(g: Any, values: dict) -> dict[str, Value]:
             v = rule(ctx)
         except (ArithmeticError, ValueError):  # an order-of-magnitude model: a value it cannot form is unknown
             v = replace(ctx.x, gauss=False)
+        if stem(d["op"]) in _MONOTONE and len(args) == 1:
+            v = _image(stem(d["op"]), ctx.x, v)
         if rule is _same and v.gauss and _category(d) not in ("shape", "indexing"):
             v = replace(v, gauss=False)  # an unnamed elementwise function reshapes the distribution
         out[n] = v

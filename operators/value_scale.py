@@ -230,7 +230,7 @@ def _value_rules(g: Any, values: dict) -> str:
             v, t = step
             if v.zeros and t == v.lo:  # x > 0 on relu-like values: the ones on the step are exact zeros, unmoved
                 continue
-            if s not in ROUNDING and s not in COMPARE_TWO and s != "isclose" and (
+            if s not in ROUNDING and (s not in COMPARE_TWO or "threshold" in p) and s != "isclose" and (
                     v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
                 return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
             if s in ("floor", "ceil", "trunc", "fix", "round") and v.lo > -math.inf and v.hi < math.inf and (

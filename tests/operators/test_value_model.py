@@ -82,3 +82,36 @@ def test_an_unnamed_elementwise_op_drops_gaussianity_a_reshape_keeps_it():
                                            ("f", "torch.flatten", {}, {"x": "x"}, (32,))])
     vals = propagate(g, v)
     assert not vals["r"].gauss and vals["f"].gauss
+
+
+def test_a_bounded_input_bounds_a_monotone_or_even_function_of_it():
+    g, values = graph({"x": ("rand", (8, 1024))}, [("sq", "Tensor.square", {}, {"x": "x"}, (8, 1024)),
+                                                   ("ch", "torch.cosh", {}, {"x": "sq"}, (8, 1024)),
+                                                   ("sg", "torch.sigmoid", {}, {"x": "x"}, (8, 1024))])
+    v = propagate(g, values)
+    assert (v["sq"].lo, v["sq"].hi) == (0.0, 1.0)
+    assert v["ch"].lo == 1.0 and math.isclose(v["ch"].hi, math.cosh(1.0))
+    # a saturating function of [0, 1) values: its image, centred at the image of their center
+    assert v["sg"].lo == 0.5 and math.isclose(v["sg"].center, 1 / (1 + math.exp(-0.5)))
+    # an unbounded input keeps the rule's own range
+    g, values = graph({"x": ("randn", (8, 64))}, [("ch", "torch.cosh", {}, {"x": "x"}, (8, 64))])
+    assert propagate(g, values)["ch"].hi == math.inf
+
+
+def test_reciprocal_inverts_a_one_signed_range_and_a_range_across_zero_is_unbounded():
+    g, values = graph({"x": ("rand1", (8, 64))}, [("r", "Tensor.reciprocal", {}, {"x": "x"}, (8, 64))])
+    r = propagate(g, values)["r"]
+    assert (r.lo, r.hi) == (0.5, 1.0) and math.isclose(r.center, 1 / 1.5)
+    assert r.s < input_value("x", "rand1").s  # 1/x moves by 1/x**2 of x's move: less on [1, 2)
+    g, values = graph({"x": ("randn", (8, 64))}, [("r", "Tensor.reciprocal", {}, {"x": "x"}, (8, 64))])
+    assert propagate(g, values)["r"].hi == math.inf
+
+
+def test_cosine_of_values_sharing_a_mean_hardly_moves_of_zero_mean_values_it_does():
+    def cos(draw: str) -> float:
+        g, values = graph({"x": (draw, (8, 1024)), "y": (draw, (8, 1024))},
+                          [("c", "F.cosine_similarity", {"dim": 1}, {"x": "x", "y": "y"}, (8,))])
+        return propagate(g, values)["c"].s
+
+    assert math.isclose(cos("randn"), 1 / math.sqrt(1024))
+    assert cos("rand1") < cos("randn") / 20  # [1, 2) values: each vector's varying share is ~0.19

@@ -232,3 +232,30 @@ def test_a_step_at_zero_on_relu_values_is_stable():
     g = _g({"x": ("randn", shape), "y": ("randn", shape)},
            [("r", "torch.relu", {}, {"x": "x"}, shape), ("h", "torch.heaviside", {}, {"x": "r", "y": "y"}, shape)])
     assert cannot_matter(*g) == ""
+
+
+def test_a_comparison_with_a_threshold_past_every_value_is_constant():
+    g = nx.DiGraph()
+    g.add_node("x", kind="input", draw="rand")
+    g.add_node("a", kind="op", op="F.log_softmax", params={"dim": -1})
+    g.add_node("b", kind="op", op="Tensor.gt", params={"threshold": 0.0})
+    g.add_edges_from([("x", "a"), ("a", "b")])
+    g.graph["output"] = "b"
+    values = {n: torch.empty((64, 4096), device="meta") for n in "xab"}
+    assert "one side only" in cannot_matter(g, values)  # log_softmax <= 0: never > 0
+    g.nodes["b"]["params"] = {"threshold": -8.0}  # ~ln(1/4096): inside the values' bulk
+    assert "one side only" not in cannot_matter(g, values)
+
+
+def test_the_max_of_many_values_of_a_bounded_function_is_a_fixed_output():
+    g = nx.DiGraph()
+    g.add_node("x", kind="input", draw="rand")
+    g.add_node("a", kind="op", op="torch.cosh", params={})
+    g.add_node("b", kind="op", op="torch.aminmax", params={"dim": 1})
+    g.add_edges_from([("x", "a"), ("a", "b")])
+    g.graph["output"] = "b"
+    values = {"x": torch.empty((64, 4096), device="meta"), "a": torch.empty((64, 4096), device="meta"),
+              "b": torch.empty((64,), device="meta")}
+    assert "a fixed output fakes it" in cannot_matter(g, values)  # every max sits at cosh(1)
+    values = {**values, "x": torch.empty((64, 4), device="meta"), "a": torch.empty((64, 4), device="meta")}
+    assert cannot_matter(g, values) == ""  # the max of 4 values moves
