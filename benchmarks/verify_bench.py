@@ -10,6 +10,11 @@
 - throughput: verifications per hour, verify-batch with W workers vs a serial loop over the same pairs.
 - kept: the stored corpus figures counted again over the pairs whose task the dataset's shortcut checks keep
   (--task-checks: a result of benchmarks/corpus_task_checks.py); needs --update and the corpus's --corpus files.
+- fallback: --n-fallback random release tasks that use an inductor fallback operator the strict policy refuses; each
+  task's own reference as the candidate (`class ModelNew(Model)`), verified with every other operator it calls
+  allowed: caught = reward -1 naming a fallback operator. The first --n-fallback-control of them again with the
+  fallbacks allowed too (the candidate is otherwise correct). Also counts the sampled tasks with an honest strict
+  candidate in the --corpus files.
 
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
         --corpus benchmarks/verify_cpu/pairs.jsonl
@@ -71,6 +76,87 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
             print(f"  {route:34s} {'caught' if ok else 'SLIPPED'}  {r['hack'] or r.get('error') or ''}"[:150])
     judged = [v for v in rows.values() if "caught" in v]
     return {"routes": rows, "caught": sum(v["caught"] for v in judged), "run": len(judged)}
+
+
+def _fallback_tasks(n: int, seed: int) -> tuple[list[dict], int]:
+    """`n` random release rows (seeded) whose measured ATen ops include an inductor fallback that strict refuses,
+    each with `fallbacks` (those ops) and `others` (the other ops strict refuses, and copies); and how many release rows have one."""
+    import random
+
+    import pyarrow.dataset as ds
+
+    from verify.policy import MOVES, Policy, inductor_fallbacks
+
+    fb, strict = inductor_fallbacks(), Policy()
+    rows = ds.dataset(sorted(str(f) for f in (RELEASE / "data").glob("*.parquet"))).to_table(
+        columns=["task_id", "aten_ops", "peak_memory_bytes"]).to_pylist()
+    hits = []
+    for r in rows:
+        ops = {"aten::" + o.split(".")[1] for o in r["aten_ops"] or [] if o.count(".") >= 1}
+        refused = {o for o in ops if not strict.allows(o)}
+        if refused & fb:
+            # dtype casts too: the release's op lists do not record every cast a forward makes
+            hits.append({"task_id": r["task_id"], "fallbacks": sorted(refused & fb),
+                         "others": sorted((refused - fb) | {f"aten::{m}" for m in MOVES})})
+    return random.Random(seed).sample(hits, min(n, len(hits))), len(hits)
+
+
+def fallback(args: argparse.Namespace) -> dict:
+    """The strict policy on real release tasks that use fallback operators (see the module's docstring)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from verify.policy import inductor_fallbacks
+    from verify.task import load_task
+
+    fb = inductor_fallbacks()
+    sample, n_release = _fallback_tasks(args.n_fallback, args.seed)
+    lock = str(Path(tempfile.mkdtemp()) / "device.lock")
+    # the CPU dispatches some fallbacks under other names (SDPA's CPU kernel): a CPU run allows the others loosely
+    cpu_names = {"aten::_scaled_dot_product_flash_attention_for_cpu"} if args.device == "cpu" else set()
+
+    def one(item: tuple[int, dict]) -> dict:
+        i, t = item
+        task = load_task(f"{RELEASE}:{t['task_id']}")
+        cand = task["code"] + "\n\nclass ModelNew(Model):\n    pass\n"
+        control = i < args.n_fallback_control
+        allow = t["others"]
+        kw = dict(device=args.device, draws=1, rounds=1, timing_lock=lock, timeout_s=args.fallback_timeout_s,
+                  compile=False)
+        r = verify(task, cand, policy="library" if allow else "strict", allow=allow or None, **kw)
+        named = [op for op in fb | cpu_names if f"{op}" in (r["hack"] or "")]
+        row = {"task_id": t["task_id"], "fallbacks": t["fallbacks"], "reward": r["reward"], "hack": r["hack"],
+               "error": r.get("error"), "caught": r["reward"] == -1 and bool(named)}
+        if control:  # the same candidate with the fallbacks allowed: refused only for them, otherwise correct
+            allow_fb = t["others"] + t["fallbacks"] + sorted(cpu_names)
+            c = verify(task, cand, policy="library", allow=allow_fb, **kw)
+            row["control"] = {"reward": c["reward"], "correct": c["correct"], "hack": c["hack"],
+                              "library_calls": c.get("library_calls"), "error": c.get("error")}
+        print(f"  {t['task_id']} {'caught' if row['caught'] else 'SLIPPED'} {(r['hack'] or r.get('error') or '')[:90]}"
+              + (f" | control reward {row['control']['reward']}" if control else ""), flush=True)
+        return row
+
+    with ThreadPoolExecutor(max(1, args.workers)) as pool:
+        rows = list(pool.map(one, [(i, t) for i, t in enumerate(sample)]))
+    corpus_tasks = {}
+    for f in args.corpus or []:
+        for d in map(json.loads, Path(f).read_text().splitlines()):
+            if d and d.get("policy", "strict") == "strict":
+                corpus_tasks[d["task"].rsplit(":", 1)[-1]] = d["candidate"]
+    ctl = [r["control"] for r in rows if "control" in r]
+    by_op: dict = {}
+    for r in rows:
+        for op in r["fallbacks"]:
+            by_op.setdefault(op, [0, 0])
+            by_op[op][0] += 1
+            by_op[op][1] += r["caught"]
+    return {"release_tasks_with_fallback": n_release, "sampled": len(rows), "caught": sum(r["caught"] for r in rows),
+            "slipped": [r for r in rows if not r["caught"]], "by_fallback": by_op,
+            "control": {"run": len(ctl), "correct": sum(1 for c in ctl if c["correct"]),
+                        "not_correct": [r for r in rows if "control" in r and not r["control"]["correct"]]},
+            "with_honest_strict_candidate": sorted(t for t in corpus_tasks if t in {r["task_id"] for r in rows}),
+            "release_fallback_tasks_with_honest_strict_candidate": sorted(
+                t for t in corpus_tasks if t in {h["task_id"] for h in _fallback_tasks(10 ** 9, 0)[0]}),
+            "rows": rows}
 
 
 def _pairs(args: argparse.Namespace, task: str) -> list[tuple[str, str, bool, dict]]:
@@ -370,6 +456,14 @@ def headline(res: dict) -> list[dict]:
         head.append({"figure": "honest candidates penalized, on tasks the shortcut checks keep",
                      "value": f"{k['penalized']} of {k['verified']} ({k['pairs']} pairs; {len(k['dropped'])} corpus "
                      f"tasks dropped by {', '.join(k['task_checks'])})", "target": "0", **by("kept")})
+    if "fallback" in res:
+        f = res["fallback"]
+        head.append({"figure": "release tasks with a fallback operator: the strict policy refuses the task's own "
+                     "reference (fallback named) / accepts it with the fallbacks allowed",
+                     "value": f"{f['caught']} of {f['sampled']} / {f['control']['correct']} of {f['control']['run']} "
+                     f"({f['release_tasks_with_fallback']} release tasks use one; "
+                     f"{len(f['release_fallback_tasks_with_honest_strict_candidate'])} have an honest strict "
+                     "candidate in the corpus)", "target": "all / all", **by("fallback")})
     if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
         e = res["eager_vs_release"]
         head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
@@ -404,6 +498,11 @@ def main() -> None:
                     "chunks end and read back to skip the pairs done (resume across calls)")
     ap.add_argument("--corpus-minutes", type=float, default=None, help="corpus: stop starting chunks after this")
     ap.add_argument("--task-checks", action="append", help="kept: a corpus_task_checks.py result; repeatable")
+    ap.add_argument("--n-fallback", type=int, default=200, help="fallback: release tasks sampled")
+    ap.add_argument("--n-fallback-control", type=int, default=20, help="fallback: of those, verified again with the "
+                    "fallbacks allowed")
+    ap.add_argument("--fallback-timeout-s", type=float, default=300.0)
+    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
                     "benchmarks/verify_cuda/prebuild.py fills it ahead")
@@ -438,6 +537,8 @@ def main() -> None:
             res[s] = throughput(args, task, ext_dir, res)
         elif s == "kept":
             res[s] = kept(args, task, stored)
+        elif s == "fallback":
+            res[s] = fallback(args)
         res[s]["section_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
     commit = _commit(args)
