@@ -101,8 +101,16 @@ def _fallback_tasks(n: int, seed: int) -> tuple[list[dict], int]:
     return random.Random(seed).sample(hits, min(n, len(hits))), len(hits)
 
 
+REFUSED = ("PyTorch compute in forward", "PyTorch kernels launched in forward")  # the compute guard's reasons
+
+
 def fallback(args: argparse.Namespace) -> dict:
-    """The strict policy on real release tasks that use fallback operators (see the module's docstring)."""
+    """The strict policy on real release tasks that use fallback operators (see the module's docstring). Refused: reward
+    -1 for PyTorch compute; fallback named: the refusal names an inductor fallback (a fused fast path such as
+    `_native_multi_head_attention` is named instead where the reference takes one). --fallback-rows FILE keeps each
+    task's row as it lands and a later call skips the tasks it holds; --fallback-minutes stops starting tasks (negative:
+    the figures from FILE alone)."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from verify.policy import inductor_fallbacks
@@ -113,9 +121,30 @@ def fallback(args: argparse.Namespace) -> dict:
     lock = str(Path(tempfile.mkdtemp()) / "device.lock")
     # the CPU dispatches some fallbacks under other names (SDPA's CPU kernel): a CPU run allows the others loosely
     cpu_names = {"aten::_scaled_dot_product_flash_attention_for_cpu"} if args.device == "cpu" else set()
+    stored = {}
+    if args.fallback_rows and Path(args.fallback_rows).is_file():
+        stored = {r["task_id"]: r for r in map(json.loads, Path(args.fallback_rows).read_text().splitlines()) if r}
+    minutes = args.fallback_minutes
+    if minutes is not None and minutes < 0:  # a report from the rows file alone: its tasks are the sample
+        hits = {h["task_id"]: h for h in _fallback_tasks(10 ** 9, 0)[0]}
+        sample = [hits.get(t, {"task_id": t, "fallbacks": [], "others": []}) for t in stored]
+    box = time.monotonic() + 60 * (minutes if minutes is not None else 1e6)
+    write = threading.Lock()
+    commit = _commit(args)
 
-    def one(item: tuple[int, dict]) -> dict:
+    def judge(row: dict) -> dict:
+        """A row's verdicts, judged once where it was measured (the fallback registry is torch's own)."""
+        hack = row.get("hack") or ""
+        row.setdefault("refused", row["reward"] == -1 and any(w in hack for w in REFUSED))
+        row.setdefault("fallback_named", row["refused"] and any(op in hack for op in fb | cpu_names))
+        return row
+
+    def one(item: tuple[int, dict]) -> dict | None:
         i, t = item
+        if t["task_id"] in stored:
+            return judge({**stored[t["task_id"]], "fallbacks": t["fallbacks"]})
+        if time.monotonic() > box:
+            return None
         task = load_task(f"{RELEASE}:{t['task_id']}")
         cand = task["code"] + "\n\nclass ModelNew(Model):\n    pass\n"
         control = i < args.n_fallback_control
@@ -123,20 +152,25 @@ def fallback(args: argparse.Namespace) -> dict:
         kw = dict(device=args.device, draws=1, rounds=1, timing_lock=lock, timeout_s=args.fallback_timeout_s,
                   compile=False)
         r = verify(task, cand, policy="library" if allow else "strict", allow=allow or None, **kw)
-        named = [op for op in fb | cpu_names if f"{op}" in (r["hack"] or "")]
         row = {"task_id": t["task_id"], "fallbacks": t["fallbacks"], "reward": r["reward"], "hack": r["hack"],
-               "error": r.get("error"), "caught": r["reward"] == -1 and bool(named)}
+               "error": r.get("error"), "commit": commit}
         if control:  # the same candidate with the fallbacks allowed: refused only for them, otherwise correct
             allow_fb = t["others"] + t["fallbacks"] + sorted(cpu_names)
             c = verify(task, cand, policy="library", allow=allow_fb, **kw)
             row["control"] = {"reward": c["reward"], "correct": c["correct"], "hack": c["hack"],
-                              "library_calls": c.get("library_calls"), "error": c.get("error")}
-        print(f"  {t['task_id']} {'caught' if row['caught'] else 'SLIPPED'} {(r['hack'] or r.get('error') or '')[:90]}"
-              + (f" | control reward {row['control']['reward']}" if control else ""), flush=True)
+                              "library_calls": c.get("library_calls"), "error": c.get("error"),
+                              "stderr_tail": (c.get("stderr_tail") or "")[-600:]}
+        judge(row)
+        if args.fallback_rows:
+            with write, open(args.fallback_rows, "a") as f:
+                f.write(json.dumps(row, default=str) + "\n")
+        print(f"  {t['task_id']} {'refused' if row['refused'] else 'PAID'} {(r['hack'] or r.get('error') or '')[:90]}"
+              + (f" | control reward {row['control']['reward']} {row['control']['error'] or ''}"[:200]
+                 if control else ""), flush=True)
         return row
 
     with ThreadPoolExecutor(max(1, args.workers)) as pool:
-        rows = list(pool.map(one, [(i, t) for i, t in enumerate(sample)]))
+        rows = [r for r in pool.map(one, list(enumerate(sample))) if r is not None]
     corpus_tasks = {}
     for f in args.corpus or []:
         for d in map(json.loads, Path(f).read_text().splitlines()):
@@ -146,16 +180,21 @@ def fallback(args: argparse.Namespace) -> dict:
     by_op: dict = {}
     for r in rows:
         for op in r["fallbacks"]:
-            by_op.setdefault(op, [0, 0])
-            by_op[op][0] += 1
-            by_op[op][1] += r["caught"]
-    return {"release_tasks_with_fallback": n_release, "sampled": len(rows), "caught": sum(r["caught"] for r in rows),
-            "slipped": [r for r in rows if not r["caught"]], "by_fallback": by_op,
+            by_op.setdefault(op, {"tasks": 0, "refused": 0, "fallback_named": 0})
+            by_op[op]["tasks"] += 1
+            by_op[op]["refused"] += r["refused"]
+            by_op[op]["fallback_named"] += r["fallback_named"]
+    every = {h["task_id"] for h in _fallback_tasks(10 ** 9, 0)[0]}
+    return {"release_tasks_with_fallback": n_release, "asked": args.n_fallback, "sampled": len(rows),
+            "refused": sum(r["refused"] for r in rows), "fallback_named": sum(r["fallback_named"] for r in rows),
+            "paid": [r for r in rows if not r["refused"]],
+            "named_instead": sorted({(r["hack"] or "").rsplit(": ", 1)[-1] for r in rows
+                                     if r["refused"] and not r["fallback_named"]}),
+            "by_fallback": by_op,
             "control": {"run": len(ctl), "correct": sum(1 for c in ctl if c["correct"]),
                         "not_correct": [r for r in rows if "control" in r and not r["control"]["correct"]]},
             "with_honest_strict_candidate": sorted(t for t in corpus_tasks if t in {r["task_id"] for r in rows}),
-            "release_fallback_tasks_with_honest_strict_candidate": sorted(
-                t for t in corpus_tasks if t in {h["task_id"] for h in _fallback_tasks(10 ** 9, 0)[0]}),
+            "release_fallback_tasks_with_honest_strict_candidate": sorted(t for t in corpus_tasks if t in every),
             "rows": rows}
 
 
@@ -458,12 +497,15 @@ def headline(res: dict) -> list[dict]:
                      f"tasks dropped by {', '.join(k['task_checks'])})", "target": "0", **by("kept")})
     if "fallback" in res:
         f = res["fallback"]
+        ctl = f["control"]
         head.append({"figure": "release tasks with a fallback operator: the strict policy refuses the task's own "
-                     "reference (fallback named) / accepts it with the fallbacks allowed",
-                     "value": f"{f['caught']} of {f['sampled']} / {f['control']['correct']} of {f['control']['run']} "
-                     f"({f['release_tasks_with_fallback']} release tasks use one; "
+                     "reference with its other operators allowed",
+                     "value": f"{f['refused']} of {f['sampled']} refused, {f['fallback_named']} naming the fallback"
+                     + (f" (the rest: {', '.join(f['named_instead'])})" if f["named_instead"] else "")
+                     + (f"; with the fallbacks allowed too, {ctl['correct']} of {ctl['run']} correct" if ctl["run"]
+                        else "") + f"; {f['release_tasks_with_fallback']} release tasks use one, "
                      f"{len(f['release_fallback_tasks_with_honest_strict_candidate'])} have an honest strict "
-                     "candidate in the corpus)", "target": "all / all", **by("fallback")})
+                     "candidate in the corpus", "target": "all refused", **by("fallback")})
     if "eager_vs_release" in res and res["eager_vs_release"]["tasks"]:
         e = res["eager_vs_release"]
         head.append({"figure": "verify eager / release eager_ms", "value": f"median {e['median_ratio']:.4f}, "
@@ -502,6 +544,13 @@ def main() -> None:
     ap.add_argument("--n-fallback-control", type=int, default=20, help="fallback: of those, verified again with the "
                     "fallbacks allowed")
     ap.add_argument("--fallback-timeout-s", type=float, default=300.0)
+    ap.add_argument("--fallback-rows", default=None, help="fallback: JSONL of each task's row, appended as it lands "
+                    "and read back to skip the tasks done (resume across calls)")
+    ap.add_argument("--fallback-minutes", type=float, default=None, help="fallback: stop starting tasks after this "
+                    "(negative: the figures from --fallback-rows alone)")
+    ap.add_argument("--hardware", default=None, help="the hardware to name (a report from rows files measured "
+                    "elsewhere)")
+    ap.add_argument("--torch", default=None, help="the torch version to name (with --hardware)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--n-serial", type=int, default=0, help="throughput: pairs in the serial loop (0: all)")
     ap.add_argument("--ext-dir", help="torch extensions directory (default: a fresh one); "
@@ -542,14 +591,15 @@ def main() -> None:
         res[s]["section_s"] = round(time.monotonic() - t0, 1)
         print(json.dumps({k: v for k, v in res[s].items() if k != "routes"}))
     commit = _commit(args)
-    hw = "2-core CPU (no GPU)" if args.device == "cpu" else \
-        torch.cuda.get_device_name() if set(res) - {"kept"} else None
+    hw = args.hardware or ("2-core CPU (no GPU)" if args.device == "cpu" else
+                           torch.cuda.get_device_name() if set(res) - {"kept"} else None)
     # no machine paths in a committed result: the checkout's own paths relative, an outside --out named OUT
     argv = [a.replace(str(ROOT) + "/", "") for a in sys.argv[1:]]
     argv = ["OUT" if a == args.out and not a.startswith(str(ROOT)) and Path(a).is_absolute() else a for a in argv]
     cmd = "python benchmarks/verify_bench.py " + " ".join(argv)
     for s in res:
-        res[s]["measured_by"] = {"command": cmd, "hardware": hw, "torch": torch.__version__, "commit": commit}
+        res[s]["measured_by"] = {"command": cmd, "hardware": hw, "torch": args.torch or torch.__version__,
+                                 "commit": commit}
     if "kept" in res:  # a recount: the verifications are the corpus section's, on its hardware and commit
         res["kept"]["measured_by"] = {**(res.get("corpus") or stored["corpus"])["measured_by"], "command": cmd,
                                       "verified_by": (res.get("corpus") or stored["corpus"])["measured_by"]["command"]}

@@ -359,12 +359,12 @@ def pack(dir: DirArg, out: Annotated[Path, typer.Argument(help="new folder for t
 def unpack(packed: Annotated[Path, typer.Argument(help="a folder `opsynth pack` wrote and profile ran on",
                                                   metavar="PACKED")], dir: DirArg) -> None:
     """Bring the measurement and shortcut shards and the profile calls of PACKED into the run DIR it was packed
-    from (shards DIR has done already stay as they are)."""
+    from (shards DIR has done already stay as they are, except shortcut shards PACKED measured again since)."""
     from pipeline.rundir.pack import unpack as unpack_run
 
     r = unpack_run(packed, dir)
     typer.echo(f"unpacked {packed} -> {dir}: " + ", ".join(f"{t} {n} shards" for t, n in r["shards"].items())
-               + f", {r['profile_calls']} profile call(s)")
+               + f", shortcut shards measured again {r['measured_again']}, {r['profile_calls']} profile call(s)")
 
 
 @app.command("filter")

@@ -273,7 +273,7 @@ ROUTES: dict[str, tuple[str, str, tuple[str, ...], str]] = {
                                    "late writes", ("static",), "cpu"),
     "side stream": (render("s = torch.cuda.Stream()\nout = torch.empty_like(y)\nwith torch.cuda.stream(s):\n"
                            "    torch.cuda._sleep(10**7)\n    out.copy_(ext.relu_k(y))\nreturn out"),
-                    "late writes", ("guard",), "cuda"),
+                    "late writes", ("guard", "kernel_names"), "cuda"),
     "lower precision": (render("return ext.relu_bf16(y)"), "lower precision", (), "cpu"),
     "in-place input change": (render("r = ext.relu_k(y)\next.zero_(x)\nreturn r"), "in place", (), "cpu"),
     "reads the reference (gc)": (render("for o in gc.get_objects():\n"

@@ -5,8 +5,10 @@ The packed run holds config.toml, the manifest, the verdicts as they are, the ta
 reads (the code; the graphs and traced ops are most of a run's bytes), the done measurement shards with only the
 columns profile reads of them, and the done shortcut shards. Shards keep their numbers and completion markers, so
 profile on the packed run resumes exactly as it would on the full one. Unpack copies each output shard the full run
-does not have done yet (a shard, then its marker), never overwriting one, and appends the packed run's profile calls
-to the full run's manifest, so every measurement keeps the call (and its settings) that took it."""
+does not have done yet (a shard, then its marker), and a shortcut shard that the packed run measured again later than
+the full run's copy (a shortcuts-only call measures stale rows again); it never overwrites a measurement shard, and
+appends the packed run's profile calls to the full run's manifest, so every measurement keeps the call (and its
+settings) that took it."""
 
 from __future__ import annotations
 
@@ -83,6 +85,24 @@ def pack(src_dir: Path, out_dir: Path) -> dict[str, Any]:
             "bytes": sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())}
 
 
+def _latest_start(rd: RunDir, table: str, k: int) -> float:
+    """The latest `started_at` in shard k of `table` (-inf where the shard has no such column or value)."""
+    import pyarrow.compute as pc
+
+    path = rd.shard_path(table, k)
+    if "started_at" not in pq.read_schema(path).names:
+        return float("-inf")
+    top = pc.max(pq.read_table(path, columns=["started_at"])["started_at"]).as_py()
+    return float("-inf") if top is None else float(top)
+
+
+def _measured_again(src: RunDir, dst: RunDir, table: str, k: int) -> bool:
+    """Whether the packed run's done shard k of `table` holds checks taken after the full run's copy of it."""
+    if table != "shortcuts" or src.shard_path(table, k).read_bytes() == dst.shard_path(table, k).read_bytes():
+        return False
+    return _latest_start(src, table, k) > _latest_start(dst, table, k)
+
+
 def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
     """Bring the profile output shards and profile calls of packed_dir into the full run at run_dir."""
     src, dst = RunDir(packed_dir), RunDir(run_dir)
@@ -96,11 +116,17 @@ def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
     if not theirs <= ours:
         raise OpsynthError(f"{packed_dir} holds tasks {run_dir} does not: unpack it into the run it came from")
     copied: dict[str, int] = {}
+    replaced = 0
     for table in OUTPUT_TABLES:
         copied[table] = 0
         for k in src.done_shards(table):
             if dst.is_done(table, k):
-                continue  # the full run's shard stands (a packed measurement shard is a column subset of it)
+                # the full run's shard stands (a packed measurement shard is a column subset of it), unless the
+                # packed run measured its shortcut checks again since
+                if _measured_again(src, dst, table, k):
+                    _copy_shard(src, dst, table, k)
+                    replaced += 1
+                continue
             _copy_shard(src, dst, table, k)
             copied[table] += 1
     ours_calls = dst.stage_calls("profile")
@@ -109,4 +135,4 @@ def unpack(packed_dir: Path, run_dir: Path) -> dict[str, Any]:
     if new:
         # oldest first, as the calls were made: a published row's `profile_call` id is the call's place in this list
         dst.set_stage_calls("profile", sorted(ours_calls + new, key=lambda c: c.get("finished") or ""))
-    return {"shards": copied, "profile_calls": len(new)}
+    return {"shards": copied, "measured_again": replaced, "profile_calls": len(new)}
