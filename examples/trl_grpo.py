@@ -6,7 +6,7 @@
 Without --train a stub policy answers each task with fixed texts (honest, a hack, malformed) and the reward is
 called exactly as GRPOTrainer calls it: `reward(prompts=, completions=, completion_ids=, **columns)`, the dataset's
 other columns repeated once per generation, here with chat-message completions. On a GPU pass --device cuda (and
-the strict policy: drop --allow-torch, and have the policy write kernels). In a real run:
+--strict, and have the policy write kernels). In a real run:
 
     from trl import GRPOConfig, GRPOTrainer
     from opsynth.rl import make_trl_reward

@@ -47,7 +47,9 @@ EXTRA_KEYS = ("score", "reward_level", "correct", "format_ok", "timed_out", "spe
 class RewardSettings:
     """How the adapters verify. `device`: None picks cuda when torch sees a GPU, else cpu (or $OPSYNTH_RL_DEVICE).
     `allow_torch`: the allow-torch policy (match the policy the dataset's prompts state: its manifest's
-    `prompt.policy`). `workers`: verifications at once (None: 2 per GPU, 2 on the CPU); `gpus`: the GPUs they spread
+    `prompt.policy`). `policy`, `allow`: the verifier's tier ("strict", "library" with the operators `allow` names,
+    such as ("aten::cumsum",) or ("inductor-fallbacks",), or "torch"); None: strict, or torch with allow_torch.
+    `precision`: "fp32" or "tf32" for the baselines and the candidate. `workers`: verifications at once (None: 2 per GPU, 2 on the CPU); `gpus`: the GPUs they spread
     over. `budget_s`: one answer's wall-clock budget (worker start, build, checks, timing); `lock_wait_grace_s`: the
     seconds of waiting for a neighbour's timing that do not count against it (None: as many as budget_s). `rounds`,
     `draws`: the verifier's timed rounds and correctness draws. `score`: "level", the CUDA Agent reward (-1, 1, 2,
@@ -55,6 +57,9 @@ class RewardSettings:
 
     device: str | None = None
     allow_torch: bool = False
+    policy: str | None = None
+    allow: tuple[str, ...] | None = None
+    precision: str = "fp32"
     workers: int | None = None
     gpus: tuple[int, ...] | None = None
     budget_s: float = 300.0
@@ -73,6 +78,15 @@ class RewardSettings:
             raise ValueError(f"workers must be >= 1 (got {self.workers})")
         if self.gpus is not None:
             object.__setattr__(self, "gpus", tuple(int(g) for g in self.gpus))
+        if isinstance(self.allow, str):
+            object.__setattr__(self, "allow", (self.allow,))
+        elif self.allow is not None:
+            object.__setattr__(self, "allow", tuple(self.allow))
+        from verify.api import PRECISIONS, resolve_policy
+
+        resolve_policy(self.policy, self.allow, self.allow_torch)  # a contradiction is said here, not mid-training
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {list(PRECISIONS)} (got {self.precision!r})")
 
     @classmethod
     def of(cls, settings: "RewardSettings | None" = None, **kw: Any) -> "RewardSettings":
@@ -248,7 +262,8 @@ def _verify(pairs: list[tuple[dict, str]], s: RewardSettings) -> list[dict[str, 
         from verify.api import verify_batch
 
         return verify_batch(pairs, workers=workers, gpus=list(s.gpus) if s.gpus else None, device=device,
-                            allow_torch=s.allow_torch, timeout_s=s.budget_s, lock_wait_grace_s=grace,
+                            allow_torch=s.allow_torch, policy=s.policy, allow=list(s.allow) if s.allow else None,
+                            precision=s.precision, timeout_s=s.budget_s, lock_wait_grace_s=grace,
                             rounds=s.rounds, draws=s.draws, extensions_dir=s.extensions_dir)
     except Exception as e:  # noqa: BLE001 - training goes on; the reason says the verifier, not the answer, failed
         log.exception("opsynth.rl: the verifier failed on a batch of %d", len(pairs))

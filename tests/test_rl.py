@@ -172,12 +172,36 @@ def test_the_adapters_pass_their_settings_to_verify_batch(monkeypatch):
     assert e["reward_level"] == 2 and e["speedup_eager"] == 1.5 and e["speedup_compile"] == 0.0 and e["reason"] == ""
 
 
+def test_the_policy_tier_and_precision_reach_verify_batch(monkeypatch):
+    import verify.api
+
+    seen = {}
+
+    def fake(pairs, **kw):
+        seen.update(kw)
+        return [{"task_id": t["task_id"], "correct": True, "reward": 1, "hack": None, "speedup_eager": 1.0,
+                 "speedup_compile": None, "wall_s": 1.0} for t, _ in pairs]
+    monkeypatch.setattr(verify.api, "verify_batch", fake)
+    reward = rl.make_trl_reward(device="cpu", policy="library", allow="aten::cumsum", precision="tf32")
+    assert reward(prompts=["p"], completions=[fenced(GOOD)], code=[TASK], task_id=["a"]) == [1.0]
+    assert seen["policy"] == "library" and seen["allow"] == ["aten::cumsum"] and seen["precision"] == "tf32"
+    assert not seen["allow_torch"]
+
+
 def test_settings_are_checked_and_unknown_ones_dropped():
     assert rl.RewardSettings.of(None, device="cpu", bogus=1).device == "cpu"
     with pytest.raises(ValueError, match="score"):
         rl.RewardSettings(score="log")
     with pytest.raises(ValueError, match="budget_s"):
         rl.RewardSettings(budget_s=0)
+    with pytest.raises(ValueError, match="precision"):
+        rl.RewardSettings(precision="bf16")
+    from opsynth.errors import OpsynthError
+
+    with pytest.raises(OpsynthError, match="--policy library needs"):
+        rl.RewardSettings(policy="library")
+    with pytest.raises(OpsynthError, match="allow-torch"):
+        rl.RewardSettings(policy="strict", allow_torch=True)
 
 
 def test_to_verl_rows():
