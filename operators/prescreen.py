@@ -361,9 +361,20 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
         ns.update(plan.consts)
         plant = [min(PLANT_MAX, round(n * RAND_ZERO_P)) if res.scaled else 0 for n in real.in_numels]
 
+        drawn: dict[int, tuple[list[Any], Any]] = {}
+
         def draw(k: int) -> list[Any]:
-            torch.manual_seed(seed + 1 + k)
-            return _plant_zeros(ns["get_inputs"](), plant, seed + 1 + k)
+            # each check draws the same seeded inputs again: the first draw is kept and copied (a copy costs a tenth
+            # of torch.randn's CPU time), with the generator's state after it, so a forward that draws random
+            # numbers of its own draws the same ones as after a fresh draw
+            if k not in drawn:
+                torch.manual_seed(seed + 1 + k)
+                xs = _plant_zeros(ns["get_inputs"](), plant, seed + 1 + k)
+                drawn[k] = ([x.clone() if isinstance(x, torch.Tensor) else x for x in xs], torch.get_rng_state())
+                return xs
+            xs, state = drawn[k]
+            torch.set_rng_state(state)
+            return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
 
         t0, hard_s = time.process_time(), HARD_FACTOR * budget.ms / 1e3
         with torch.random.fork_rng(devices=[]), torch.no_grad():

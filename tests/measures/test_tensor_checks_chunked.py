@@ -82,6 +82,21 @@ def test_degenerate_verdicts_do_not_change_with_chunking(monkeypatch, values, ve
     assert tc.degenerate(flat) == verdict
 
 
+@pytest.mark.parametrize("share", [0.5, 0.98, 0.99, 0.9905, 0.995, 1.0])
+@pytest.mark.parametrize("where", ["low", "middle", "high"])
+def test_saturated_is_the_most_common_values_share_over_99_percent(share, where):
+    """The median's share decides it as the most common value's share (counted by torch.unique) does."""
+    n = 2000
+    g = torch.Generator().manual_seed(int(share * 1e4))
+    rest = torch.rand(n, generator=g) + 1.0  # distinct values in [1, 2)
+    common = {"low": 0.5, "middle": 1.5, "high": 3.0}[where]
+    k = int(round(share * n))
+    flat = torch.cat([torch.full((k,), common), rest[: n - k]])[torch.randperm(n, generator=g)]
+    counts = torch.unique(flat, return_counts=True)[1]
+    want = float(counts.max()) / n > 0.99 and float(flat.max()) != float(flat.min())
+    assert (tc.degenerate(flat) == "saturated") == want
+
+
 @pytest.mark.parametrize("check", [
     lambda a, b: tc.max_diff(a, b), lambda a, b: tc.tolerance_ratio(a, b, 1e-2), lambda a, b: tc.agreement(a, b),
 ], ids=["max_diff", "tolerance_ratio", "agreement"])

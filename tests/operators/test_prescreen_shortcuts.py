@@ -41,6 +41,31 @@ def test_every_input_matters_keeps():
     assert res.measurements["fragile"] == "" and res.measurements["skippable_ops"] == []
 
 
+INPLACE = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x, y):
+        {body}
+        return torch.tanh(x) + y
+
+def get_inputs():
+    return [torch.randn(128, 64), torch.randn(128, 64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_forward_that_changes_its_inputs_in_place_is_judged_on_the_values_drawn():
+    """The screen keeps each draw and hands out copies, and the fragility check draws again after a forward of its
+    own: a forward that scales its input in place is judged on the drawn values every run (a kept draw it changed
+    would be scaled again, and a moved draw would not match its reference)."""
+    res = prescreen({"task_id": "t", "code": INPLACE.format(body="x.mul_(3.0)")}, _cfg("drop"))
+    assert res.status == "ok" and res.reason == "", res.reason
+    assert res.measurements["fragile"] == "" and res.measurements["dead_inputs"] == [], res.measurements
+
+
 BIG = '''import torch
 import torch.nn as nn
 
