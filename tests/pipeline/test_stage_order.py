@@ -84,8 +84,10 @@ TOO_EARLY = [
 def test_each_stage_run_too_early_names_the_stage_to_run_first(tmp_path, stage, done, first):
     rd = make_run(tmp_path / "r", done)
     before = _listing(rd.path)
-    line = _error_line(opsynth(stage, str(rd.path)))
+    res = opsynth(stage, str(rd.path))
+    line = _error_line(res)
     assert f"opsynth {first} {rd.path}" in line, line
+    assert f"[{stage}] ..." not in res.stdout + res.stderr  # refused before the stage said it started
     assert _listing(rd.path) == before  # refused before anything was written
 
 
