@@ -12,9 +12,9 @@
   (--task-checks: a result of benchmarks/corpus_task_checks.py); needs --update and the corpus's --corpus files.
 - fallback: --n-fallback random release tasks that use an inductor fallback operator the strict policy refuses; each
   task's own reference as the candidate (`class ModelNew(Model)`), verified with every other operator it calls
-  allowed: caught = reward -1 naming a fallback operator. The first --n-fallback-control of them again with the
-  fallbacks allowed too (the candidate is otherwise correct). Also counts the sampled tasks with an honest strict
-  candidate in the --corpus files.
+  allowed: refused = reward -1 for PyTorch compute, and how many refusals name the fallback itself. The first
+  --n-fallback-control of them again with the fallbacks allowed too (the candidate is otherwise correct). Also
+  counts the release's fallback tasks with an honest strict candidate in the --corpus files.
 
     python benchmarks/verify_bench.py --device cpu --sections hack,corpus,throughput --n-honest 2 \
         --corpus benchmarks/verify_cpu/pairs.jsonl
@@ -78,18 +78,16 @@ def hack(device: str, task: str, ext_dir: str, workers: int = 1) -> dict:
     return {"routes": rows, "caught": sum(v["caught"] for v in judged), "run": len(judged)}
 
 
-def _fallback_tasks(n: int, seed: int) -> tuple[list[dict], int]:
-    """`n` random release rows (seeded) whose measured ATen ops include an inductor fallback that strict refuses,
-    each with `fallbacks` (those ops) and `others` (the other ops strict refuses, and copies); and how many release rows have one."""
-    import random
-
+def _fallback_hits() -> list[dict]:
+    """Every release row whose measured ATen ops include an inductor fallback that strict refuses, each with
+    `fallbacks` (those ops) and `others` (the other ops strict refuses, and copies)."""
     import pyarrow.dataset as ds
 
     from verify.policy import MOVES, Policy, inductor_fallbacks
 
     fb, strict = inductor_fallbacks(), Policy()
     rows = ds.dataset(sorted(str(f) for f in (RELEASE / "data").glob("*.parquet"))).to_table(
-        columns=["task_id", "aten_ops", "peak_memory_bytes"]).to_pylist()
+        columns=["task_id", "aten_ops"]).to_pylist()
     hits = []
     for r in rows:
         ops = {"aten::" + o.split(".")[1] for o in r["aten_ops"] or [] if o.count(".") >= 1}
@@ -98,7 +96,7 @@ def _fallback_tasks(n: int, seed: int) -> tuple[list[dict], int]:
             # dtype casts too: the release's op lists do not record every cast a forward makes
             hits.append({"task_id": r["task_id"], "fallbacks": sorted(refused & fb),
                          "others": sorted((refused - fb) | {f"aten::{m}" for m in MOVES})})
-    return random.Random(seed).sample(hits, min(n, len(hits))), len(hits)
+    return hits
 
 
 REFUSED = ("PyTorch compute in forward", "PyTorch kernels launched in forward")  # the compute guard's reasons
@@ -110,6 +108,7 @@ def fallback(args: argparse.Namespace) -> dict:
     `_native_multi_head_attention` is named instead where the reference takes one). --fallback-rows FILE keeps each
     task's row as it lands and a later call skips the tasks it holds; --fallback-minutes stops starting tasks (negative:
     the figures from FILE alone)."""
+    import random
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
@@ -117,7 +116,8 @@ def fallback(args: argparse.Namespace) -> dict:
     from verify.task import load_task
 
     fb = inductor_fallbacks()
-    sample, n_release = _fallback_tasks(args.n_fallback, args.seed)
+    hits = _fallback_hits()  # the release read once
+    sample = random.Random(args.seed).sample(hits, min(args.n_fallback, len(hits)))
     lock = str(Path(tempfile.mkdtemp()) / "device.lock")
     # the CPU dispatches some fallbacks under other names (SDPA's CPU kernel): a CPU run allows the others loosely
     cpu_names = {"aten::_scaled_dot_product_flash_attention_for_cpu"} if args.device == "cpu" else set()
@@ -126,8 +126,8 @@ def fallback(args: argparse.Namespace) -> dict:
         stored = {r["task_id"]: r for r in map(json.loads, Path(args.fallback_rows).read_text().splitlines()) if r}
     minutes = args.fallback_minutes
     if minutes is not None and minutes < 0:  # a report from the rows file alone: its tasks are the sample
-        hits = {h["task_id"]: h for h in _fallback_tasks(10 ** 9, 0)[0]}
-        sample = [hits.get(t, {"task_id": t, "fallbacks": [], "others": []}) for t in stored]
+        by_id = {h["task_id"]: h for h in hits}
+        sample = [by_id.get(t, {"task_id": t, "fallbacks": [], "others": []}) for t in stored]
     box = time.monotonic() + 60 * (minutes if minutes is not None else 1e6)
     write = threading.Lock()
     commit = _commit(args)
@@ -171,11 +171,8 @@ def fallback(args: argparse.Namespace) -> dict:
 
     with ThreadPoolExecutor(max(1, args.workers)) as pool:
         rows = [r for r in pool.map(one, list(enumerate(sample))) if r is not None]
-    corpus_tasks = {}
-    for f in args.corpus or []:
-        for d in map(json.loads, Path(f).read_text().splitlines()):
-            if d and d.get("policy", "strict") == "strict":
-                corpus_tasks[d["task"].rsplit(":", 1)[-1]] = d["candidate"]
+    # the corpus files' honest strict candidates, by release task id
+    strict_tasks = {t.rsplit(":", 1)[-1] for t, _, _, pol in _pairs(args, "") if pol["policy"] == "strict"}
     ctl = [r["control"] for r in rows if "control" in r]
     by_op: dict = {}
     for r in rows:
@@ -184,8 +181,8 @@ def fallback(args: argparse.Namespace) -> dict:
             by_op[op]["tasks"] += 1
             by_op[op]["refused"] += r["refused"]
             by_op[op]["fallback_named"] += r["fallback_named"]
-    every = {h["task_id"] for h in _fallback_tasks(10 ** 9, 0)[0]}
-    return {"release_tasks_with_fallback": n_release, "asked": args.n_fallback, "sampled": len(rows),
+    every = {h["task_id"] for h in hits}
+    return {"release_tasks_with_fallback": len(hits), "asked": args.n_fallback, "sampled": len(rows),
             "refused": sum(r["refused"] for r in rows), "fallback_named": sum(r["fallback_named"] for r in rows),
             "paid": [r for r in rows if not r["refused"]],
             "named_instead": sorted({(r["hack"] or "").rsplit(": ", 1)[-1] for r in rows
@@ -193,8 +190,8 @@ def fallback(args: argparse.Namespace) -> dict:
             "by_fallback": by_op,
             "control": {"run": len(ctl), "correct": sum(1 for c in ctl if c["correct"]),
                         "not_correct": [r for r in rows if "control" in r and not r["control"]["correct"]]},
-            "with_honest_strict_candidate": sorted(t for t in corpus_tasks if t in {r["task_id"] for r in rows}),
-            "release_fallback_tasks_with_honest_strict_candidate": sorted(t for t in corpus_tasks if t in every),
+            "with_honest_strict_candidate": sorted(strict_tasks & {r["task_id"] for r in rows}),
+            "release_fallback_tasks_with_honest_strict_candidate": sorted(strict_tasks & every),
             "rows": rows}
 
 
