@@ -401,8 +401,9 @@ def _dedupe(rd: RunDir, cfg: Config):
 def _publish(rd: RunDir, to: Path | None, allow_incomplete: bool = False) -> Path:
     from pipeline.outputs.publish import publish as do_publish
     from pipeline.outputs.publish import unfinished_refusal
+    from pipeline.rundir.completeness import stage_status
 
-    if not allow_incomplete and (why := unfinished_refusal(rd, rd.load_config())):
+    if not allow_incomplete and (why := unfinished_refusal(rd, stage_status(rd, rd.load_config()))):
         raise OpsynthError(why)  # before the stage's first line, as every stage refuses
     return _stage("publish", do_publish, rd, to, allow_incomplete=allow_incomplete)
 

@@ -181,13 +181,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def unfinished_refusal(rd: RunDir, cfg: Any) -> str:
-    """The one line refusing to publish a run whose stages are not all done ("" when they are)."""
-    from pipeline.rundir.completeness import stage_status, unfinished
+def unfinished_refusal(rd: RunDir, status: dict[str, str]) -> str:
+    """The one line refusing to publish a run whose stages (`completeness.stage_status`) are not all done ("" when
+    they are)."""
+    from pipeline.rundir.completeness import unfinished
 
-    if not rd.done_shards("tasks"):
-        return f"{rd.path} has no tasks/ table; run `opsynth sample {rd.path}` first"
-    status = stage_status(rd, cfg)
     if not unfinished(status):
         return ""
     first = next(s for s, v in status.items() if v != "done")
@@ -198,15 +196,15 @@ def unfinished_refusal(rd: RunDir, cfg: Any) -> str:
 
 def _gather(rd: RunDir, limit: int | None = None, allow_incomplete: bool = False) -> dict[str, Any]:
     """Everything the folder is made of, read once; raises on a run that cannot be published."""
+    from pipeline.rundir.completeness import stage_status
+
     cfg = rd.load_config()
     tasks = rd.read_rows("tasks")
     if not tasks:
         raise OpsynthError(f"{rd.path} has no tasks/ table; run `opsynth sample {rd.path}` first")
-    if not allow_incomplete and (why := unfinished_refusal(rd, cfg)):
-        raise OpsynthError(why)
-    from pipeline.rundir.completeness import stage_status
-
     status = stage_status(rd, cfg)
+    if not allow_incomplete and (why := unfinished_refusal(rd, status)):
+        raise OpsynthError(why)
     if rd.read_table("verdicts") is None:
         raise OpsynthError(f"{rd.path} has no verdicts yet (nothing filtered); run `opsynth filter {rd.path}` first")
     cont_t = rd.read_table("contamination")
