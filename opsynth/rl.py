@@ -50,8 +50,9 @@ class RewardSettings:
     `prompt.policy`). `policy`, `allow`: the verifier's tier ("strict", "library" with the operators `allow` names,
     such as ("aten::cumsum",) or ("inductor-fallbacks",), or "torch"); None: strict, or torch with allow_torch.
     `precision`: "fp32" or "tf32" for the baselines and the candidate. `workers`: verifications at once (None: 2
-    per GPU, 2 on the CPU); `gpus`: the GPUs they spread over. `budget_s`: one answer's wall-clock budget (worker start, build, checks, timing); `lock_wait_grace_s`: the
-    seconds of waiting for a neighbour's timing that do not count against it (None: as many as budget_s). `rounds`,
+    per GPU, 2 on the CPU); `gpus`: the GPUs they spread over. `budget_s`: one answer's wall-clock budget (worker
+    start, build, checks, timing); `lock_wait_grace_s`: the seconds of waiting for a neighbour's timing that do not
+    count against it (None: as many as budget_s). `rounds`,
     `draws`: the verifier's timed rounds and correctness draws. `score`: "level", the CUDA Agent reward (-1, 1, 2,
     3), or "speedup", the speedup over eager for a correct answer (-1 otherwise)."""
 
