@@ -633,6 +633,7 @@ class Harness:
         m["lock_gather_s"] = self.lock.gather_s_spent  # part of lock_wait_exclusive_s
         m["regrow_wait_s"] = self.regrow_wait_s  # part of budget_wait_s: after compiling, before running
         m["cpu_s"] = _cpu_s() - cpu0
+        m["reserved_gib"] = self.reserved_cap / 2**30 if self.budget.fd is not None else None
         return m
 
     def _retry_caps(self, outgrown: int) -> list[int]:

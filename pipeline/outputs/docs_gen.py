@@ -94,6 +94,8 @@ COLUMN_DOCS = {
     "call_gpu_busy_s": "seconds the shortcuts-only call held the GPU for the task (checks, draws, model build)",
     "call_lock_wait_s": "seconds the shortcuts-only call waited for the GPU lock for the task",
     "call_budget_wait_s": "seconds the shortcuts-only call waited for room in the GPU's memory budget for the task",
+    "call_gpu_setup_s": "seconds of the shortcuts-only call's GPU hold before the task's first forward ended (model, inputs)",
+    "call_reserved_gib": "the shortcuts-only call's last reservation for the task, GiB (a retry's is the larger one)",
     "lock_wait_s": "seconds the worker waited for the GPU lock",
     "lock_wait_exclusive_s": "seconds it waited to hold the GPU alone (timing)",
     "lock_gather_s": "seconds a timer waited to gather other timers into one timing phase",

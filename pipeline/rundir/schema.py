@@ -229,7 +229,8 @@ SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min
 # the shortcuts-only call's own seconds per task, from the worker's measurement of it (column -> that measurement's
 # key): where the call's throughput goes. They stay in shortcuts/: measurements/ keeps its own call's seconds
 SHORTCUT_CALL_COLUMNS = {"call_wall_s": "wall_s", "call_cpu_s": "cpu_s", "call_gpu_busy_s": "gpu_busy_s",
-                         "call_lock_wait_s": "lock_wait_s", "call_budget_wait_s": "budget_wait_s"}
+                         "call_lock_wait_s": "lock_wait_s", "call_budget_wait_s": "budget_wait_s",
+                         "call_gpu_setup_s": "gpu_busy_setup_s", "call_reserved_gib": "reserved_gib"}
 SHORTCUTS = pa.schema([MEASUREMENTS.field("task_id"), MEASUREMENTS.field("status"), MEASUREMENTS.field("error"),
                        *(MEASUREMENTS.field(c) for c in SHORTCUT_COLUMNS),
                        *(pa.field(c, pa.float64()) for c in SHORTCUT_CALL_COLUMNS),
