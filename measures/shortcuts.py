@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from measures.tensor_checks import flatten, tensors, tolerance_ratio
+from measures.tensor_checks import flatten, out_of_memory, tensors, tolerance_ratio
 
 KINDS = ("dead", "skip", "fragile")
 FRAGILE_ULP = "one-ulp input move"  # the ulp check's name; a finding names its move (ulp_finding)
@@ -324,7 +324,9 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
                 x64 = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
                 out64 = flatten(mdl(*x64))
                 del x64
-            except RuntimeError:  # a float32 tensor the forward makes itself meets float64: no float64 reference
+            except RuntimeError as e:  # a float32 tensor the forward makes itself meets float64: no float64 reference
+                if out_of_memory(e):  # want of memory is the harness's to resolve (a larger reservation), no verdict
+                    raise
                 out64 = None
             finally:
                 _cast_model(mdl, saved)

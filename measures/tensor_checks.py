@@ -18,6 +18,14 @@ CHUNK = 1 << 22
 SATURATION_SAMPLE = 1_000_000  # elements the saturated-output check counts values over
 
 
+def out_of_memory(e: BaseException) -> bool:
+    """Whether an error is a want of memory (a GPU's, or the CPU allocator's under an address-space limit) rather
+    than something the task's code cannot do."""
+    msg = str(e)
+    return isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in msg \
+        or "can't allocate memory" in msg
+
+
 def tensors(obj: Any) -> list:
     if isinstance(obj, torch.Tensor):
         return [obj]

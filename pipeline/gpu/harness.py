@@ -55,6 +55,7 @@ from measures.tensor_checks import (
     draw_checks,
     flatten,
     max_diff,
+    out_of_memory,
     quantiles,
     sample_stride,
     tensors,
@@ -114,7 +115,7 @@ def one_line(e: BaseException) -> str:
 def _classify(e: BaseException) -> tuple[str, bool]:
     """(status, fatal) for an exception raised by task code; fatal: the CUDA context is poisoned."""
     msg = str(e)
-    if isinstance(e, MemoryError | torch.OutOfMemoryError) or "out of memory" in msg or "can't allocate memory" in msg:
+    if out_of_memory(e):
         return "oom", False
     if any(m in msg for m in _FATAL_CUDA):
         return "crashed", True

@@ -147,6 +147,20 @@ def test_a_forward_that_cannot_run_in_float64_is_not_called_fragile():
     assert m["fragile"] == "" and m["fragile_f64_ratio"] is None
 
 
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                   RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate")])
+def test_a_float64_forward_out_of_memory_is_raised_not_read_as_no_reference(error):
+    # a want of memory says nothing of the task: the harness retries it with a larger reservation
+    class OutOfMemoryInFloat64(nn.Module):
+        def forward(self, x):
+            if x.dtype == torch.float64:
+                raise error
+            return x * 2
+
+    with pytest.raises(type(error)):
+        _measure(OutOfMemoryInFloat64(), _draw((8, 16)), kinds=("fragile",))
+
+
 @pytest.mark.gpu
 def test_planted_shortcuts_found_on_the_gpu():
     if not torch.cuda.is_available():
