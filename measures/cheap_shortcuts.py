@@ -78,8 +78,8 @@ def scaled_fragility(model: Any, draw: Callable[[int], tuple], tol: float, sub0:
     """The fragility check in two or three forwards on draw 0 (see the module doc), as the exhaustive check's
     columns; fragile_weights "scaled" says how it was measured."""
     x0 = draw(0)  # drawn once: the float64 forward and both moves read the same inputs
-    f64 = fragility(model, lambda _k, x=x0: x, tol, draws=1, subs=[sub0], stride=stride,
-                    checks=(FRAGILE_F64,))["fragile_f64_ratio"]
+    ref = fragility(model, lambda _k, x=x0: x, tol, draws=1, subs=[sub0], stride=stride, checks=(FRAGILE_F64,))
+    f64 = ref["fragile_f64_ratio"]
     scaled, real = 0.0, None
     if f64 is None or f64 < 1:
         scaled = moved_ratio(model, x0, sub0, stride, tol, ulp_steps * scale)
@@ -88,7 +88,8 @@ def scaled_fragility(model: Any, draw: Callable[[int], tuple], tol: float, sub0:
     del x0
     found, ratio = scaled_verdict(f64, scaled, real, scale, ulp_steps, band)
     return {"fragile": found, "fragile_ulp_ratio": ratio if found != FRAGILE_F64 else None,
-            "fragile_f64_ratio": f64, "fragile_ulp_steps": ulp_steps, "fragile_weights": "scaled",
+            "fragile_f64_ratio": f64, "fragile_f64_error": ref["fragile_f64_error"], "fragile_ulp_steps": ulp_steps,
+            "fragile_weights": "scaled",
             "fragile_scaled_ratio": scaled}
 
 

@@ -291,6 +291,12 @@ def ulp_finding(steps: int) -> str:
     return FRAGILE_ULP if steps == 1 else f"{steps}-ulp input move"
 
 
+def _one_line(e: BaseException) -> str:
+    """An error as one line of at most 200 characters: its type and its message's first line."""
+    first = next((line for line in str(e).splitlines() if line.strip()), "")
+    return f"{type(e).__name__}: {first.strip()}"[:200]
+
+
 def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence[Any] | None = None,
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
               ulp_steps: int = 1, model_for: ModelFor | None = None, f64_draws: int | None = None) -> dict[str, Any]:
@@ -304,6 +310,7 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
     forward, and what it finds (float32 accumulation far from the exact value) belongs to the computation more
     than to one draw's values."""
     worst: dict[str, float | None] = {c: 0.0 for c in checks}
+    f64_error = None
     found = ""
     for k in range(draws):
         x = draw(k)
@@ -327,11 +334,13 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
             except RuntimeError as e:  # a float32 tensor the forward makes itself meets float64: no float64 reference
                 if out_of_memory(e):  # want of memory is the harness's to resolve (a larger reservation), no verdict
                     raise
-                out64 = None
+                out64, f64_error = None, _one_line(e)
             finally:
                 _cast_model(mdl, saved)
             if out64 is None or out64[::stride].shape != ref.shape:
                 worst[FRAGILE_F64] = None
+                if out64 is not None:
+                    f64_error = f"float64 output of shape {tuple(out64.shape)} against {tuple(ref.shape)}"
             else:
                 # the float32 reference as a candidate against the float64 truth: what an exact kernel would see
                 worst[FRAGILE_F64] = max(worst[FRAGILE_F64], tolerance_ratio(ref.double(), out64[::stride], tol))
@@ -342,6 +351,7 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
             break
     return {"fragile": ulp_finding(ulp_steps) if found == FRAGILE_ULP else found,
             "fragile_ulp_ratio": worst.get(FRAGILE_ULP), "fragile_f64_ratio": worst.get(FRAGILE_F64),
+            "fragile_f64_error": f64_error,
             "fragile_ulp_steps": ulp_steps if FRAGILE_ULP in worst else None,
             "fragile_weights": "fresh" if model_for is not None and draws > 1 else "one"}
 

@@ -127,6 +127,8 @@ MEASUREMENTS = pa.schema([
     ("fragile_ulp_ratio", pa.float64()),    # largest move over the draws with every floating input moved
     ("fragile_ulp_steps", pa.int64()),      # the ulp check's input move in ulps (profile.shortcut_ulp_steps)
     ("fragile_f64_ratio", pa.float64()),    # largest distance of the float32 output from the float64 reference
+    ("fragile_f64_error", pa.string()),     # why the float64 reference could not be computed (its ratio then null):
+                                            # the forward's error, one line
     ("fragile_weights", pa.string()),       # fresh: each draw built the model with its own seeded weights (as verify
                                             # does) | one: one model for every draw | null: the check did not run
     ("gpu_busy_shortcut_s", pa.float64()),  # of gpu_busy_s: the shortcut checks
@@ -224,7 +226,7 @@ PRESCREEN = pa.schema([
 # task, written beside measurements/ (sharded the same way) and joined to it by task_id in the filter stage
 SHORTCUT_COLUMNS = ("shortcut_checks", "dead_inputs", "inputs_that_matter", "min_input_redraw_ratio", "skippable_ops",
                     "skippable_by", "ops_that_matter", "min_op_ratio", "input_ratios", "op_ratios", "shortcut_screened", "fragile", "fragile_ulp_ratio",
-                    "fragile_ulp_steps", "fragile_f64_ratio", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
+                    "fragile_ulp_steps", "fragile_f64_ratio", "fragile_f64_error", "fragile_weights", "gpu_busy_shortcut_s", "gpu_busy_dead_s", "gpu_busy_skip_s",
                     "gpu_busy_fragile_s")
 # the shortcuts-only call's own seconds per task, from the worker's measurement of it (column -> that measurement's
 # key): where the call's throughput goes. They stay in shortcuts/: measurements/ keeps its own call's seconds

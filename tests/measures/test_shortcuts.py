@@ -145,6 +145,7 @@ def test_a_forward_that_cannot_run_in_float64_is_not_called_fragile():
 
     m = _measure(Float32Constant(), _draw((8, 16)), kinds=("fragile",))
     assert m["fragile"] == "" and m["fragile_f64_ratio"] is None
+    assert m["fragile_f64_error"].startswith("RuntimeError: ") and "\n" not in m["fragile_f64_error"]
 
 
 @pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
