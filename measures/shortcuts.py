@@ -186,17 +186,21 @@ def _skip_source(args: tuple, out: Any) -> Any:
 
 
 def skippable_ops(model: Any, draw: Draw, ref0: Any, tol: float, stop_first: bool = True,
-                  given: dict[str, float] | None = None) -> dict[str, Any]:
+                  given: dict[str, float] | None = None, recorded: OperatorCalls | None = None) -> dict[str, Any]:
     """Replace each operator call's output by its mean on draw 1 and, where a tensor argument has its shape,
     skip it; measure on draw 0 against ref0. One recording forward plus at most two per call. given: ratios
     known from elsewhere (the pre-screen's) for calls far from tolerance, taken as they are (no forwards); they
-    apply only when every call they name (index:name) is one this forward records, else every call is measured."""
-    # draws are made outside the recording: a draw's own torch calls (the pre-screen's planted zeros) would
-    # otherwise be numbered as operators and shift every index against the measuring forwards
-    x1 = draw(1)
-    with OperatorCalls(model, record_means=True) as rec:
-        model(*x1)
-    del x1
+    apply only when every call they name (index:name) is one this forward records, else every call is measured.
+    recorded: the caller's OperatorCalls(model, record_means=True) of a forward of draw 1 it ran anyway (the
+    pre-screen's draw-1 forward), in place of the recording forward."""
+    rec = recorded
+    if rec is None:
+        # draws are made outside the recording: a draw's own torch calls (the pre-screen's planted zeros) would
+        # otherwise be numbered as operators and shift every index against the measuring forwards
+        x1 = draw(1)
+        with OperatorCalls(model, record_means=True) as rec:
+            model(*x1)
+        del x1
     ops, means, skip_ok = rec.calls, rec.means, rec.skip_ok
     x0 = draw(0)
     ratios: dict[str, float] = {}
@@ -378,12 +382,13 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
             known_ratio: float | None = None, ulp_steps: int = 1, given_inputs: dict[str, float] | None = None,
             given_ops: dict[str, float] | None = None, model_for: ModelFor | None = None,
-            f64_draws: int | None = None) -> dict[str, Any]:
+            f64_draws: int | None = None, recorded: OperatorCalls | None = None) -> dict[str, Any]:
     """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
     names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
     outputs (subs[0] of ref0), reused by the fragility check. given_inputs / given_ops: ratios taken from the
     pre-screen (`screened_far`), not measured; `shortcut_screened` lists the ones used. model_for: the
-    fragility check's fresh weights per draw (see `fragility`)."""
+    fragility check's fresh weights per draw (see `fragility`); recorded: the skip check's recording of draw 1, when
+    the caller has one (see `skippable_ops`)."""
     m: dict[str, Any] = {"shortcut_checks": ",".join(k for k in KINDS if k in kinds)}
     screened: list[str] = []
     if "dead" in kinds:
@@ -392,7 +397,7 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
         ratios = d.pop("input_redraw_ratios")
         m.update(d, min_input_redraw_ratio=min(ratios.values(), default=None), input_ratios=_ratio_map(ratios))
     if "skip" in kinds:
-        s = skippable_ops(model, draw, ref0, tol, stop_first, given_ops)
+        s = skippable_ops(model, draw, ref0, tol, stop_first, given_ops, recorded)
         screened += s.pop("screened")
         ratios = s.pop("op_ratios")
         s.pop("ops_seen")

@@ -19,6 +19,12 @@ output that disagrees with it at the verifier's tolerance is flagged "numericall
 on 900 GPU-profiled h200 tasks it flagged none of the compile-vs-eager disagreements, see
 benchmarks/prescreen_bench.py --replay). Everything is seeded and single-threaded, and the caller's torch
 RNG state and thread count are restored, so the verdict is a function of the task.
+
+Forwards the shortcut checks would repeat are taken from the screen's own: its forward of draw 1 is the skip check's
+recording forward, and, for a task with one tensor input, the dead-input check's ratio; a fragility draw whose
+fresh model holds the same weights as the screen's (a model without weights) runs the screen's model and reuses its
+eager outputs. In drop mode the kinds stop at the first that finds one (any finding drops the draw). Freed memory
+is kept for the next forward while a screen runs (reuse_freed_memory), not unmapped and faulted in again.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from measures.cheap_shortcuts import PROPORTIONAL  # the smooth-response band, shared with the cheap check
-from measures.shortcuts import FRAGILE_ULP
+from measures.shortcuts import FRAGILE_ULP, KINDS, OperatorCalls
 from measures.tensor_checks import tensors
 from operators.cost import CostMode, _bind
 from operators.trace import load_module
@@ -320,7 +326,7 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one core per sampler process; restored below, so the caller keeps its own
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), reuse_freed_memory():
             warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
             res = _screen(code, cfg, budget, ops=ops)
             retry = cfg.sample.prescreen_retry_ms
@@ -339,6 +345,49 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
         torch.set_num_threads(threads)
     res.cpu_ms = 1e3 * (time.process_time() - t0)
     return res
+
+
+# glibc's mallopt parameters and their defaults (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_TRIM_DEFAULT, _MMAP_MAX_DEFAULT = 128 * 1024, 65536
+
+
+@contextlib.contextmanager
+def reuse_freed_memory() -> Any:
+    """glibc serves every allocation past its mmap threshold (at most 32 MiB) with a fresh mmap and unmaps it on
+    free, so each of a screen's forwards faults every page of its intermediates in again: a fifth of the screen's
+    CPU time went to the kernel. Inside this block allocations come from the heap and freed memory stays there for
+    the next forward; on leaving, glibc's default limits are set again and the free memory is returned to the
+    system (malloc_trim), so the caller's process does not keep the screen's peak. Elsewhere than glibc, nothing."""
+    libc = _glibc()
+    if libc is None:
+        yield
+        return
+    libc.mallopt(_M_MMAP_MAX, 0)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_DEFAULT)
+        libc.malloc_trim(0)
+
+
+_LIBC: list[Any] = []
+
+
+def _glibc() -> Any:
+    if not _LIBC:
+        import ctypes
+        import platform
+
+        lib = None
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            with contextlib.suppress(OSError, AttributeError):
+                lib = ctypes.CDLL("libc.so.6")
+                lib.mallopt.argtypes, lib.malloc_trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
+        _LIBC.append(lib)
+    return _LIBC[0]
 
 
 def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False,
@@ -382,14 +431,25 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
             torch.manual_seed(seed)
             model = ns["Model"](*ns["get_init_inputs"]())
             subs: list[Any] = []
-            ref0, stride = None, 1
+            ref0, stride, full1, rec = None, 1, None, None
+            shortcuts = getattr(cfg.sample, "prescreen_shortcuts", "off") != "off"
             for k in range(draws):
-                flat = flatten(model(*draw(k)))
+                xs = draw(k)  # drawn outside the recording: the planted zeros' torch calls are no operators
+                if k == 1 and shortcuts and "skip" in (tuple(cfg.profile.shortcut_checks) or KINDS):
+                    # the skip check's recording forward of draw 1 is this one (measures.shortcuts.skippable_ops)
+                    with OperatorCalls(model, record_means=True) as rec:
+                        out = model(*xs)
+                else:
+                    out = model(*xs)
+                flat = flatten(out)
+                del xs, out
                 if flat is None:
                     raise ValueError("forward returned no tensor")
                 if ref0 is None:
                     ref0, stride = flat.clone(), sample_stride(flat.numel())
                     flat = ref0
+                if k == 1 and shortcuts:
+                    full1 = flat  # draw 1's whole output: the dead-input check's ratio of a task with one input
                 subs.append(flat[::stride])
                 if time.process_time() - t0 > hard_s and k < draws - 1:
                     res.status = f"over budget (draw {k + 1} of {draws} past {hard_s:g} s)"
@@ -417,8 +477,11 @@ def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin
                 steps = ulp_steps(real.in_numels, plan.in_numels) if getattr(cfg.sample, "prescreen_ulp_scale", False) else 1
                 # the real-size check's own move (profile.shortcut_ulp_steps), scaled the same way
                 steps = min(ULP_STEPS_MAX, steps * cfg.profile.shortcut_ulp_steps)
+                known = _redraw_ratio(drawn, full1, ref0, tol)
+                del full1
                 _screen_shortcuts(model, draw, ref0, subs, stride, cfg, res, steps,
-                                  _fresh_models(ns, seed) if cfg.profile.shortcut_fresh_weights else None, ops)
+                                  _fresh_models(ns, seed, model) if cfg.profile.shortcut_fresh_weights else None, ops,
+                                  known, rec)
     except Exception as e:  # noqa: BLE001 - whatever the task does on the CPU is a result, not a verdict
         res.status = f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]
     return res
@@ -432,16 +495,81 @@ def ulp_steps(real_numels: list[int], screened_numels: list[int]) -> int:
     return max(1, min(ULP_STEPS_MAX, round(sum(real_numels) / n))) if n else 1
 
 
-def _fresh_models(ns: dict, seed: int) -> Any:
-    """Draw k's own model for the fragility check, seeded as the profile worker's (profile.shortcut_fresh_weights)."""
+def _redraw_ratio(drawn: dict[int, tuple[list[Any], Any]], full1: Any, ref0: Any, tol: float) -> float | None:
+    """The dead-input check's ratio for a task with one tensor input, from the screen's own forward of draw 1
+    (`full1`, its whole output): redrawing that input alone is drawing 1 again. None (the check runs its forward)
+    when there is another tensor input, the input is the same in both draws (a constant: nothing to redraw), or
+    a non-tensor input differs."""
+    from measures.tensor_checks import tolerance_ratio
+
+    if full1 is None or 0 not in drawn or 1 not in drawn:
+        return None
+    x0, x1 = drawn[0][0], drawn[1][0]
+    slots = [i for i, t in enumerate(x0) if isinstance(t, torch.Tensor)]
+    if len(slots) != 1 or len(x0) != len(x1) or not isinstance(x1[slots[0]], torch.Tensor):
+        return None
+    i = slots[0]
+    try:
+        if any(not (a is b or a == b) for j, (a, b) in enumerate(zip(x0, x1, strict=True)) if j != i):
+            return None
+    except Exception:  # noqa: BLE001 - inputs that do not compare: the check measures
+        return None
+    if x0[i].shape == x1[i].shape and torch.equal(x0[i], x1[i]):
+        return None
+    return tolerance_ratio(full1, ref0, tol)
+
+
+def _fresh_models(ns: dict, seed: int, model: Any = None) -> Any:
+    """Draw k's own model for the fragility check, seeded as the profile worker's (profile.shortcut_fresh_weights).
+    A fresh model whose weights and buffers (and plain tensor and number attributes) equal `model`'s is the same
+    function (a model without weights): model_for answers None and the check runs `model`, whose eager outputs of
+    the screen's draws it already has."""
     def model_for(k: int) -> Any:
         torch.manual_seed(seed * 1000 + k)
-        return ns["Model"](*ns["get_init_inputs"]())
+        fresh = ns["Model"](*ns["get_init_inputs"]())
+        return None if model is not None and _same_state(fresh, model) else fresh
     return model_for
 
 
+def _same_state(a: Any, b: Any) -> bool:
+    """Whether two modules of one class hold equal tensors (parameters, buffers, plain tensor attributes) and equal
+    plain number, string and tuple attributes, module by module."""
+    if type(a) is not type(b):
+        return False
+    ma, mb = dict(a.named_modules(remove_duplicate=False)), dict(b.named_modules(remove_duplicate=False))
+    if ma.keys() != mb.keys():
+        return False
+    for name, x in ma.items():
+        y = mb[name]
+        if type(x) is not type(y):
+            return False
+        tx = {**x._parameters, **x._buffers, **{k: v for k, v in vars(x).items() if isinstance(v, torch.Tensor)}}
+        ty = {**y._parameters, **y._buffers, **{k: v for k, v in vars(y).items() if isinstance(v, torch.Tensor)}}
+        if tx.keys() != ty.keys():
+            return False
+        for k, t in tx.items():
+            u = ty[k]
+            if (t is None) != (u is None) or (t is not None and (t.dtype != u.dtype or t.shape != u.shape
+                                                                 or not torch.equal(t, u))):
+                return False
+        plain = (bool, int, float, str, tuple, list, type(None))
+        vx = {k: v for k, v in vars(x).items() if not k.startswith("_") and isinstance(v, plain)}
+        vy = {k: v for k, v in vars(y).items() if not k.startswith("_") and isinstance(v, plain)}
+        if vx.keys() != vy.keys() or any(_differ(vx[k], vy[k]) for k in vx):
+            return False
+    return True
+
+
+def _differ(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # noqa: BLE001 - values that do not compare (tensors in a list): taken as different
+        return True
+
+
 def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int, cfg: Any, res: Result,
-                      steps: int = 1, model_for: Any = None, ops: Any = None) -> None:
+                      steps: int = 1, model_for: Any = None, ops: Any = None, redraw_ratio: float | None = None,
+                      recorded: Any = None) -> None:
     """measures/shortcuts.py at the screened shapes, the profile worker's kinds and draws (all three kinds when the
     profile runs none), the fragility move `steps` ulps; with sample.prescreen_shortcuts = "drop" a finding is the
     screen's reason. With profile.shortcut_mode = "cheap" the fragility check is the cheap one (_cheap_fragility)."""
@@ -452,10 +580,20 @@ def _screen_shortcuts(model: Any, draw: Any, ref0: Any, subs: list, stride: int,
     tol = float(cfg.filter.compile_tolerance)
     kinds = tuple(p.shortcut_checks) or KINDS
     cheap = getattr(p, "shortcut_mode", "exhaustive") == "cheap" and "fragile" in kinds
-    known = float(m["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else None
-    m.update(measure(model, draw, ref0, tol, kinds=tuple(k for k in kinds if k != "fragile" or not cheap),
-                     draws=p.shortcut_draws, subs=subs, stride=stride, stop_first=p.shortcut_stop_first,
-                     known_ratio=known, ulp_steps=steps, model_for=model_for, f64_draws=p.shortcut_f64_draws))
+    known = float(m["input_sensitivity_ratio"]) if stride == 1 and len(subs) == 2 else redraw_ratio
+    run = tuple(k for k in KINDS if k in kinds and (k != "fragile" or not cheap))
+    # in drop mode any one finding drops the draw: with stop_first the kinds run one at a time, in order, and stop
+    # at the first that finds one (record mode measures every kind, to be compared with the GPU's)
+    one_by_one = p.shortcut_stop_first and cfg.sample.prescreen_shortcuts == "drop"
+    ran: list[str] = []
+    for part in ([(k,) for k in run] if one_by_one else [run]):
+        m.update(measure(model, draw, ref0, tol, kinds=part, draws=p.shortcut_draws, subs=subs, stride=stride,
+                         stop_first=p.shortcut_stop_first, known_ratio=known, ulp_steps=steps, model_for=model_for,
+                         f64_draws=p.shortcut_f64_draws, recorded=recorded))
+        ran += part
+        if one_by_one and (m.get("dead_inputs") or m.get("skippable_ops") or m.get("fragile")):
+            break
+    m["shortcut_checks"] = ",".join(ran)
     m["prescreen_ulp_steps"] = steps
     found = m.get("dead_inputs") or m.get("skippable_ops")
     if cheap and not (found and p.shortcut_stop_first):

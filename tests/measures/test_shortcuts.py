@@ -348,3 +348,29 @@ def test_inputs_of_one_shape_move_in_their_own_directions():
     up_a, up_b = a > x, b > x
     assert 0.4 < up_a.float().mean() < 0.6 and not torch.equal(up_a, up_b)
     assert torch.equal(_ulp_move((x, x.clone()))[1], b)  # the same directions on every call
+
+
+class Counted(nn.Module):
+    """tanh(x) + 1e-5 * y, counting its forwards."""
+
+    def __init__(self):
+        super().__init__()
+        self.forwards = 0
+
+    def forward(self, x, y):
+        self.forwards += 1
+        return torch.tanh(x) + 1e-5 * y
+
+
+def test_a_callers_recording_of_draw_1_spares_the_recording_forward():
+    model, draw = Counted(), _draw((64, 32), (64, 32))
+    with torch.no_grad():
+        ref0 = model(*draw(0)).reshape(-1)
+        own = skippable_ops(model, draw, ref0, TOL, stop_first=False)
+        spent = model.forwards
+        with OperatorCalls(model, record_means=True) as rec:
+            model(*draw(1))
+        model.forwards = 0
+        given = skippable_ops(model, draw, ref0, TOL, stop_first=False, recorded=rec)
+    assert given == own and own["skippable_ops"]
+    assert model.forwards == spent - 2  # the reference's forward and the recording forward

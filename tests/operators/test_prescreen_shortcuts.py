@@ -2,6 +2,10 @@
 the screen's reason with `drop` (a planted dead input), and a task where every input matters keeps."""
 
 import dataclasses
+import json
+
+import pytest
+import torch
 
 from operators.prescreen import PROPORTIONAL, prescreen
 from pipeline.rundir.config import load_preset
@@ -143,3 +147,116 @@ def test_the_cheap_screen_moves_draw_0_once_and_keeps_the_same_verdicts():
     assert passed["fragile_weights"] in ("fresh", "one")
     plain = prescreen({"task_id": "r", "code": rare, "ops": ["torch.tanh"]}, cfg).measurements
     assert plain["fragile_weights"] == "scaled"
+
+
+ONE_INPUT = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 2.0
+
+def get_inputs():
+    return [torch.randn(128, 64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_draw_1s_forward_serves_the_dead_input_and_skip_checks(monkeypatch):
+    """The screen's own forward of draw 1 is the skip check's recording forward, and for a task with one tensor
+    input its ratio is the dead-input check's (redrawing that input alone is drawing 1 again): the same measurements
+    in fewer forwards."""
+    import measures.shortcuts as shortcuts
+
+    seen = {}
+    dead, skip = shortcuts.dead_inputs, shortcuts.skippable_ops
+
+    def dead_spy(*a, **kw):
+        seen["known"] = a[5] if len(a) > 5 else kw.get("known_ratio")
+        return dead(*a, **kw)
+
+    def skip_spy(*a, **kw):
+        seen["recorded"] = a[6] if len(a) > 6 else kw.get("recorded")
+        return skip(*a, **kw)
+
+    monkeypatch.setattr(shortcuts, "dead_inputs", dead_spy)
+    monkeypatch.setattr(shortcuts, "skippable_ops", skip_spy)
+    res = prescreen({"task_id": "t", "code": ONE_INPUT}, _cfg("record"))
+    assert seen["known"] is not None and seen["known"] > 1 and seen["recorded"] is not None
+    assert res.measurements["dead_inputs"] == [] and json.loads(res.measurements["input_ratios"]) == {"x": seen["known"]}
+    assert res.measurements["skippable_ops"] == []
+    two = prescreen({"task_id": "t", "code": CODE.format(k="1e-6")}, _cfg("record"))
+    assert seen["known"] is None and two.measurements["dead_inputs"] == ["y"]  # two inputs: each redrawn alone
+
+
+def test_redraw_ratio_only_for_one_varying_tensor_input():
+    from operators.prescreen import _redraw_ratio
+
+    a, b = torch.zeros(4), torch.ones(4)
+    ref0, full1 = torch.zeros(4), torch.ones(4)
+    assert _redraw_ratio({0: ([a], None), 1: ([b], None)}, full1, ref0, 0.01) == pytest.approx(100.0)
+    assert _redraw_ratio({0: ([a], None), 1: ([a.clone()], None)}, full1, ref0, 0.01) is None  # a constant input
+    assert _redraw_ratio({0: ([a, a], None), 1: ([b, b], None)}, full1, ref0, 0.01) is None  # two inputs
+    assert _redraw_ratio({0: ([a, 1], None), 1: ([b, 2], None)}, full1, ref0, 0.01) is None  # another number
+    assert _redraw_ratio({0: ([a, 1], None), 1: ([b, 1], None)}, full1, ref0, 0.01) is not None
+
+
+def test_a_fresh_model_equal_to_the_screens_is_not_built_for_its_draw():
+    """A model without weights draws the same function under every seed: the fragility check runs the screen's
+    model and reuses its eager outputs; one with weights gets its own model per draw."""
+    from operators.prescreen import _fresh_models, _same_state
+    from operators.trace import load_module
+
+    ns = load_module(ONE_INPUT, "t")
+    model = ns["Model"]()
+    assert _fresh_models(ns, 0, model)(1) is None
+    weighted = load_module(ONE_INPUT.replace("def forward", "def __init__(self):\n        super().__init__()\n"
+                                             "        self.lin = nn.Linear(64, 64)\n\n    def forward"), "w")
+    torch.manual_seed(0)
+    wm = weighted["Model"]()
+    fresh = _fresh_models(weighted, 0, wm)(1)
+    assert isinstance(fresh, torch.nn.Module) and not _same_state(fresh, wm)
+    torch.manual_seed(0)
+    assert _same_state(weighted["Model"](), wm)
+    bn = torch.nn.BatchNorm1d(4)
+    other = torch.nn.BatchNorm1d(4)
+    other.running_mean += 1  # a buffer a forward moved: not the same state
+    assert _same_state(bn, torch.nn.BatchNorm1d(4)) and not _same_state(bn, other)
+
+
+def test_drop_mode_stops_at_the_first_kind_that_finds_one():
+    """In drop mode a dead input drops the draw: the skip and fragility checks do not run; record mode runs all."""
+    task = {"task_id": "t", "code": CODE.format(k="1e-6")}
+    drop = prescreen(task, _cfg("drop")).measurements
+    assert drop["dead_inputs"] == ["y"] and drop["shortcut_checks"] == "dead" and "skippable_ops" not in drop
+    rec = prescreen(task, _cfg("record")).measurements
+    assert rec["dead_inputs"] == ["y"] and "skippable_ops" in rec and rec["shortcut_checks"].startswith("dead,skip")
+
+
+def test_freed_memory_is_reused_inside_the_screen_and_returned_after():
+    import ctypes
+
+    from operators.prescreen import _glibc, reuse_freed_memory
+
+    libc = _glibc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc with mallinfo2 only")
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+    libc.mallinfo2.restype = Info
+
+    def mapped_during_alloc() -> int:
+        before = libc.mallinfo2().hblkhd
+        t = torch.empty(2**24)  # 64 MiB: past any mmap threshold glibc sets by default
+        grown = libc.mallinfo2().hblkhd - before
+        del t
+        return grown
+
+    with reuse_freed_memory():
+        assert mapped_during_alloc() == 0  # from the heap, kept for the next forward
+    assert mapped_during_alloc() >= 2**26  # glibc's defaults again afterwards
