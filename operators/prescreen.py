@@ -23,8 +23,7 @@ RNG state and thread count are restored, so the verdict is a function of the tas
 Forwards the shortcut checks would repeat are taken from the screen's own: its forward of draw 1 is the skip check's
 recording forward, and, for a task with one tensor input, the dead-input check's ratio; a fragility draw whose
 fresh model holds the same weights as the screen's (a model without weights) runs the screen's model and reuses its
-eager outputs. In drop mode the kinds stop at the first that finds one (any finding drops the draw). Freed memory
-is kept for the next forward while a screen runs (reuse_freed_memory), not unmapped and faulted in again.
+eager outputs. In drop mode the kinds stop at the first that finds one (any finding drops the draw).
 """
 
 from __future__ import annotations
@@ -326,7 +325,7 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one core per sampler process; restored below, so the caller keeps its own
     try:
-        with warnings.catch_warnings(), reuse_freed_memory():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a probe at half size may broadcast a loss's target: torch warns
             res = _screen(code, cfg, budget, ops=ops)
             retry = cfg.sample.prescreen_retry_ms
@@ -345,49 +344,6 @@ def prescreen(task: Any, cfg: Any, budget: Budget | None = None) -> Result:
         torch.set_num_threads(threads)
     res.cpu_ms = 1e3 * (time.process_time() - t0)
     return res
-
-
-# glibc's mallopt parameters and their defaults (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-_TRIM_DEFAULT, _MMAP_MAX_DEFAULT = 128 * 1024, 65536
-
-
-@contextlib.contextmanager
-def reuse_freed_memory() -> Any:
-    """glibc serves every allocation past its mmap threshold (at most 32 MiB) with a fresh mmap and unmaps it on
-    free, so each of a screen's forwards faults every page of its intermediates in again: a fifth of the screen's
-    CPU time went to the kernel. Inside this block allocations come from the heap and freed memory stays there for
-    the next forward; on leaving, glibc's default limits are set again and the free memory is returned to the
-    system (malloc_trim), so the caller's process does not keep the screen's peak. Elsewhere than glibc, nothing."""
-    libc = _glibc()
-    if libc is None:
-        yield
-        return
-    libc.mallopt(_M_MMAP_MAX, 0)
-    libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
-    try:
-        yield
-    finally:
-        libc.mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
-        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_DEFAULT)
-        libc.malloc_trim(0)
-
-
-_LIBC: list[Any] = []
-
-
-def _glibc() -> Any:
-    if not _LIBC:
-        import ctypes
-        import platform
-
-        lib = None
-        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
-            with contextlib.suppress(OSError, AttributeError):
-                lib = ctypes.CDLL("libc.so.6")
-                lib.mallopt.argtypes, lib.malloc_trim.argtypes = [ctypes.c_int, ctypes.c_int], [ctypes.c_size_t]
-        _LIBC.append(lib)
-    return _LIBC[0]
 
 
 def _screen(code: str, cfg: Any, budget: Budget, only: tuple[str, ...] = (), pin_literals: bool = False,

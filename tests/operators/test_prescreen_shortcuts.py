@@ -234,29 +234,3 @@ def test_drop_mode_stops_at_the_first_kind_that_finds_one():
     rec = prescreen(task, _cfg("record")).measurements
     assert rec["dead_inputs"] == ["y"] and "skippable_ops" in rec and rec["shortcut_checks"].startswith("dead,skip")
 
-
-def test_freed_memory_is_reused_inside_the_screen_and_returned_after():
-    import ctypes
-
-    from operators.prescreen import _glibc, reuse_freed_memory
-
-    libc = _glibc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
-        pytest.skip("glibc with mallinfo2 only")
-
-    class Info(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
-                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-    libc.mallinfo2.restype = Info
-
-    def mapped_during_alloc() -> int:
-        before = libc.mallinfo2().hblkhd
-        t = torch.empty(2**24)  # 64 MiB: past any mmap threshold glibc sets by default
-        grown = libc.mallinfo2().hblkhd - before
-        del t
-        return grown
-
-    with reuse_freed_memory():
-        assert mapped_during_alloc() == 0  # from the heap, kept for the next forward
-    assert mapped_during_alloc() >= 2**26  # glibc's defaults again afterwards
