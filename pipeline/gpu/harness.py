@@ -73,6 +73,11 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024  # KernelBench flushes 256 MB; the H200's L2 
 WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator's rounding, beside a task
 # what inductor may allocate on the device while it compiles (constants, RNG state), beside what is alive
 COMPILE_SLACK = 512 * 1024 * 1024
+# The fragility check's float64 forward holds the task's weights, inputs, intermediates and output in float64, twice
+# their float32 bytes, beside the float32 reference: a task whose checks run it reserves this many times one forward's
+# peak and output. With one forward's need alone, 1,423 of 1,618 v1 rows in a shortcuts-only call on an H100 ran out
+# of memory in it and ran again with the worker's whole cap (26 GiB), so that about four tasks held the GPU at once.
+FLOAT64_NEED = 2.0
 # Reservations over a task's peak: profile.reserve_margin_predicted / _measured and reserve_slack_gb. Since the GPU
 # calibration (operators/calibration.json), measured over predicted peak is p99 1.07 on the H200 (call 19: 2 of
 # 898 tasks above 1.1x + 0.5 GiB); the earlier 1.5x (and 1.25x once measured) let about 14 of 16 workers hold ~6 GiB
@@ -518,7 +523,8 @@ class Harness:
             out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
             self.measured_need = (m["peak_memory_bytes"], out_bytes)  # what the compiled phase's share is sized on
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
-                self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True), wait=False)
+                self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True,
+                                              checks=self._runs_float64()), wait=False)
         if self.s.profile.shortcuts_only:  # the stored measurements hold its time and determinism: one run
             return out, math.nan
         t0, host0 = time.perf_counter(), time.thread_time()
@@ -603,7 +609,7 @@ class Harness:
         self.retrying = False
         self.measured_need = None  # (eager peak, output bytes) once the task's quick run measured them
         self.lock.label = ""  # the step names what this task did, not the last one
-        m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes")))
+        m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes"), checks=self._runs_float64()))
         first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
         if self._outgrew_reservation(m):
             # it outgrew its reservation (the hard cap that makes neighbours unable to OOM each other): run it
@@ -724,23 +730,29 @@ class Harness:
             return 0
         return self._footprint(*need, measured=True, margin=margin)
 
+    def _runs_float64(self) -> bool:
+        """Whether this worker's shortcut checks run a float64 forward (the fragility check's reference)."""
+        return "fragile" in self.s.profile.shortcut_checks
+
     def _footprint(self, peak: int | None, out_bytes: int = 0, measured: bool = False,
-                   margin: float | None = None) -> int:
+                   margin: float | None = None, checks: bool = False) -> int:
         """Device memory a task may hold at once: one forward's peak beside the reference output, with
         profile.reserve_margin_measured for the compiled graph's own buffers and allocator slack; before the first
         forward, the sampler's prediction with reserve_margin_predicted; reserve_slack_gb beside either; when
         nothing predicts the peak (imported tasks), the filter's peak cap: a task that needs more is rejected for its
         peak anyway (the worker's whole cap, 3x the filter's, let only about four such tasks run at once). A task that
-        outgrows its share is retried with the whole cap. `margin` replaces the measured one (the compiled phase's)."""
+        outgrows its share is retried with the whole cap. `margin` replaces the measured one (the compiled phase's).
+        `checks`: the shortcut checks' float64 forward is still to run, FLOAT64_NEED times the peak and output."""
         if not self.task_cap:
             return 0
         p = self.s.profile
+        f = FLOAT64_NEED if checks else 1.0
         if not peak:
-            return min(self.task_cap, int((self.s.filter.max_peak_memory_gb + p.reserve_slack_gb) * 2**30))
+            return min(self.task_cap, int((f * self.s.filter.max_peak_memory_gb + p.reserve_slack_gb) * 2**30))
         if measured:
-            need = (margin or p.reserve_margin_measured) * (peak + out_bytes)
+            need = (margin or p.reserve_margin_measured) * f * (peak + out_bytes)
         else:
-            need = p.reserve_margin_predicted * peak
+            need = p.reserve_margin_predicted * f * peak
         return min(self.task_cap, int(need + p.reserve_slack_gb * 2**30))
 
     def _device_ctx(self) -> Any:
@@ -820,6 +832,10 @@ class Harness:
             m.update(draw_checks(ref0, subs, self.s.filter.compile_tolerance))
             if s.shortcut_checks and not self._eager_rejection(m):  # a task out already needs no more forwards
                 self._shortcuts(model, ns, ref0, subs, stride, m, task)
+            if self._runs_float64() and self.measured_need and not self.retrying and not s.shortcuts_only:
+                # the checks are done: the compiled phase and the timed runs need one forward's share (a shrink
+                # never waits)
+                self._reserve(self._footprint(*self.measured_need, measured=True), wait=False)
         m["gpu_busy_eager_s"] = self.lock.held_s
         if s.shortcuts_only:  # the run holds every other measurement of the task already
             return

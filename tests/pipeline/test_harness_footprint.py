@@ -193,3 +193,17 @@ def test_the_retry_names_the_step_the_task_failed_in_not_the_clean_up_after_it()
     with h.lock.hold(label="compiled-draw"), pytest.raises(torch.OutOfMemoryError):
         _LockedBackend(oom_compiling, h.lock)(None, [])
     assert h.lock.label == "compile"
+
+
+def test_a_task_whose_checks_run_a_float64_forward_reserves_twice_its_peak_and_output():
+    # the fragility check's float64 forward doubles weights, inputs, intermediates and output
+    h = _harness(26, 8, shortcut_checks=("dead", "skip", "fragile"))
+    six = 6 * GIB
+    assert h._runs_float64()
+    assert h._footprint(six, checks=True) == int(1.1 * 2 * six + GIB // 2)
+    assert h._footprint(six, out_bytes=GIB, measured=True, checks=True) == int(1.15 * 2 * 7 * GIB + GIB // 2)
+    assert h._footprint(None, checks=True) == 16 * GIB + GIB // 2
+    assert h._footprint(12 * GIB, checks=True) == 26 * GIB  # never beyond the worker's cap
+    # without the fragility check no float64 forward runs: one forward's need
+    assert not _harness(26, 8, shortcut_checks=("dead", "skip"))._runs_float64()
+    assert not _harness(26, 8)._runs_float64()
