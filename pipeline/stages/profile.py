@@ -140,8 +140,9 @@ def _left_to_measure(rd: RunDir, k: int, ids: set[str], on_disk: dict[int, Count
 def checked_weaker(p: Any) -> Any:
     """stale(row) for a shortcuts-only call: a row whose fragility check passed more weakly than this call's
     would check it, with one model for every draw (written before profile.shortcut_fresh_weights) while this call
-    builds each draw's own weights, or with a smaller ulp move than profile.shortcut_ulp_steps (a row from before
-    the move was recorded moved one ulp). It is measured again. A finding stands whatever the weights or the move,
+    builds each draw's own weights, with a smaller ulp move than profile.shortcut_ulp_steps (a row from before
+    the move was recorded moved one ulp), or without a float64 reference and no reason for its absence. It is
+    measured again. A finding stands whatever the weights or the move,
     and so does a row whose checks stopped earlier. None when the call checks no stored row's fragility again (it is
     not shortcuts-only, or runs no fragility check)."""
     if not (p.shortcuts_only and "fragile" in p.shortcut_checks):
@@ -154,8 +155,11 @@ def checked_weaker(p: Any) -> Any:
         # a cheap call takes an exhaustive row or a cheap one (weights "scaled"); an exhaustive call with fresh
         # weights takes only its own kind of row
         enough = ("fresh", "scaled") if p.shortcut_mode == "cheap" else ("fresh",)
+        # a float64 reference missing with no reason recorded: a row from before out-of-memory was told apart from a
+        # forward that cannot run in float64 (the reason is recorded since), whose reference may never have run
+        unmeasured_f64 = row.get("fragile_f64_ratio") is None and not row.get("fragile_f64_error")
         return (p.shortcut_fresh_weights and row.get("fragile_weights") not in enough) \
-            or (row.get("fragile_ulp_steps") or 1) < p.shortcut_ulp_steps
+            or (row.get("fragile_ulp_steps") or 1) < p.shortcut_ulp_steps or unmeasured_f64
 
     return stale
 

@@ -308,3 +308,23 @@ def test_the_cheap_skip_check_measures_at_the_real_size_only_what_the_reduced_ba
     assert taken and not taken & set(cheap["skippable_ops"])  # only operators far past the margin are taken
     assert set(json.loads(cheap["op_ratios"])) == set(json.loads(full["op_ratios"]))
     assert full["shortcut_screened"] is None
+
+
+def test_a_passed_row_without_a_float64_reference_or_its_reason_is_measured_again(tmp_path):
+    """A row whose float64 reference is missing with no reason recorded (an out-of-memory once read as a forward
+    that cannot run in float64) is measured again; one whose reason is recorded stays as it is."""
+    from pipeline.rundir.schema import SHORTCUTS
+
+    rd, cfg = _measured(tmp_path / "run", {"a": BOTH, "b": BOTH}, seed=0)
+    cfg2 = dataclasses.replace(cfg, profile=dataclasses.replace(cfg.profile, shortcuts_only=True,
+                                                                shortcut_checks=("fragile",)))
+    profile.run(rd, cfg2, "local")
+    first = {r["task_id"]: r for r in rd.read_rows("shortcuts")}
+    assert all(r["fragile"] == "" and r["fragile_f64_ratio"] is not None for r in first.values())
+    rows = [{**r, "fragile_f64_ratio": None, "fragile_f64_error": None if r["task_id"] == "a" else "RuntimeError: x"}
+            for r in first.values()]
+    rd.write_shard("shortcuts", 0, conform(rows, SHORTCUTS), SHORTCUTS)
+    profile.run(rd, cfg2, "local")
+    again = {r["task_id"]: r for r in rd.read_rows("shortcuts")}
+    assert again["a"]["started_at"] != first["a"]["started_at"] and again["a"]["fragile_f64_ratio"] is not None
+    assert again["b"]["started_at"] == first["b"]["started_at"] and again["b"]["fragile_f64_error"] == "RuntimeError: x"
