@@ -74,11 +74,12 @@ def scaled_verdict(f64: float | None, scaled: float, real: float | None, scale: 
 
 
 def scaled_fragility(model: Any, draw: Callable[[int], tuple], tol: float, sub0: Any, stride: int, ulp_steps: int,
-                     scale: int, band: float = PROPORTIONAL) -> dict[str, Any]:
+                     scale: int, band: float = PROPORTIONAL, f64_chunks: int = 1) -> dict[str, Any]:
     """The fragility check in two or three forwards on draw 0 (see the module doc), as the exhaustive check's
-    columns; fragile_weights "scaled" says how it was measured."""
+    columns; fragile_weights "scaled" says how it was measured. f64_chunks: see measures.shortcuts.fragility."""
     x0 = draw(0)  # drawn once: the float64 forward and both moves read the same inputs
-    ref = fragility(model, lambda _k, x=x0: x, tol, draws=1, subs=[sub0], stride=stride, checks=(FRAGILE_F64,))
+    ref = fragility(model, lambda _k, x=x0: x, tol, draws=1, subs=[sub0], stride=stride, checks=(FRAGILE_F64,),
+                    f64_chunks=f64_chunks)
     f64 = ref["fragile_f64_ratio"]
     scaled, real = 0.0, None
     if f64 is None or f64 < 1:
@@ -143,10 +144,10 @@ def reduced_op_ratios(ns: dict[str, Any], seed: int, tol: float, dev: str) -> di
 
 def cheap_fragility(model: Any, draw: Callable[[int], tuple], tol: float, subs: Sequence[Any], stride: int,
                     ulp_steps: int, scale: int, steps: bool, draws: int,
-                    model_for: Callable[[int], Any] | None = None) -> dict[str, Any]:
+                    model_for: Callable[[int], Any] | None = None, f64_chunks: int = 1) -> dict[str, Any]:
     """The cheap fragility check: scaled_fragility, and for a task with a step operator (`steps`) that it passes,
     the exhaustive check's `draws` draws with the real move (each after the first with its own weights)."""
-    got = scaled_fragility(model, draw, tol, subs[0], stride, ulp_steps, scale)
+    got = scaled_fragility(model, draw, tol, subs[0], stride, ulp_steps, scale, f64_chunks=f64_chunks)
     if got["fragile"] or not steps:
         return got
     full = fragility(model, draw, tol, draws, subs, stride, checks=(FRAGILE_ULP,), ulp_steps=ulp_steps,

@@ -301,9 +301,62 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {first.strip()}"[:200]
 
 
+# the float32 forward of a batch's first rows against the whole batch's first output rows, as the verifier's ratio:
+# at most this, and the rows are computed apart from each other. A GEMM picking another algorithm for fewer rows
+# differs by rounding (about 1e-5); a batch norm's statistics over fewer rows, by far more.
+BATCH_SPLIT_RATIO = 1e-3
+
+
+def _batch_rows(x: Sequence[Any]) -> int | None:
+    """The batch every tensor input leads with (their common first dimension), or None when they share none."""
+    firsts = {t.shape[0] if t.dim() else None for t in x if isinstance(t, torch.Tensor)}
+    return firsts.pop() if len(firsts) == 1 and None not in firsts else None
+
+
+def batch_chunks(model: Any, x: Sequence[Any], out: Any, tol: float, chunks: int) -> int:
+    """How many slices of the batch a float64 forward may run in: `chunks` when every tensor input leads with the
+    same batch of at least `chunks` rows and the forward of the first slice's rows gives the whole output's first
+    rows (flat `out`, within BATCH_SPLIT_RATIO), else 1. Each row's output then depends on its own inputs alone, and
+    the float64 reference of the slices is the whole batch's, in 1/chunks of the memory."""
+    rows = _batch_rows(x)
+    if chunks <= 1 or rows is None or rows < chunks:
+        return 1
+    first = -(-rows // chunks)
+    try:
+        part = flatten(model(*(t[:first] if isinstance(t, torch.Tensor) else t for t in x)))
+    except RuntimeError as e:  # a forward that takes only the whole batch (a view on the module's batch constant)
+        if out_of_memory(e):
+            raise
+        return 1
+    if part is None or out.numel() % rows or part.numel() != first * (out.numel() // rows):
+        return 1
+    return chunks if tolerance_ratio(part, out[:part.numel()], tol) <= BATCH_SPLIT_RATIO else 1
+
+
+def _float64_sample(model: Any, x: Sequence[Any], stride: int, chunks: int) -> Any:
+    """The flat float64 output's even `stride` sample (the model already cast), the batch run in `chunks` slices
+    (batch_chunks said they may be), each slice's inputs cast alone."""
+    rows = _batch_rows(x) if chunks > 1 else None
+    if rows is None:
+        x64 = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
+        return flatten(model(*x64))[::stride]
+    step, parts, start = -(-rows // chunks), [], 0  # start: the flat index the slice's output begins at
+    for r in range(0, rows, step):
+        xs = tuple((t[r:r + step].double() if t.is_floating_point() else t[r:r + step])
+                   if isinstance(t, torch.Tensor) else t for t in x)
+        out = flatten(model(*xs))
+        del xs
+        first = -start % stride  # the slice's first sampled element
+        parts.append(out[first::stride].clone())
+        start += out.numel()
+        del out
+    return torch.cat(parts)
+
+
 def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence[Any] | None = None,
               stride: int = 1, stop_first: bool = True, checks: Sequence[str] = (FRAGILE_ULP, FRAGILE_F64),
-              ulp_steps: int = 1, model_for: ModelFor | None = None, f64_draws: int | None = None) -> dict[str, Any]:
+              ulp_steps: int = 1, model_for: ModelFor | None = None, f64_draws: int | None = None,
+              f64_chunks: int = 1) -> dict[str, Any]:
     """On draws 0..draws-1: the eager output (subs[k], an even `stride` sample, when the caller has it) against
     the output with every floating input moved ulp_steps ulps (each element up or down, see _ulp_move), and
     against the float64 reference. A screen at 1/n of the real element count moves n times as far: it sees as many
@@ -312,7 +365,8 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
     computed with `model`, so a draw with its own model computes its eager output again (one forward more).
     f64_draws: the float64 reference only on the first this many draws (None: every draw); it is the dearest
     forward, and what it finds (float32 accumulation far from the exact value) belongs to the computation more
-    than to one draw's values."""
+    than to one draw's values. f64_chunks: draw 0's float64 forward (with `model`) runs in that many slices of the
+    batch (the caller found with batch_chunks that it may)."""
     worst: dict[str, float | None] = {c: 0.0 for c in checks}
     f64_error = None
     found = ""
@@ -332,22 +386,20 @@ def fragility(model: Any, draw: Draw, tol: float, draws: int = 5, subs: Sequence
         if FRAGILE_F64 in worst and worst[FRAGILE_F64] is not None and (f64_draws is None or k < f64_draws):
             saved = _cast_model(mdl, None)
             try:
-                x64 = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in x)
-                out64 = flatten(mdl(*x64))
-                del x64
+                out64 = _float64_sample(mdl, x, stride, f64_chunks if k == 0 and own is None else 1)
             except RuntimeError as e:  # a float32 tensor the forward makes itself meets float64: no float64 reference
                 if out_of_memory(e):  # want of memory is the harness's to resolve (a larger reservation), no verdict
                     raise
                 out64, f64_error = None, _one_line(e)
             finally:
                 _cast_model(mdl, saved)
-            if out64 is None or out64[::stride].shape != ref.shape:
+            if out64 is None or out64.shape != ref.shape:
                 worst[FRAGILE_F64] = None
                 if out64 is not None:
-                    f64_error = f"float64 output of shape {tuple(out64.shape)} against {tuple(ref.shape)}"
+                    f64_error = f"float64 output sample of shape {tuple(out64.shape)} against {tuple(ref.shape)}"
             else:
                 # the float32 reference as a candidate against the float64 truth: what an exact kernel would see
-                worst[FRAGILE_F64] = max(worst[FRAGILE_F64], tolerance_ratio(ref.double(), out64[::stride], tol))
+                worst[FRAGILE_F64] = max(worst[FRAGILE_F64], tolerance_ratio(ref.double(), out64, tol))
             del out64
         del x, own, mdl
         found = next((c for c in checks if worst[c] is not None and worst[c] >= 1), "")
@@ -382,7 +434,7 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
             subs: Sequence[Any] | None = None, stride: int = 1, stop_first: bool = True,
             known_ratio: float | None = None, ulp_steps: int = 1, given_inputs: dict[str, float] | None = None,
             given_ops: dict[str, float] | None = None, model_for: ModelFor | None = None,
-            f64_draws: int | None = None, recorded: OperatorCalls | None = None) -> dict[str, Any]:
+            f64_draws: int | None = None, recorded: OperatorCalls | None = None, f64_chunks: int = 1) -> dict[str, Any]:
     """Every kind asked for, as measurement columns (see pipeline/rundir/schema.py SHORTCUTS); `shortcut_checks`
     names the kinds that ran. ref0: draw 0's flat eager output; subs: the caller's even samples of draws'
     outputs (subs[0] of ref0), reused by the fragility check. given_inputs / given_ops: ratios taken from the
@@ -404,7 +456,7 @@ def measure(model: Any, draw: Draw, ref0: Any, tol: float, kinds: Sequence[str] 
         m.update(s, min_op_ratio=min(ratios.values(), default=None), op_ratios=_ratio_map(ratios))
     if "fragile" in kinds:
         m.update(fragility(model, draw, tol, draws, subs, stride, stop_first, ulp_steps=ulp_steps,
-                           model_for=model_for, f64_draws=f64_draws))
+                           model_for=model_for, f64_draws=f64_draws, f64_chunks=f64_chunks))
     if given_inputs is not None or given_ops is not None:
         m["shortcut_screened"] = screened
     return m

@@ -444,6 +444,7 @@ class Harness:
         self.task_cap = self.reserved_cap = 0
         self.retrying = False
         self.measured_need: tuple[int, int] | None = None
+        self.f64_chunks = 1  # slices of the batch the task's float64 forward runs in (_float64_chunks)
         self.regrow_wait_s = 0.0
         self.kernels: KernelWarmup | None = KernelWarmup()  # the pointwise operators this worker has run once, unlocked, before a task
         self.warm_compiled = False  # whether warm() compiled (a replacement does not)
@@ -522,9 +523,11 @@ class Harness:
             # changed without waiting, since waiting while holding memory could deadlock
             out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
             self.measured_need = (m["peak_memory_bytes"], out_bytes)  # what the compiled phase's share is sized on
+            self.f64_chunks = self._float64_chunks(model, x, out)
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
+                # a float64 forward in slices of the batch needs no more than one forward's share
                 self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True,
-                                              checks=self._runs_float64()), wait=False)
+                                              checks=self._runs_float64() and self.f64_chunks == 1), wait=False)
         if self.s.profile.shortcuts_only:  # the stored measurements hold its time and determinism: one run
             return out, math.nan
         t0, host0 = time.perf_counter(), time.thread_time()
@@ -608,6 +611,7 @@ class Harness:
                                 "torch_version": self.torch_version, "tf32": self.tf32(), "_fatal": False}
         self.retrying = False
         self.measured_need = None  # (eager peak, output bytes) once the task's quick run measured them
+        self.f64_chunks = 1
         self.lock.label = ""  # the step names what this task did, not the last one
         m = self._attempt(task, base, self._footprint(task.get("predicted_peak_bytes"), checks=self._runs_float64()))
         first_cap = self.reserved_cap  # what the first attempt last held: a retry says it did not suffice
@@ -729,6 +733,17 @@ class Harness:
         if not (margin and need and need[0]):
             return 0
         return self._footprint(*need, measured=True, margin=margin)
+
+    def _float64_chunks(self, model: Any, x: tuple, out: Any) -> int:
+        """Slices of the batch this task's float64 forward may run in (measures.shortcuts.batch_chunks, at
+        profile.shortcut_f64_chunks), or 1: no float64 forward, or rows not computed apart. One float32 forward of
+        the first slice's rows, beside draw 0's output."""
+        chunks = self.s.profile.shortcut_f64_chunks
+        if not self._runs_float64() or chunks <= 1:
+            return 1
+        from measures.shortcuts import batch_chunks
+
+        return batch_chunks(model, x, _flat(out), self.s.filter.compile_tolerance, chunks)
 
     def _runs_float64(self) -> bool:
         """Whether this worker's shortcut checks run a float64 forward (the fragility check's reference)."""
@@ -901,7 +916,8 @@ class Harness:
 
                 got = cheap_fragility(model, lambda k: self._draw(ns, k), tol, subs, stride, s.shortcut_ulp_steps,
                                       s.shortcut_move_scale, has_step(task.get("ops")), s.shortcut_draws,
-                                      (lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None)
+                                      (lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
+                                      f64_chunks=self.f64_chunks)
                 got.pop("fragile_scaled_ratio")
             else:
                 kind_given = dict(given)
@@ -911,7 +927,7 @@ class Harness:
                               kinds=(kind,), draws=s.shortcut_draws, subs=subs, stride=stride,
                               stop_first=s.shortcut_stop_first, known_ratio=known, ulp_steps=s.shortcut_ulp_steps,
                               model_for=(lambda k: self._fresh_model(ns, k)) if s.shortcut_fresh_weights else None,
-                              f64_draws=s.shortcut_f64_draws, **kind_given)
+                              f64_draws=s.shortcut_f64_draws, f64_chunks=self.f64_chunks, **kind_given)
             screened += got.pop("shortcut_screened", [])
             m.update(got)
             m[f"gpu_busy_{kind}_s"] = time.perf_counter() - t_kind

@@ -123,6 +123,11 @@ class ProfileSection:
     # reference with the 16-ulp move on every draw drops every row that float64 on all 5 draws drops (CPU, real
     # sizes; docs/shortcuts.md)
     shortcut_f64_draws: int = 1
+    # the float64 forward runs the batch in this many slices where the task's rows are computed apart (the float32
+    # forward of the first slice's rows gives the whole batch's first output rows): the float64 reference is the
+    # same, in a fraction of the memory, and such a task reserves one forward's need instead of twice it. 1: the
+    # whole batch at once
+    shortcut_f64_chunks: int = 4
     # > 0: the dead and skip kinds measure on the GPU only the inputs and operators whose pre-screen ratio (at the
     # screened shapes, sample.prescreen_shortcuts) is under this margin; the rest are taken as mattering from the
     # screen (shortcut_screened lists them). A task the screen gave no ratios, or whose operators the GPU numbers
@@ -409,6 +414,8 @@ def validate_profile(p: ProfileSection, where: str) -> ProfileSection:
            f"profile.shortcut_checks holds dead, skip, fragile only (got {list(p.shortcut_checks)})")
     _check(p.shortcut_draws >= 1, where, f"profile.shortcut_draws must be >= 1 (got {p.shortcut_draws})")
     _check(p.shortcut_f64_draws >= 1, where, f"profile.shortcut_f64_draws must be >= 1 (got {p.shortcut_f64_draws})")
+    _check(p.shortcut_f64_chunks >= 1, where,
+           f"profile.shortcut_f64_chunks must be >= 1, 1 for the whole batch at once (got {p.shortcut_f64_chunks})")
     _check(p.shortcut_ulp_steps >= 1, where, f"profile.shortcut_ulp_steps must be >= 1 (got {p.shortcut_ulp_steps})")
     _check(p.shortcut_mode in ("cheap", "exhaustive"), where,
            f"profile.shortcut_mode must be cheap or exhaustive (got {p.shortcut_mode!r})")

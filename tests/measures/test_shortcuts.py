@@ -374,3 +374,57 @@ def test_a_callers_recording_of_draw_1_spares_the_recording_forward():
         given = skippable_ops(model, draw, ref0, TOL, stop_first=False, recorded=rec)
     assert given == own and own["skippable_ops"]
     assert model.forwards == spent - 2  # the reference's forward and the recording forward
+
+
+class BatchConstantView(nn.Module):
+    """Takes only the whole batch: reshapes to the batch it was built for."""
+
+    def forward(self, x):
+        return torch.tanh(x).view(10, -1).sum(1)
+
+
+@pytest.mark.parametrize("model, shapes, expected", [
+    (nn.Sequential(nn.Linear(16, 8), nn.Tanh()), [(10, 16)], 4),  # each row alone: sliced
+    (nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8)), [(10, 16)], 1),  # training statistics mix the rows
+    (BatchConstantView(), [(10, 16)], 1),  # the first slice cannot run
+    (SmallJoin(), [(10, 16), (3, 16)], 1),  # the inputs lead with different sizes
+    (nn.Tanh(), [(3, 16)], 1),  # fewer rows than slices
+])
+def test_batch_chunks_slices_only_a_batch_whose_rows_are_computed_apart(model, shapes, expected):
+    from measures.shortcuts import batch_chunks
+
+    x = _draw(*shapes)(0) if len(shapes) > 1 else _draw(shapes[0])(0)
+    with torch.no_grad():
+        out = model(*x).reshape(-1) if len(shapes) == 1 else None
+        if out is None:
+            out = torch.zeros(1)
+        assert batch_chunks(model, x, out, TOL, 4) == expected
+
+
+@pytest.mark.parametrize("stride", [1, 3, 7, 64])
+def test_a_float64_forward_in_slices_gives_the_whole_batchs_sample(stride):
+    from measures.shortcuts import _cast_model, _float64_sample
+
+    model = nn.Sequential(nn.Linear(16, 9), nn.GELU())
+    x = _draw((10, 16))(0)  # 10 rows in slices of 3: the last slice is shorter
+    with torch.no_grad():
+        saved = _cast_model(model, None)
+        whole = _float64_sample(model, x, stride, 1)
+        sliced = _float64_sample(model, x, stride, 4)
+        _cast_model(model, saved)
+    assert sliced.dtype == torch.float64 and sliced.shape == whole.shape
+    torch.testing.assert_close(sliced, whole, rtol=1e-12, atol=1e-12)
+
+
+def test_the_fragility_checks_float64_ratio_is_the_same_in_slices():
+    class Cancels(nn.Module):  # float32 cancellation: the float64 check has something to measure
+        def forward(self, x):
+            return (x + 1e6) - 1e6
+
+    draw = _draw((64, 32))
+    with torch.no_grad():
+        ref0 = Cancels()(*draw(0)).reshape(-1)
+        whole = measure(Cancels(), draw, ref0, TOL, kinds=("fragile",), draws=1, stop_first=False)
+        sliced = measure(Cancels(), draw, ref0, TOL, kinds=("fragile",), draws=1, stop_first=False, f64_chunks=4)
+    assert whole["fragile"] and whole["fragile_f64_ratio"] > 1
+    assert sliced["fragile"] == whole["fragile"] and sliced["fragile_f64_ratio"] == pytest.approx(whole["fragile_f64_ratio"])

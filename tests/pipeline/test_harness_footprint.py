@@ -207,3 +207,26 @@ def test_a_task_whose_checks_run_a_float64_forward_reserves_twice_its_peak_and_o
     # without the fragility check no float64 forward runs: one forward's need
     assert not _harness(26, 8, shortcut_checks=("dead", "skip"))._runs_float64()
     assert not _harness(26, 8)._runs_float64()
+
+
+def test_the_float64_forward_runs_in_slices_only_with_the_fragility_check_and_rows_computed_apart():
+    import torch
+    from torch import nn
+
+    x = (torch.randn(8, 16),)
+    rows_apart = nn.Sequential(nn.Linear(16, 4), nn.Tanh())
+    with torch.no_grad():
+        out = rows_apart(*x)
+        assert _harness(26, 8, shortcut_checks=("fragile",))._float64_chunks(rows_apart, x, out) == 4
+        assert _harness(26, 8, shortcut_checks=("fragile",), shortcut_f64_chunks=2)._float64_chunks(rows_apart, x, out) == 2
+        assert _harness(26, 8, shortcut_checks=("fragile",), shortcut_f64_chunks=1)._float64_chunks(rows_apart, x, out) == 1
+        assert _harness(26, 8, shortcut_checks=("dead", "skip"))._float64_chunks(rows_apart, x, out) == 1
+        mixed = nn.Sequential(nn.Linear(16, 4), nn.BatchNorm1d(4))  # training statistics mix the rows
+        assert _harness(26, 8, shortcut_checks=("fragile",))._float64_chunks(mixed, x, mixed(*x)) == 1
+
+
+def test_a_float64_forward_in_no_slices_is_refused_at_load(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[profile]\nshortcut_f64_chunks = 0\n")
+    with pytest.raises(ConfigError, match="shortcut_f64_chunks must be >= 1"):
+        load_file(cfg)
