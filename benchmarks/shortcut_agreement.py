@@ -262,6 +262,22 @@ def agreement(rows: list[dict], **rule) -> dict:
     return out
 
 
+def float64_slices(rows: list[dict]) -> dict:
+    """Draw 0's float64 check with the batch in slices against the whole batch at once: rows sliced (their rows
+    computed apart), verdicts that differ, the largest ratio difference and the float64 forwards' peak bytes."""
+    sliced = [r for r in rows if (r["cheap"].get("f64_chunks") or 1) > 1 and r["cheap"].get("f64_ratio") is not None]
+    differ = [r["task_id"] for r in sliced
+              if ((r["cheap"]["f64_ratio"] or 0) >= 1) != ((r["cheap"].get("f64_sliced_ratio") or 0) >= 1)]
+    gaps = [abs((r["cheap"].get("f64_sliced_ratio") or 0) - r["cheap"]["f64_ratio"]) for r in sliced]
+    peaks = [(r["cheap"]["f64_sliced_peak_bytes"], r["cheap"]["f64_peak_bytes"]) for r in sliced
+             if r["cheap"].get("f64_sliced_peak_bytes") is not None and r["cheap"].get("f64_peak_bytes")]
+    ratios = sorted(a / b for a, b in peaks)
+    return {"rows": len(rows), "sliced": len(sliced), "verdicts_differ": len(differ), "differ": differ[:20],
+            "largest_ratio_gap": max(gaps, default=None),
+            "sliced_over_whole_peak_median": ratios[len(ratios) // 2] if ratios else None,
+            "with_peaks": len(ratios)}
+
+
 def costs(rows: list[dict], rule: dict) -> dict:
     """Seconds per row of each part, summed over rows, and the cheap checks' seconds under `rule` (the skip check's
     real-size seconds in proportion to the operators measured again; the real move's where a flag is measured
@@ -313,6 +329,7 @@ def report_cmd(a: argparse.Namespace) -> None:
     table = [agreement(rows, **rule) for rule in RULES]
     main_ = agreement(rows, **chosen)
     cost = costs(rows, chosen)
+    slices = float64_slices(rows)
     print(f"{len(rows)} rows measured ({len(rows_all) - len(rows)} failed)")
     print(f"{'kind':8} {'exh drops':>9} {'cheap drops':>11} {'exh-only':>9} {'cheap-only':>10}")
     for k in (*KINDS, "any"):
@@ -332,6 +349,13 @@ def report_cmd(a: argparse.Namespace) -> None:
                  "value": f"{cost['exhaustive_checks_s_per_row']:.3f} s against {cost['cheap_checks_s_per_row']:.3f} s "
                           f"({cost['exhaustive_checks_s_per_row'] / max(1e-9, cost['cheap_checks_s_per_row']):.1f}x)",
                  "target": "10x cheaper"})
+    if slices["sliced"]:
+        med = slices["sliced_over_whole_peak_median"]
+        head.append({"figure": "float64 check with the batch in slices against the whole batch: verdicts that differ",
+                     "value": f"{slices['verdicts_differ']} of {slices['sliced']} rows sliced ({len(rows)} measured)"
+                              + (f"; float64 forward's peak {med:.2f}x the whole batch's (median)" if med else ""),
+                     "target": "0"})
+        print(head[-1]["figure"], head[-1]["value"])
     for h in head:
         h.update(command=f"python benchmarks/shortcut_agreement.py measure --device cuda --n {a.n} --seed 0 "
                          f"--workers 6 (--retry-failed with 3 for rows out of memory), then report",
@@ -351,7 +375,7 @@ def report_cmd(a: argparse.Namespace) -> None:
     cheap_flags = {r["task_id"]: "".join(c for c, k in zip("dsf", KINDS, strict=True)
                                          if cheap_verdicts(r, **chosen)[k]) or "-" for r in rows}
     out = {"headline": head, "measure_commit": a.measure_commit or a.commit, "chosen_rule": chosen,
-           "agreement": main_, "costs": cost, "rules": table,
+           "agreement": main_, "costs": cost, "float64_slices": slices, "rules": table,
            "verdicts": {t: f"{flags[t]}/{cheap_flags[t]}" for t in sorted(flags)},
            "failed": [{"task_id": r["task_id"], "status": r["status"]} for r in rows_all if r["status"] != "ok"]}
     Path(a.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -20,7 +20,15 @@ from typing import Any
 
 import torch
 
-from measures.shortcuts import FRAGILE_F64, FRAGILE_ULP, _ulp_move, fragility, skippable_ops, ulp_finding
+from measures.shortcuts import (
+    FRAGILE_F64,
+    FRAGILE_ULP,
+    _ulp_move,
+    batch_chunks,
+    fragility,
+    skippable_ops,
+    ulp_finding,
+)
 from measures.tensor_checks import flatten, tolerance_ratio
 
 BATCH = "batch_size"
@@ -170,9 +178,11 @@ def cheap_measure(model: Any, draw: Callable[[int], tuple], ref0: Any, sub0: Any
                   ns: dict[str, Any], seed: int, dev: str, known_ratio: float | None = None,
                   moves: Sequence[int] = (16, 80), seconds: dict[str, float] | None = None,
                   sync: Callable[[], None] = lambda: None,
-                  fresh_model: Callable[[int], Any] | None = None) -> dict[str, Any]:
+                  fresh_model: Callable[[int], Any] | None = None, f64_chunks: int = 4) -> dict[str, Any]:
     """What the cheap checks decide from, for benchmarks/shortcut_agreement.py: draw 0's float64 ratio, its
-    ratios under each move in `moves`, and every operator's ratio at the reduced batch; `seconds` gets each part's."""
+    ratios under each move in `moves`, and every operator's ratio at the reduced batch; `seconds` gets each part's.
+    Where the rows are computed apart (batch_chunks at `f64_chunks`), draw 0's float64 ratio again with the batch in
+    slices (`f64_sliced_ratio`); on CUDA each float64 forward's peak bytes over what was held before it."""
     secs = seconds if seconds is not None else {}
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
@@ -183,10 +193,29 @@ def cheap_measure(model: Any, draw: Callable[[int], tuple], ref0: Any, sub0: Any
         secs[name] = time.perf_counter() - t
         return out
 
-    f64 = timed("f64", lambda: fragility(model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride,
-                                         checks=(FRAGILE_F64,))["fragile_f64_ratio"])
+    got: dict[str, Any] = {}
+
+    def peak_of(name: str, fn: Callable[[], Any]) -> Any:
+        cuda = str(dev).startswith("cuda")
+        if cuda:
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+        out = timed(name, fn)
+        if cuda:
+            got[f"{name}_peak_bytes"] = int(torch.cuda.max_memory_allocated() - before)
+        return out
+
+    f64 = peak_of("f64", lambda: fragility(model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride,
+                                           checks=(FRAGILE_F64,))["fragile_f64_ratio"])
+    got["f64_ratio"] = f64
+    chunks = batch_chunks(model, draw(0), ref0, tol, f64_chunks)
+    got["f64_chunks"] = chunks
+    if chunks > 1:
+        got["f64_sliced_ratio"] = peak_of("f64_sliced", lambda: fragility(
+            model, lambda _k: draw(0), tol, draws=1, subs=[sub0], stride=stride, checks=(FRAGILE_F64,),
+            f64_chunks=chunks)["fragile_f64_ratio"])
     x0 = draw(0)
-    got: dict[str, Any] = {"f64_ratio": f64}
     for s in moves:
         got[f"move{s}"] = timed(f"move{s}", lambda s=s, x=x0: moved_ratio(model, x, sub0, stride, tol, s))
     del x0

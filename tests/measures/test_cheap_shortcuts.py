@@ -124,3 +124,48 @@ def test_step_operators_are_read_from_the_catalogs_names_and_unknown_counts_as_a
 
     assert not has_step(["torch.tanh", "nn.Linear", "F.softmax"])
     assert has_step(["torch.tanh", "Tensor.gt"]) and has_step('["nn.Threshold"]') and has_step(None)
+
+
+ROWS = '''import torch
+import torch.nn as nn
+
+batch_size = 32
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 16)
+        self.norm = NORM
+
+    def forward(self, x):
+        return self.norm(torch.tanh(self.lin(x)))
+
+def get_inputs():
+    return [torch.randn(batch_size, 64)]
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_cheap_measure_takes_the_float64_ratio_again_in_slices_where_the_rows_are_computed_apart():
+    from measures.cheap_shortcuts import cheap_measure
+    from measures.tensor_checks import sample_stride
+
+    got = {}
+    for name, norm in (("apart", "nn.Identity()"), ("mixed", "nn.BatchNorm1d(16)")):
+        ns = load_module(ROWS.replace("NORM", norm), "rows")
+        torch.manual_seed(0)
+        model = ns["Model"]()
+
+        def draw(k, ns=ns):
+            torch.manual_seed(1 + k)
+            return tuple(ns["get_inputs"]())
+
+        with torch.no_grad():
+            ref0 = flatten(model(*draw(0))).clone()
+            stride = sample_stride(ref0.numel())
+            got[name] = cheap_measure(model, draw, ref0, ref0[::stride], stride, 1e-2, ns=ns, seed=0, dev="cpu")
+    assert got["apart"]["f64_chunks"] == 4 and got["mixed"]["f64_chunks"] == 1
+    assert abs(got["apart"]["f64_sliced_ratio"] - got["apart"]["f64_ratio"]) < 1e-9
+    assert "f64_sliced_ratio" not in got["mixed"]
