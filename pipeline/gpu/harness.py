@@ -523,11 +523,9 @@ class Harness:
             # changed without waiting, since waiting while holding memory could deadlock
             out_bytes = sum(t.numel() * t.element_size() for t in tensors(out))
             self.measured_need = (m["peak_memory_bytes"], out_bytes)  # what the compiled phase's share is sized on
-            self.f64_chunks = self._float64_chunks(model, x, out)
             if not self.retrying:  # a retry keeps the worker's whole cap: narrowing it again re-made the OOM
-                # a float64 forward in slices of the batch needs no more than one forward's share
                 self._reserve(self._footprint(m["peak_memory_bytes"], out_bytes, measured=True,
-                                              checks=self._runs_float64() and self.f64_chunks == 1), wait=False)
+                                              checks=self._runs_float64()), wait=False)
         if self.s.profile.shortcuts_only:  # the stored measurements hold its time and determinism: one run
             return out, math.nan
         t0, host0 = time.perf_counter(), time.thread_time()
@@ -811,6 +809,12 @@ class Harness:
             m["quick_eager_ms"] = quick  # what _early_reject judges
             m["gpu_busy_setup_s"] = time.perf_counter() - self.lock._since
             self._early_reject(quick, m, model, x0)
+            if self._runs_float64():
+                # inputs drawn again: a forward that writes its inputs must not change x0, which later runs read
+                self.f64_chunks = self._float64_chunks(model, self._draw(ns, 0), out0)
+                if self.f64_chunks > 1 and self.measured_need and not self.retrying:
+                    # a float64 forward in slices of the batch needs one forward's share (a shrink never waits)
+                    self._reserve(self._footprint(*self.measured_need, measured=True), wait=False)
             self.lock.yield_()
             out1 = None
             if not s.shortcuts_only:  # a shortcuts-only call has the ATen ops and determinism stored already
