@@ -54,8 +54,14 @@ def summarize(measurements: list[dict], verdicts: list[dict], shortcuts: list[di
                                                                            "budget_wait")}
     spent["host"] = spent["wall"] - spent["gpu_busy"] - spent["lock_wait"] - spent["budget_wait"]
     walls = sorted(r["call_wall_s"] for r in timed)
+    # each task's last reservation (call_reserved_gib): a task run again after outgrowing its first holds the larger
+    held = sorted(r["call_reserved_gib"] for r in timed if r.get("call_reserved_gib") is not None)
+    top = held[-1] if held else None
+    reservations = {"rows": len(held), "median_gib": held[len(held) // 2] if held else None, "largest_gib": top,
+                    "at_largest": sum(g == top for g in held)}
     return {"worker_seconds": {"rows": len(timed), **spent,
                                "median_wall_s": walls[len(walls) // 2] if walls else None},
+            "reservations": reservations,
             "tasks_to_check": len(todo), "checked": len(checked), "failed": dict(failed), "found": dict(found),
             "calls": len(sc_calls), "call_seconds": seconds, "measured_by_calls": measured,
             "tasks_per_s": rate, "left": left, "left_gpu_hours": left / rate / 3600 if rate else None}
@@ -100,6 +106,11 @@ def main() -> None:
                      "value": f"GPU held {share('gpu_busy')}, waiting for the GPU lock {share('lock_wait')}, for "
                               f"memory {share('budget_wait')}, on the host {share('host')}; median "
                               f"{w['median_wall_s']:.2f} s a task ({w['rows']} tasks)", "target": None, **base})
+    g = s["reservations"]
+    if g["rows"]:
+        head.append({"figure": "re-check tasks' memory reservation (each task's last; the largest is a retry's)",
+                     "value": f"median {g['median_gib']:.1f} GiB; {g['at_largest']} of {g['rows']} tasks at the "
+                              f"largest, {g['largest_gib']:.1f} GiB", "target": None, **base})
     for h in head:
         print(f"{h['figure']}: {h['value']}")
     out = Path(a.out) / "shortcuts_release_gpu.json"

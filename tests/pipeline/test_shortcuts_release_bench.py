@@ -29,3 +29,13 @@ def test_counts_and_the_split_of_worker_seconds():
     w = s["worker_seconds"]
     assert w["rows"] == 2 and w["wall"] == 30.0 and w["gpu_busy"] == 4.0 and w["budget_wait"] == 6.0
     assert w["host"] == 30.0 - 4.0 - 2.0 - 6.0 and w["median_wall_s"] == 20.0
+
+
+def test_the_reservations_count_tasks_at_the_largest_one():
+    measurements = [{"task_id": t, "status": "ok"} for t in "abcd"]
+    timed = {"call_wall_s": 5.0, "call_gpu_busy_s": 1.0, "call_lock_wait_s": 0.0, "call_budget_wait_s": 3.0}
+    gib = {"a": 6.5, "b": 26.0, "c": 26.0, "d": None}  # d: a row from before the column
+    shortcuts = [{"task_id": t, "status": "ok", "shortcut_checks": "dead,skip,fragile", **timed,
+                  **({"call_reserved_gib": g} if g is not None else {})} for t, g in gib.items()]
+    g = _summarize()(measurements, [], shortcuts, [])["reservations"]
+    assert g == {"rows": 3, "median_gib": 26.0, "largest_gib": 26.0, "at_largest": 2}
