@@ -743,6 +743,12 @@ class Harness:
 
         return batch_chunks(model, x, _flat(out), self.s.filter.compile_tolerance, chunks)
 
+    def _one_forward_share(self) -> None:
+        """Shrink a reservation sized for the float64 forward to one forward's measured need (a shrink never waits;
+        a retry keeps the worker's whole cap)."""
+        if self.measured_need and not self.retrying:
+            self._reserve(self._footprint(*self.measured_need, measured=True), wait=False)
+
     def _runs_float64(self) -> bool:
         """Whether this worker's shortcut checks run a float64 forward (the fragility check's reference)."""
         return "fragile" in self.s.profile.shortcut_checks
@@ -812,9 +818,8 @@ class Harness:
             if self._runs_float64():
                 # inputs drawn again: a forward that writes its inputs must not change x0, which later runs read
                 self.f64_chunks = self._float64_chunks(model, self._draw(ns, 0), out0)
-                if self.f64_chunks > 1 and self.measured_need and not self.retrying:
-                    # a float64 forward in slices of the batch needs one forward's share (a shrink never waits)
-                    self._reserve(self._footprint(*self.measured_need, measured=True), wait=False)
+                if self.f64_chunks > 1:  # a float64 forward in slices of the batch needs one forward's share
+                    self._one_forward_share()
             self.lock.yield_()
             out1 = None
             if not s.shortcuts_only:  # a shortcuts-only call has the ATen ops and determinism stored already
@@ -851,10 +856,8 @@ class Harness:
             m.update(draw_checks(ref0, subs, self.s.filter.compile_tolerance))
             if s.shortcut_checks and not self._eager_rejection(m):  # a task out already needs no more forwards
                 self._shortcuts(model, ns, ref0, subs, stride, m, task)
-            if self._runs_float64() and self.measured_need and not self.retrying and not s.shortcuts_only:
-                # the checks are done: the compiled phase and the timed runs need one forward's share (a shrink
-                # never waits)
-                self._reserve(self._footprint(*self.measured_need, measured=True), wait=False)
+            if self._runs_float64() and not s.shortcuts_only:
+                self._one_forward_share()  # the checks are done: the compiled phase and the timed runs need no more
         m["gpu_busy_eager_s"] = self.lock.held_s
         if s.shortcuts_only:  # the run holds every other measurement of the task already
             return
