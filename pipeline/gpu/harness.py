@@ -75,7 +75,7 @@ WORKSPACE_SLACK = 256 * 1024 * 1024  # cuBLAS/cuDNN workspaces and the allocator
 COMPILE_SLACK = 512 * 1024 * 1024
 # The fragility check's float64 forward holds the task's weights, inputs, intermediates and output in float64, twice
 # their float32 bytes, beside the float32 reference: a task whose checks run it reserves this many times one forward's
-# peak and output. With one forward's need alone, 1,423 of 1,618 v1 rows in a shortcuts-only call on an H100 ran out
+# peak and output. With one forward's need alone, 1,423 of 1,614 v1 rows in a shortcuts-only call on an H100 ran out
 # of memory in it and ran again with the worker's whole cap (26 GiB), so that about four tasks held the GPU at once.
 FLOAT64_NEED = 2.0
 # Reservations over a task's peak: profile.reserve_margin_predicted / _measured and reserve_slack_gb. Since the GPU
