@@ -174,6 +174,11 @@ def _bounded(lo: float, hi: float, slope: float) -> Rule:
     def rule(c: Ctx) -> Value:
         k = slope / max(1.0, c.x.scale)  # a wide input spends much of its mass in the flat tails
         mid = (lo + hi) / 2 if lo > -INF and hi < INF else 0.0
+        f, x = _MONOTONE.get(stem(c.op)), c.x
+        if f is not None and 0.0 < x.s < INF and math.isfinite(x.center):
+            # the slope across the bulk of the values: far from 0 (log_softmax's ~-10) the function is flat there
+            a, b = x.center - x.s, x.center + x.s
+            k = min(k, abs(f(b) - f(a)) / (b - a))
         return Value(lo=lo, hi=hi, center=mid, spread=_times(c.x.spread, k), noisy=c.x.noisy)
     return rule
 
@@ -226,7 +231,8 @@ def _log_softmax(c: Ctx) -> Value:
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
     if n == 1:  # over one value: 0 everywhere
         return Value(lo=0.0, hi=0.0, center=0.0, discrete=True)
-    return Value(hi=0.0, center=c.x.center - math.log(max(n, 1)) - 0.5 * c.x.s ** 2, spread=c.x.spread, noisy=True)
+    # x - logsumexp(x): blind to x's own center, ~ln n plus half the variance below 0
+    return Value(hi=0.0, center=-math.log(max(n, 1)) - 0.5 * c.x.s ** 2, spread=c.x.spread, noisy=True)
 
 
 def _mean(c: Ctx) -> Value:

@@ -78,8 +78,9 @@ ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical
 # bounded functions flat (to float32) a few units from 0: on values spread this wide most outputs sit at a bound
 SATURATING = frozenset({"sigmoid", "expit", "ndtr", "tanh", "erf", "hardtanh", "hardsigmoid"})
 SATURATED = 20.0
-# a flip upstream of an average or sum over DAMP_FAN values (a product over MIX_FAN) moves the output under the
-# tolerance: the shortcut checks see no fragility through it
+# a flip upstream of an average or sum over DAMP_FAN values (a product with a learned weight over MIX_FAN) moves
+# the output under the tolerance: the shortcut checks see no fragility through it. A product of two drawn operands
+# does not damp: its outputs near 0 keep the absolute tolerance while a flipped term moves them by its own size
 DAMPING = frozenset({"mean", "nanmean", "sum", "nansum", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
                      "adaptive_avg_pool2d", "adaptive_avg_pool3d", "var", "std", "var_mean", "std_mean", "norm",
                      "vector_norm", "trapezoid", "trapz", "cosine_similarity", "pairwise_distance"})
@@ -90,9 +91,32 @@ MIX_FAN = 2048
 # a step this many stds from its input's center sees (practically) one side only
 ONE_SIDE = 6.0
 POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digamma", "psi", "lgamma", "gammaln",
-                           "polygamma"})
-POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit"})  # and at -1 / 0: unbounded slope at the edge
+                           "polygamma", "mvlgamma"})
+# and at -1 / 0: unbounded slope at the edge (asin and acos are not defined past it: a rounding up is nan)
+POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit", "asin", "arcsin", "acos", "arccos"})
+# defined on x >= 0 only: at the exact zeros of a real-size torch.rand input a rounding below 0 is not finite
+EDGES_AT_ZERO = frozenset({"entr"})
+# linear between two bounds, constant past them: (lower, upper) of the linear part, by stem
+HARD_RANGES = {"hardtanh": (-1.0, 1.0), "hardsigmoid": (-3.0, 3.0), "hardswish": (-3.0, math.inf),
+               "relu6": (0.0, 6.0), "relu": (0.0, math.inf)}
+# a step between values and learned per-channel thresholds (~N(0, 0.1)): a step at about 0
+LEARNED_THRESHOLD = 0.0
+# how far from 0 a learned per-channel threshold reaches (~ONE_SIDE of its 0.1 std)
+LEARNED_REACH = 0.6
+# losses that tell their +-1 target's labels apart by equality: a target a rounding moves matches neither
+LABEL_EQUALITY = frozenset({"hinge_embedding_loss", "cosine_embedding_loss"})
+# bin edges inside the values' bulk: a step at each
+BINNING = frozenset({"searchsorted", "bucketize"})
+# whether any / all / how many values are nonzero: on continuous values (never exactly 0) a constant
+NONZERO_TESTS = frozenset({"any", "all", "count_nonzero"})
+SAMPLE_VARIANCES = frozenset({"var", "std", "var_mean", "std_mean"})
+# exp of more than this overflows float32 (soft_margin_loss is log(1 + exp(-y * x)))
+EXP_OVERFLOW = 88.0
+OVERFLOWING = frozenset({"exp", "expm1", "cosh", "sinh", "soft_margin_loss"})
+# the degenerate-output check calls an output saturated past this share of one value
+SATURATED_SHARE = 0.99
 ROUNDING = frozenset({"round", "floor", "ceil", "trunc", "fix", "frac", "eq", "ne"})
+LEVELS = ROUNDING - {"frac"}  # onto integer levels (eq and ne compare rounded values)
 
 
 def normalizes_normal(op: str) -> bool:
@@ -170,10 +194,14 @@ def _step_input(s: str, g: Any, n: str, d: dict, vals: dict) -> tuple[Value, flo
         return x, float(p["threshold"])
     if s in COMPARE_THRESHOLD and "threshold" in p:
         return x, float(p["threshold"])
+    if s in BINNING:
+        return x, x.center
+    if s == "hardshrink":  # jumps from 0 to +-lambd at |x| = lambd
+        return x, float(p.get("lambd", 0.5))
     if s in COMPARE_TWO or s == "isclose":
         y = _arg(g, n, "y")
-        if y is None:
-            return None
+        if y is None:  # compared with a learned tensor
+            return (x, LEARNED_THRESHOLD) if s in COMPARE_TWO else None
         yv = vals[y]
         diff = Value(center=x.center - yv.center, spread=tuple({**dict(x.spread), **dict(yv.spread)}.items()),
                      noisy=x.noisy or yv.noisy, discrete=x.discrete and yv.discrete)
@@ -192,6 +220,10 @@ def _value_rules(g: Any, values: dict) -> str:
     for n, d in g.nodes(data=True):
         if d.get("kind") == "input" and g.out_degree(n) and not _moves(out, MODEL_MARGIN * out.spread_of(n)):
             return f"input {n} moves the output by ~{out.spread_of(n):.2g}: dead"
+    last = g.nodes[out_node]
+    classes = int((last.get("params") or {}).get("num_embeddings", 0) or 0)
+    if stem(last.get("op", "")) == "one_hot" and classes and 1 - 1 / classes > SATURATED_SHARE:
+        return f"{last['op']} over {classes} classes is {1 - 1 / classes:.1%} zeros: a saturated output"
     for n, d in g.nodes(data=True):
         if d.get("kind") != "op":
             continue
@@ -230,17 +262,45 @@ def _value_rules(g: Any, values: dict) -> str:
             v, t = step
             if v.zeros and t == v.lo:  # x > 0 on relu-like values: the ones on the step are exact zeros, unmoved
                 continue
-            if s not in ROUNDING and (s not in COMPARE_TWO or "threshold" in p) and s != "isclose" and (
+            learned = s in COMPARE_TWO and "threshold" not in p and _arg(g, n, "y") is None
+            if learned and (v.hi <= -LEARNED_REACH or v.lo >= LEARNED_REACH
+                            or abs(v.center) > ONE_SIDE * v.s + LEARNED_REACH):
+                return (f"{d['op']} compares values ~{v.center:.2g} +- {v.s:.2g} with a learned tensor (~0 +- 0.1): "
+                        "one side only")
+            if s not in ROUNDING and s not in BINNING and s != "hardshrink" and (
+                    s not in COMPARE_TWO or "threshold" in p) and s != "isclose" and (
                     v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
                 return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
-            if s in ("floor", "ceil", "trunc", "fix", "round") and v.lo > -math.inf and v.hi < math.inf and (
-                    _level(s, v.lo + 1e-9 * (v.hi - v.lo)) == _level(s, v.hi - 1e-9 * (v.hi - v.lo))):
-                return f"{d['op']} of values in [{v.lo:g}, {v.hi:g}]: one level"
+            if s in LEVELS and not (s in ("eq", "ne") and v.discrete) and (
+                    span := _bulk(v)) and _level(s, span[0]) == _level(s, span[1]):
+                return f"{d['op']} of values in [{span[0]:.3g}, {span[1]:.3g}]: one level"
             numel = math.prod(values[n].shape) if n in values else 0
             if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) \
                     and abs(t - v.center) < ONE_SIDE * v.s and (s not in ROUNDING or _meets_level(s, v)):
                 return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
                         "elements: a rounding flips some")
+        if s in HARD_RANGES and (bound := _past_bound(s, p, x)) is not None:
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: every value past its bound {bound:g}, a constant"
+        if s in ("log_sigmoid", "logsigmoid") and x.center + 3 * x.s < -6.0:
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g} is about the identity"
+        if s in EDGES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0:
+            return f"{d['op']} of values with exact zeros: a rounding below 0 is not finite"
+        if s == "kl_div" and (t := _arg(g, n, "y")) is not None and (vals[t].zeros or vals[t].some_zeros) \
+                and vals[t].lo <= 0.0:
+            return f"{d['op']}: its target has exact zeros, where a rounding below 0 makes the log not finite"
+        if s in ("fmod", "remainder") and (jump := _wraps(g, n, p, x, vals)) and not x.discrete \
+                and math.prod(values[n].shape) >= FRAGILE_NUMEL and not _damped(g, n, values, out_node):
+            return f"{d['op']} wraps values ~{x.center:.2g} +- {x.s:.2g} at +-{jump:g}: a rounding there jumps by it"
+        if s in LABEL_EQUALITY and (t := _arg(g, n, "z" if s == "cosine_embedding_loss" else "y")) is not None \
+                and g.nodes[t].get("kind") == "input" and g.nodes[t].get("draw") == "sign":
+            return f"{d['op']} tells its +-1 target's labels apart by equality: a target moved by a rounding is neither"
+        if s in NONZERO_TESTS and not (x.discrete or x.zeros or x.some_zeros):
+            return f"{d['op']} of continuous values (never exactly 0): a constant"
+        if s in SAMPLE_VARIANCES and shape and (k := _dim(p, len(shape))) is not None and shape[k] == 1 \
+                and p.get("correction", p.get("unbiased", 1)) not in (0, False):
+            return f"{d['op']} over 1 value with Bessel's correction: nan"
+        if s in OVERFLOWING and _overflows(s, x):
+            return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: exp overflows float32 (not finite)"
         if s in SATURATING and (x.s > SATURATED or abs(x.center) - 3 * x.s > SATURATED / 2):
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: saturated"
         if s in POLES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0 <= x.hi:
@@ -266,6 +326,36 @@ def _value_rules(g: Any, values: dict) -> str:
     return ""
 
 
+def _past_bound(s: str, p: dict, x: Any) -> float | None:
+    """The bound of hard-limited `s` (hardtanh, relu6...) that every value of `x` lies past (~3 stds), or None."""
+    lo, hi = HARD_RANGES[s]
+    if s == "hardtanh":
+        lo, hi = float(p.get("min_val", lo)), float(p.get("max_val", hi))
+    if x.hi <= lo or x.center + 3 * x.s <= lo:
+        return lo
+    if x.lo >= hi or x.center - 3 * x.s >= hi:
+        return hi
+    return None
+
+
+def _overflows(s: str, x: Any) -> bool:
+    """Some value of `x` takes exp-like `s` past float32's largest (both signs for cosh, sinh, soft_margin_loss)."""
+    top = x.center + 3 * x.s if s in ("exp", "expm1") else abs(x.center) + 3 * x.s
+    reach = x.hi if s in ("exp", "expm1") else max(abs(x.lo), abs(x.hi))
+    return top > EXP_OVERFLOW and reach > EXP_OVERFLOW
+
+
+def _wraps(g: Any, n: str, p: dict, x: Any, vals: dict) -> float:
+    """The divisor fmod / remainder wraps x's values at, when the values reach it (0: they never do)."""
+    y = _arg(g, n, "y")
+    div = vals[y].lo if y is not None else abs(float(p.get("value", 0.0)))
+    if not div > 0.0:
+        return 0.0
+    reach = max(abs(x.center) + 3 * x.s, *(abs(b) for b in (x.lo, x.hi) if math.isfinite(b)), 0.0) \
+        if not (math.isfinite(x.lo) and math.isfinite(x.hi)) else max(abs(x.lo), abs(x.hi))
+    return div if reach > div else 0.0
+
+
 def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
     """Every path from `n` to the output passes an average or sum over many values: one flipped element moves the
     output by ~1/fan of its scale, under the tolerance."""
@@ -283,7 +373,8 @@ def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
             continue
         s, shape = stem(d.get("op", "")), tuple(values[x].shape)
         fan = math.prod(shape) // max(math.prod(values[m].shape), 1)
-        if s in DAMPING and fan >= DAMP_FAN or s in MIXING and shape and shape[-1] >= MIX_FAN:
+        learned = len(list(g.predecessors(m))) == 1  # the other operand is a weight, not a drawn tensor
+        if s in DAMPING and fan >= DAMP_FAN or s in MIXING and learned and shape and shape[-1] >= MIX_FAN:
             blockers.add(m)
     if not blockers:
         return False
@@ -301,7 +392,16 @@ def _meets_level(s: str, v: Value) -> bool:
 
 
 def _level(s: str, v: float) -> float:
-    return {"floor": math.floor, "ceil": math.ceil, "round": round}.get(s, math.trunc)(v)
+    return {"floor": math.floor, "ceil": math.ceil, "round": round, "eq": round, "ne": round}.get(s, math.trunc)(v)
+
+
+def _bulk(v: Any) -> tuple[float, float] | None:
+    """Where (practically) every value of `v` lies: its range cut to ONE_SIDE stds about its center; None when
+    unbounded."""
+    lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
+        return None
+    return lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo)
 
 
 def _reads_sign(g: Any, n: str, t: str, s: str) -> bool:

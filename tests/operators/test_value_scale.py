@@ -259,3 +259,134 @@ def test_the_max_of_many_values_of_a_bounded_function_is_a_fixed_output():
     assert "a fixed output fakes it" in cannot_matter(g, values)  # every max sits at cosh(1)
     values = {**values, "x": torch.empty((64, 4), device="meta"), "a": torch.empty((64, 4), device="meta")}
     assert cannot_matter(g, values) == ""  # the max of 4 values moves
+
+
+# ---- causes of the h200 sample's screen flags that the rules above left through
+
+BIG = (64, 1024, 64)
+
+
+def test_a_comparison_with_a_learned_tensor_is_a_step_at_about_zero():
+    g = _g({"x": ("randn", BIG)}, [("c", "torch.greater_equal", {}, {"x": "x"}, BIG)])  # y is a learned parameter
+    assert "a rounding flips some" in cannot_matter(*g)
+    few = _g({"x": ("randn", (4, 16, 8))}, [("c", "torch.greater_equal", {}, {"x": "x"}, (4, 16, 8))])
+    assert cannot_matter(*few) == ""
+
+
+def test_binning_and_hardshrink_step_inside_the_bulk():
+    for op, params in (("torch.searchsorted", {"bins": 16}), ("nn.Hardshrink", {"lambd": 0.25})):
+        assert "a rounding flips some" in cannot_matter(*_g({"x": ("randn", BIG)}, [("s", op, params, {"x": "x"}, BIG)]))
+    far = _g({"x": ("rand", BIG)}, [("m", "torch.mul", {"value": 0.01}, {"x": "x"}, BIG),
+                                   ("s", "nn.Hardshrink", {"lambd": 0.5}, {"x": "m"}, BIG)])
+    assert "a rounding flips some" not in cannot_matter(*far)  # every value under lambd: no value near the jump
+
+
+def test_a_two_operand_product_does_not_damp_a_step_a_learned_weight_does():
+    wide = (64, 8, 2**18)
+    g = _g({"x": ("randn", wide), "y": ("randn", wide)},
+           [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, wide),
+            ("v", "torch.linalg.vecdot", {}, {"x": "s", "y": "y"}, (64, 8))])
+    assert "a rounding flips some" in cannot_matter(*g)
+    learned = _g({"x": ("randn", wide)}, [("s", "Tensor.gt", {"threshold": 0.5}, {"x": "x"}, wide),
+                                          ("v", "nn.Linear", {"out_features": 8}, {"x": "s"}, (64, 8, 8))])
+    assert "a rounding flips some" not in cannot_matter(*learned)
+
+
+def test_a_hard_limit_with_every_value_past_one_bound_is_a_constant():
+    wide = (64, 16384)
+    past = _g({"x": ("randn", wide)}, [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, wide),
+                                      ("h", "nn.Hardsigmoid", {}, {"x": "l"}, wide)])
+    assert "past its bound -3" in cannot_matter(*past)  # log_softmax over 16384 values: ~-10
+    inside = _g({"x": ("randn", (64, 8))}, [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, (64, 8)),
+                                           ("h", "nn.Hardsigmoid", {}, {"x": "l"}, (64, 8))])
+    assert "past its bound" not in cannot_matter(*inside)  # over 8 values: ~-2.6, inside [-3, 3]
+    tight = _g({"x": ("randn", wide)}, [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, wide),
+                                       ("h", "F.hardtanh", {"min_val": -20.0, "max_val": 2.0}, {"x": "l"}, wide)])
+    assert "past its bound" not in cannot_matter(*tight)
+
+
+def test_log_softmax_is_blind_to_its_inputs_center():
+    from operators.value_model import propagate
+
+    centers = [propagate(*_g({"x": (draw, (64, 8))}, [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, (64, 8))]))["l"].center
+               for draw in ("rand", "rand1")]  # the same spread about 0.5 and 1.5
+    assert abs(centers[0] - centers[1]) < 1e-9 and centers[0] < -2.0  # ~-ln 8
+
+
+def test_edges_of_a_domain_at_the_exact_zeros_or_ones_of_rand():
+    assert "not finite" in cannot_matter(*_g({"x": ("rand", (8, 32))}, [("e", "torch.special.entr", {}, {"x": "x"}, (8, 32))]))
+    assert cannot_matter(*_g({"x": ("rand1", (8, 32))}, [("e", "torch.special.entr", {}, {"x": "x"}, (8, 32))])) == ""
+    assert "infinitely steep" in cannot_matter(*_g({"x": ("rand", (8, 32))}, [("a", "torch.acos", {}, {"x": "x"}, (8, 32))]))
+    kl = _g({"x": ("randn", (8, 32)), "y": ("rand", (8, 32))}, [("k", "F.kl_div", {}, {"x": "x", "y": "y"}, ())])
+    assert "target has exact zeros" in cannot_matter(*kl)
+    kl1 = _g({"x": ("randn", (8, 32)), "y": ("rand1", (8, 32))}, [("k", "F.kl_div", {}, {"x": "x", "y": "y"}, ())])
+    assert "target" not in cannot_matter(*kl1)
+
+
+def test_fmod_of_values_reaching_the_divisor_wraps():
+    g = _g({"x": ("randn", BIG), "y": ("rand1", BIG)}, [("f", "torch.fmod", {}, {"x": "x", "y": "y"}, BIG)])
+    assert "wraps" in cannot_matter(*g)
+    small = _g({"x": ("rand", BIG), "y": ("rand1", BIG)}, [("m", "torch.mul", {"value": 0.5}, {"x": "x"}, BIG),
+                                                          ("f", "torch.fmod", {}, {"x": "m", "y": "y"}, BIG)])
+    assert "wraps" not in cannot_matter(*small)
+
+
+def test_nonzero_tests_of_continuous_values_and_variance_of_one_value_are_constant():
+    g = _g({"x": ("randn", (8, 32))}, [("a", "torch.any", {"dim": 1}, {"x": "x"}, (8,))])
+    assert "never exactly 0" in cannot_matter(*g)
+    steps = _g({"x": ("randn", (8, 32))}, [("s", "Tensor.gt", {"threshold": 0.0}, {"x": "x"}, (8, 32)),
+                                          ("a", "torch.any", {"dim": 1}, {"x": "s"}, (8,))])
+    assert "never exactly 0" not in cannot_matter(*steps)
+    one = _g({"x": ("randn", (8, 1, 32))}, [("v", "torch.var_mean", {"dim": 1}, {"x": "x"}, (8, 32))])
+    assert "nan" in cannot_matter(*one)
+    two = _g({"x": ("randn", (8, 2, 32))}, [("v", "torch.var_mean", {"dim": 1}, {"x": "x"}, (8, 32))])
+    assert "nan" not in cannot_matter(*two)
+
+
+def test_rounding_of_values_that_all_round_to_one_level_reads_nothing():
+    g = _g({"x": ("randn", (8, 4096)), "y": ("randn", (8, 4096))},
+           [("s", "F.softmax", {"dim": 1}, {"x": "x"}, (8, 4096)), ("e", "torch.eq", {}, {"x": "s", "y": "y"}, (8, 4096))])
+    assert "one level" in cannot_matter(*g)
+    wide = _g({"x": ("randn", (8, 4096)), "y": ("randn", (8, 4096))}, [("e", "torch.eq", {}, {"x": "x", "y": "y"}, (8, 4096))])
+    assert "one level" not in cannot_matter(*wide)
+
+
+def test_exp_overflow_and_a_one_hot_output():
+    big = _g({"x": ("randn", (8, 32))}, [("m", "torch.mul", {"value": 100.0}, {"x": "x"}, (8, 32)),
+                                        ("e", "torch.exp", {}, {"x": "m"}, (8, 32))])
+    assert "overflows" in cannot_matter(*big)
+    assert "overflows" not in cannot_matter(*_g({"x": ("randn", (8, 32))}, [("e", "torch.exp", {}, {"x": "x"}, (8, 32))]))
+    oh = _g({"x": ("randint", (8, 32))}, [("o", "F.one_hot", {"num_embeddings": 128}, {"x": "x"}, (8, 32, 128))])
+    assert "saturated" in cannot_matter(*oh)
+    few = _g({"x": ("randint", (8, 32))}, [("o", "F.one_hot", {"num_embeddings": 16}, {"x": "x"}, (8, 32, 16))])
+    assert "saturated" not in cannot_matter(*few)
+
+
+def test_a_comparison_with_a_learned_tensor_past_every_value_is_constant():
+    wide = (64, 128)
+    g = _g({"x": ("rand", wide)}, [("l", "F.log_softmax", {"dim": -1}, {"x": "x"}, wide),
+                                  ("c", "torch.greater", {}, {"x": "l"}, wide)])
+    assert "with a learned tensor" in cannot_matter(*g)  # ~-4.9: below every threshold ~N(0, 0.1)
+    near = _g({"x": ("randn", wide)}, [("c", "torch.greater", {}, {"x": "x"}, wide)])
+    assert "with a learned tensor" not in cannot_matter(*near)
+
+
+def test_a_label_loss_reading_a_sign_target_by_equality():
+    g = _g({"x": ("randn", (64, 32)), "y": ("sign", (64, 32))},
+           [("h", "nn.HingeEmbeddingLoss", {}, {"x": "x", "y": "y"}, (64, 32))])
+    assert "by equality" in cannot_matter(*g)
+    soft = _g({"x": ("randn", (64, 32)), "y": ("sign", (64, 32))},
+              [("h", "F.soft_margin_loss", {}, {"x": "x", "y": "y"}, ())])
+    assert "by equality" not in cannot_matter(*soft)  # reads its target as a factor
+
+
+def test_a_bounded_function_far_out_in_its_flat_tail_hardly_moves():
+    from operators.value_model import propagate
+
+    def spread(width: int) -> float:  # log_softmax over `width` values of randn: ~-ln(width) - 0.5, std 1
+        g, values = _g({"x": ("randn", (64, width))}, [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, (64, width)),
+                                                      ("s", "F.softsign", {}, {"x": "l"}, (64, width))])
+        return propagate(g, values)["s"].s
+
+    # softsign's slope is ~1/(1 + 10)**2 about -10 (16384 values), ~0.2 about -1.2 (2 values)
+    assert spread(16384) < 0.1 * spread(2)
