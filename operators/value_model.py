@@ -312,7 +312,13 @@ def _linear_mix(c: Ctx) -> Value:
         return Value(center=0.0, spread=_times(c.x.spread, 0.6), noisy=True)
     parts = [_times(c.x.spread, math.sqrt(fan) * max(o.scale for o in c.others))]
     parts += [_times(o.spread, math.sqrt(fan) * c.x.scale) for o in c.others]
-    return Value(center=0.0, spread=_merge(*parts), noisy=True)
+    # two drawn operands with means (positive values) add fan products of them: a center far from 0
+    center = fan * c.x.center * c.others[0].center if stem(c.op) in _DOTS and len(c.others) == 1 else 0.0
+    return Value(center=center, spread=_merge(*parts), noisy=True)
+
+
+# products of two drawn operands over their last dim (x's last against y's last or first-but-last)
+_DOTS = frozenset({"matmul", "__matmul__", "mm", "bmm", "vecdot", "inner", "mv"})
 
 
 def _attention(c: Ctx) -> Value:
@@ -416,7 +422,9 @@ def _distance(c: Ctx) -> Value:
     n = c.dim_size(c.in_shape[-1] if c.in_shape else 1)
     sp = _merge(*(v.spread for v in c.args.values()))
     s = math.sqrt(sum(v * v for _, v in sp))
-    return Value(lo=0.0, center=math.sqrt(2 * n) * s, spread=_times(sp, 0.7), noisy=True)
+    vs = list(c.args.values())
+    gap = vs[0].center - vs[1].center if len(vs) > 1 else vs[0].center  # the operands' mean difference
+    return Value(lo=0.0, center=math.sqrt(n * (gap * gap + s * s)), spread=_times(sp, 0.7), noisy=True)
 
 
 _FAMILIES: dict[Rule, tuple[str, ...]] = {

@@ -115,3 +115,17 @@ def test_cosine_of_values_sharing_a_mean_hardly_moves_of_zero_mean_values_it_doe
 
     assert math.isclose(cos("randn"), 1 / math.sqrt(1024))
     assert cos("rand1") < cos("randn") / 20  # [1, 2) values: each vector's varying share is ~0.19
+
+
+def test_a_distance_and_a_dot_product_of_operands_with_means_sit_far_from_zero():
+    from operators.value_model import propagate
+
+    g, values = graph({"x": ("rand1", (8, 4096)), "y": ("rand", (8, 4096))},
+                      [("d", "F.pairwise_distance", {}, {"x": "x", "y": "y"}, (8,)),
+                       ("v", "torch.linalg.vecdot", {}, {"x": "x", "y": "y"}, (8,))])
+    v = propagate(g, values)
+    assert 0.9 * 64 < v["d"].center < 1.2 * 64  # ~sqrt(4096 * (1 + 2 * 0.29**2))
+    assert v["v"].center > 0.5 * 4096 * 0.75  # ~4096 * 1.5 * 0.5
+    g0, values0 = graph({"x": ("randn", (8, 4096)), "y": ("randn", (8, 4096))},
+                        [("v", "torch.linalg.vecdot", {}, {"x": "x", "y": "y"}, (8,))])
+    assert propagate(g0, values0)["v"].center == 0.0
