@@ -198,6 +198,8 @@ def _step_input(s: str, g: Any, n: str, d: dict, vals: dict) -> tuple[Value, flo
         return x, x.center
     if s == "hardshrink":  # jumps from 0 to +-lambd at |x| = lambd
         return x, float(p.get("lambd", 0.5))
+    if s == "threshold" and float(p.get("value", 0.0)) != float(p.get("threshold", 0.0)):  # jumps value -> threshold
+        return x, float(p.get("threshold", 0.0))
     if s in COMPARE_TWO or s == "isclose":
         y = _arg(g, n, "y")
         if y is None:  # compared with a learned tensor
@@ -267,7 +269,10 @@ def _value_rules(g: Any, values: dict) -> str:
                             or abs(v.center) > ONE_SIDE * v.s + LEARNED_REACH):
                 return (f"{d['op']} compares values ~{v.center:.2g} +- {v.s:.2g} with a learned tensor (~0 +- 0.1): "
                         "one side only")
-            if s not in ROUNDING and s not in BINNING and s != "hardshrink" and (
+            if s in COMPARE_TWO and _arg(g, n, "y") is not None and abs(v.center - t) > ONE_SIDE * v.s:
+                return (f"{d['op']} compares operands whose difference is ~{v.center:.2g} +- {v.s:.2g}: "
+                        "one side only")
+            if s not in ROUNDING and s not in BINNING and s not in ("hardshrink", "threshold") and (
                     s not in COMPARE_TWO or "threshold" in p) and s != "isclose" and (
                     v.hi <= t or v.lo >= t or abs(t - v.center) > ONE_SIDE * v.s):
                 return f"{d['op']} steps at {t:g} on values ~{v.center:.2g} +- {v.s:.2g} in [{v.lo:g}, {v.hi:g}]: one side only"
@@ -285,7 +290,7 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g} is about the identity"
         if s in EDGES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0:
             return f"{d['op']} of values with exact zeros: a rounding below 0 is not finite"
-        if s == "kl_div" and (t := _arg(g, n, "y")) is not None and (vals[t].zeros or vals[t].some_zeros) \
+        if s in ("kl_div", "kl_div_loss") and (t := _arg(g, n, "y")) is not None and (vals[t].zeros or vals[t].some_zeros) \
                 and vals[t].lo <= 0.0:
             return f"{d['op']}: its target has exact zeros, where a rounding below 0 makes the log not finite"
         if s in ("fmod", "remainder") and (jump := _wraps(g, n, p, x, vals)) and not x.discrete \

@@ -390,3 +390,17 @@ def test_a_bounded_function_far_out_in_its_flat_tail_hardly_moves():
 
     # softsign's slope is ~1/(1 + 10)**2 about -10 (16384 values), ~0.2 about -1.2 (2 values)
     assert spread(16384) < 0.1 * spread(2)
+
+
+def test_threshold_jumps_where_its_value_differs_and_two_operand_comparisons_can_be_one_sided():
+    jump = _g({"x": ("randn", BIG)}, [("t", "F.threshold", {"threshold": 0.5, "value": 0.0}, {"x": "x"}, BIG)])
+    assert "a rounding flips some" in cannot_matter(*jump)
+    relu = _g({"x": ("randn", BIG)}, [("t", "F.threshold", {"threshold": 0.0, "value": 0.0}, {"x": "x"}, BIG)])
+    assert cannot_matter(*relu) == ""  # relu: continuous
+    far = _g({"x": ("rand1", (8, 32)), "y": ("randn", (8, 32))},
+             [("m", "torch.mul", {"value": 10.0}, {"x": "x"}, (8, 32)), ("c", "torch.ge", {}, {"x": "m", "y": "y"}, (8, 32))])
+    assert "one side only" in cannot_matter(*far)
+    near = _g({"x": ("randn", (8, 32)), "y": ("randn", (8, 32))}, [("c", "torch.ge", {}, {"x": "x", "y": "y"}, (8, 32))])
+    assert "one side only" not in cannot_matter(*near)
+    kl = _g({"x": ("randn", (8, 32)), "y": ("rand", (8, 32))}, [("k", "nn.KLDivLoss", {}, {"x": "x", "y": "y"}, ())])
+    assert "target has exact zeros" in cannot_matter(*kl)
