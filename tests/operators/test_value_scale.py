@@ -397,8 +397,9 @@ def test_threshold_jumps_where_its_value_differs_and_two_operand_comparisons_can
     assert "a rounding flips some" in cannot_matter(*jump)
     relu = _g({"x": ("randn", BIG)}, [("t", "F.threshold", {"threshold": 0.0, "value": 0.0}, {"x": "x"}, BIG)])
     assert cannot_matter(*relu) == ""  # relu: continuous
-    far = _g({"x": ("rand1", (8, 32)), "y": ("randn", (8, 32))},
-             [("m", "torch.mul", {"value": 10.0}, {"x": "x"}, (8, 32)), ("c", "torch.ge", {}, {"x": "m", "y": "y"}, (8, 32))])
+    wide = (8, 16384)
+    far = _g({"x": ("randn", wide), "y": ("randn", wide)},  # log_softmax over 16384 values: ~-10 against ~N(0, 1)
+             [("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, wide), ("c", "torch.ge", {}, {"x": "l", "y": "y"}, wide)])
     assert "one side only" in cannot_matter(*far)
     near = _g({"x": ("randn", (8, 32)), "y": ("randn", (8, 32))}, [("c", "torch.ge", {}, {"x": "x", "y": "y"}, (8, 32))])
     assert "one side only" not in cannot_matter(*near)
