@@ -95,7 +95,7 @@ POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digam
 # and at -1 / 0: unbounded slope at the edge (asin and acos are not defined past it: a rounding up is nan)
 POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit", "asin", "arcsin", "acos", "arccos"})
 # defined on x >= 0 only: at the exact zeros of a real-size torch.rand input a rounding below 0 is not finite
-EDGES_AT_ZERO = frozenset({"entr"})
+EDGES_AT_ZERO = frozenset({"entr", "sqrt"})
 # linear between two bounds, constant past them: (lower, upper) of the linear part, by stem
 HARD_RANGES = {"hardtanh": (-1.0, 1.0), "hardsigmoid": (-3.0, 3.0), "hardswish": (-3.0, math.inf),
                "relu6": (0.0, 6.0), "relu": (0.0, math.inf)}
@@ -288,7 +288,7 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: every value past its bound {bound:g}, a constant"
         if s in ("log_sigmoid", "logsigmoid") and x.center + 3 * x.s < -6.0:
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g} is about the identity"
-        if s in EDGES_AT_ZERO and (x.zeros or x.some_zeros) and x.lo <= 0.0:
+        if s in EDGES_AT_ZERO and x.some_zeros and x.lo <= 0.0:
             return f"{d['op']} of values with exact zeros: a rounding below 0 is not finite"
         if s in ("kl_div", "kl_div_loss") and (t := _arg(g, n, "y")) is not None and (vals[t].zeros or vals[t].some_zeros) \
                 and vals[t].lo <= 0.0:

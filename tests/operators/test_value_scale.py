@@ -316,6 +316,10 @@ def test_log_softmax_is_blind_to_its_inputs_center():
 def test_edges_of_a_domain_at_the_exact_zeros_or_ones_of_rand():
     assert "not finite" in cannot_matter(*_g({"x": ("rand", (8, 32))}, [("e", "torch.special.entr", {}, {"x": "x"}, (8, 32))]))
     assert cannot_matter(*_g({"x": ("rand1", (8, 32))}, [("e", "torch.special.entr", {}, {"x": "x"}, (8, 32))])) == ""
+    assert "not finite" in cannot_matter(*_g({"x": ("rand", (8, 32))}, [("e", "torch.sqrt", {}, {"x": "x"}, (8, 32))]))
+    relu = _g({"x": ("randn", (8, 32))}, [("r", "torch.relu", {}, {"x": "x"}, (8, 32)),
+                                         ("e", "torch.sqrt", {}, {"x": "r"}, (8, 32))])
+    assert "not finite" not in cannot_matter(*relu)  # relu's zeros come from values a rounding does not take below 0
     assert "infinitely steep" in cannot_matter(*_g({"x": ("rand", (8, 32))}, [("a", "torch.acos", {}, {"x": "x"}, (8, 32))]))
     kl = _g({"x": ("randn", (8, 32)), "y": ("rand", (8, 32))}, [("k", "F.kl_div", {}, {"x": "x", "y": "y"}, ())])
     assert "target has exact zeros" in cannot_matter(*kl)
