@@ -82,7 +82,8 @@ class SampleSection:
     # operator's output range and magnitude from its inputs', carried through the graph) says an input or operator
     # cannot move the output past the verifier's tolerance (1e-2) or a rounding would flip it: a fixed output, a
     # dead or swamped input, a norm of ~N(0, 1) values, a default-alpha local response norm, a shift or sign
-    # nothing downstream reads, a step on continuous values in their bulk, renorm/prod/softmax by their widths;
+    # nothing downstream reads, a step on continuous values in their bulk, a hard limit past its bound, a pole or
+    # domain edge at an input's exact zeros, renorm/prod/softmax by their widths;
     # and give a first normalization [0, 1) inputs rather than ~N(0, 1). The draw is made again before the
     # pre-screen runs, at the cost of a meta-device pass
     value_scale_rule: bool = False
