@@ -512,6 +512,21 @@ def _image(s: str, x: Value, v: Value) -> Value:
     return replace(v, lo=lo, hi=hi, center=min(max(center, lo), hi))
 
 
+def _through(s: str, x: Value, v: Value) -> Value:
+    """v (x's values, kept by an unnamed rule) with its center and moves carried through the monotone function `s`:
+    the center is f(center), each move scaled by the slope across the bulk of the values (the secant over one
+    std either side, inside the function's domain)."""
+    f = _MONOTONE[s]
+    a, b = max(x.center - x.s, x.lo), min(x.center + x.s, x.hi)
+    if not (0.0 < x.s < INF and math.isfinite(a) and math.isfinite(b) and b > a):
+        return v
+    try:
+        k, center = abs(f(b) - f(a)) / (b - a), f(x.center)
+    except (ArithmeticError, ValueError):  # the bulk leaves the domain (sqrt of values below 0): unknown
+        return v
+    return replace(v, center=center, spread=_times(x.spread, k), gauss=False)
+
+
 def rule_for(op: str) -> Rule:
     """The value rule of catalog operator `op` (its primary input's values when the tables do not name it)."""
     s = stem(op)
@@ -561,6 +576,8 @@ def propagate(g: Any, values: dict) -> dict[str, Value]:
         except (ArithmeticError, ValueError):  # an order-of-magnitude model: a value it cannot form is unknown
             v = replace(ctx.x, gauss=False)
         if stem(d["op"]) in _MONOTONE and len(args) == 1:
+            if rule is _same:
+                v = _through(stem(d["op"]), ctx.x, v)
             v = _image(stem(d["op"]), ctx.x, v)
         if rule is _same and v.gauss and _category(d) not in ("shape", "indexing"):
             v = replace(v, gauss=False)  # an unnamed elementwise function reshapes the distribution

@@ -129,3 +129,12 @@ def test_a_distance_and_a_dot_product_of_operands_with_means_sit_far_from_zero()
     g0, values0 = graph({"x": ("randn", (8, 4096)), "y": ("randn", (8, 4096))},
                         [("v", "torch.linalg.vecdot", {}, {"x": "x", "y": "y"}, (8,))])
     assert propagate(g0, values0)["v"].center == 0.0
+
+
+def test_an_unnamed_monotone_function_carries_center_and_moves_through_its_slope():
+    from operators.value_model import propagate
+
+    g, values = graph({"x": ("rand1", (8, 64))}, [("r", "torch.rsqrt", {}, {"x": "x"}, (8, 64))])
+    r = propagate(g, values)["r"]
+    assert abs(r.center - 1.5 ** -0.5) < 1e-6  # rsqrt of the center, not the center
+    assert r.s < 0.5 * 0.29  # rsqrt's slope on [1.2, 1.8] is ~0.3
