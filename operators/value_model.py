@@ -524,7 +524,8 @@ def _through(s: str, x: Value, v: Value) -> Value:
         k, center = abs(f(b) - f(a)) / (b - a), f(x.center)
     except (ArithmeticError, ValueError):  # the bulk leaves the domain (sqrt of values below 0): unknown
         return v
-    return replace(v, center=center, spread=_times(x.spread, k), gauss=False)
+    # the range is the image of x's, which _image sets: x's own bounds say nothing of f's
+    return replace(v, lo=-INF, hi=INF, center=center, spread=_times(x.spread, k), gauss=False)
 
 
 def rule_for(op: str) -> Rule:
