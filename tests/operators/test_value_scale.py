@@ -409,3 +409,11 @@ def test_threshold_jumps_where_its_value_differs_and_two_operand_comparisons_can
     assert "one side only" not in cannot_matter(*near)
     kl = _g({"x": ("randn", (8, 32)), "y": ("rand", (8, 32))}, [("k", "nn.KLDivLoss", {}, {"x": "x", "y": "y"}, ())])
     assert "target has exact zeros" in cannot_matter(*kl)
+
+
+def test_the_model_margin_takes_a_mean_of_half_a_million_values_as_fixed_and_of_a_hundred_thousand_not():
+    def mean_of(n: int) -> str:  # each mean moves ~1/sqrt(n) between draws; the tolerance is 1e-2
+        return cannot_matter(*_g({"x": ("randn", (32, n))}, [("m", "torch.mean", {"dim": 1}, {"x": "x"}, (32,))]))
+
+    assert "fixed output" in mean_of(2**19)  # 5 * 0.0014 < 0.01
+    assert mean_of(2**17) == ""  # 5 * 0.0028 > 0.01
