@@ -491,6 +491,25 @@ _MONOTONE: dict[str, Callable[[float], float]] = {
     "softsign": lambda v: v / (1.0 + abs(v)),
 }
 _EVEN = frozenset({"cosh", "square"})
+
+
+def _special(name: str) -> Callable[[float], float]:
+    def f(v: float) -> float:
+        import torch
+
+        return float(getattr(torch.special, name)(torch.tensor(v, dtype=torch.float64)))
+    return f
+
+
+# smooth elementwise functions whose moves _through carries (the monotone ones and a few even or periodic ones)
+_SMOOTH: dict[str, Callable[[float], float]] = {
+    **_MONOTONE, "sin": math.sin, "cos": math.cos,
+    "sinc": lambda v: math.sin(math.pi * v) / (math.pi * v) if v else 1.0,
+    "i0": _special("i0"), "special_i0": _special("i0"), "bessel_j0": _special("bessel_j0"),
+    "bessel_j1": _special("bessel_j1"),
+}
+_RANGES = {"sin": (-1.0, 1.0), "cos": (-1.0, 1.0), "sinc": (-0.22, 1.0), "i0": (1.0, INF), "special_i0": (1.0, INF),
+           "bessel_j0": (-0.41, 1.0), "bessel_j1": (-0.59, 0.59)}
 # saturating functions whose rule puts the center mid-range: on a bounded input it is the image of the input's
 _CENTERED = frozenset({"tanh", "erf", "sigmoid", "expit", "softsign", "atan", "arctan"})
 
@@ -513,19 +532,22 @@ def _image(s: str, x: Value, v: Value) -> Value:
 
 
 def _through(s: str, x: Value, v: Value) -> Value:
-    """v (x's values, kept by an unnamed rule) with its center and moves carried through the monotone function `s`:
-    the center is f(center), each move scaled by the slope across the bulk of the values (the secant over one
-    std either side, inside the function's domain)."""
-    f = _MONOTONE[s]
+    """v (x's values, kept by an unnamed rule) with its center and moves carried through the smooth function `s`:
+    the center is f(center), each move scaled by how far f moves over one std either side of it (inside the
+    function's domain): the slope for a monotone function, next to nothing at the flat center of an even one
+    (cos, sinc, i0 of values near 0)."""
+    f = _SMOOTH[s]
     a, b = max(x.center - x.s, x.lo), min(x.center + x.s, x.hi)
     if not (0.0 < x.s < INF and math.isfinite(a) and math.isfinite(b) and b > a):
         return v
     try:
-        k, center = abs(f(b) - f(a)) / (b - a), f(x.center)
+        center = f(x.center)
+        k = (abs(f(b) - center) + abs(center - f(a))) / (b - a)
     except (ArithmeticError, ValueError):  # the bulk leaves the domain (sqrt of values below 0): unknown
         return v
-    # the range is the image of x's, which _image sets: x's own bounds say nothing of f's
-    return replace(v, lo=-INF, hi=INF, center=center, spread=_times(x.spread, k), gauss=False)
+    # a monotone function's range is the image of x's, which _image sets: x's own bounds say nothing of f's
+    lo, hi = _RANGES.get(s, (-INF, INF))
+    return replace(v, lo=lo, hi=hi, center=center, spread=_times(x.spread, k), gauss=False)
 
 
 def rule_for(op: str) -> Rule:
@@ -576,9 +598,9 @@ def propagate(g: Any, values: dict) -> dict[str, Value]:
             v = rule(ctx)
         except (ArithmeticError, ValueError):  # an order-of-magnitude model: a value it cannot form is unknown
             v = replace(ctx.x, gauss=False)
+        if stem(d["op"]) in _SMOOTH and len(args) == 1 and rule in (_same, _periodic):
+            v = _through(stem(d["op"]), ctx.x, v)
         if stem(d["op"]) in _MONOTONE and len(args) == 1:
-            if rule is _same:
-                v = _through(stem(d["op"]), ctx.x, v)
             v = _image(stem(d["op"]), ctx.x, v)
         if rule is _same and v.gauss and _category(d) not in ("shape", "indexing"):
             v = replace(v, gauss=False)  # an unnamed elementwise function reshapes the distribution

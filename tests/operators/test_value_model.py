@@ -138,3 +138,15 @@ def test_an_unnamed_monotone_function_carries_center_and_moves_through_its_slope
     r = propagate(g, values)["r"]
     assert abs(r.center - 1.5 ** -0.5) < 1e-6  # rsqrt of the center, not the center
     assert r.s < 0.5 * 0.29  # rsqrt's slope on [1.2, 1.8] is ~0.3
+
+
+def test_an_even_function_is_flat_about_zero_an_odd_one_is_not():
+    from operators.value_model import propagate
+
+    def spread(op: str) -> float:
+        g, values = graph({"x": ("randn", (8, 4096))}, [("m", "torch.mean", {"dim": 1}, {"x": "x"}, (8,)),
+                                                      ("f", op, {}, {"x": "m"}, (8,))])
+        return propagate(g, values)["f"].s
+
+    assert spread("torch.cos") < 0.05 * spread("torch.sin")  # means of 4096 values: ~N(0, 1/64)
+    assert spread("torch.sinc") < 0.1 * spread("torch.sin")
