@@ -24,7 +24,16 @@ By the value model:
   (reciprocal, log) at the exact zeros a real-size torch.rand input holds is not finite; atanh, erfinv and logit
   of values reaching 1 are infinitely steep there;
 - heaviside(x, y) on continuous x reads y nowhere; copysign(x, y) with y >= 0 and fmod(x, y) with |x| < y
-  never read y's value.
+  never read y's value;
+- steps the catalog hides in other operators: a comparison with a learned per-channel tensor (a step at ~0),
+  binning (searchsorted, bucketize), hardshrink's and threshold's jumps, fmod wrapping values that reach its
+  divisor; a comparison whose operands' difference keeps one sign;
+- a hard limit (hardtanh, hardsigmoid, hardswish, relu6, relu) with every value past one bound is a constant, and
+  so are any / all / count_nonzero of continuous values; logsigmoid of values far below 0 is the identity;
+- domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
+  acos), a sample variance over one value, an exp past float32's range, and a one-hot output over many classes
+  (saturated) are not finite or degenerate; a loss that tells a +-1 target's labels apart by equality
+  (hinge / cosine embedding) flips where a rounding moves the target.
 """
 
 from __future__ import annotations
@@ -357,8 +366,8 @@ def _wraps(g: Any, n: str, p: dict, x: Any, vals: dict) -> float:
     div = vals[y].lo if y is not None else abs(float(p.get("value", 0.0)))
     if not div > 0.0:
         return 0.0
-    reach = max(abs(x.center) + 3 * x.s, *(abs(b) for b in (x.lo, x.hi) if math.isfinite(b)), 0.0) \
-        if not (math.isfinite(x.lo) and math.isfinite(x.hi)) else max(abs(x.lo), abs(x.hi))
+    bounded = math.isfinite(x.lo) and math.isfinite(x.hi)
+    reach = max(abs(x.lo), abs(x.hi)) if bounded else abs(x.center) + 3 * x.s
     return div if reach > div else 0.0
 
 
