@@ -278,7 +278,12 @@ def _extreme(c: Ctx) -> Value:
         width = (x.hi - x.lo) / k
         return Value(lo=x.lo, hi=x.hi, center=x.hi if center >= x.hi else x.lo,
                      spread=_times(x.spread, width / max(x.s, 1e-30)), noisy=x.noisy)
+    if s in _INNER_ORDER:  # an order statistic inside the bulk moves like a mean: ~1.25 / sqrt(k) of one value
+        return Value(lo=x.lo, hi=x.hi, center=center, spread=_times(x.spread, 1.25 / math.sqrt(k)), noisy=x.noisy)
     return Value(lo=x.lo, hi=x.hi, center=center, spread=_times(x.spread, 1.0 / up), noisy=x.noisy)
+
+
+_INNER_ORDER = frozenset({"median", "nanmedian", "quantile", "nanquantile"})
 
 
 def _spread_stat(c: Ctx) -> Value:

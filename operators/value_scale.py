@@ -117,6 +117,8 @@ LEARNED_REACH = 0.6
 LABEL_EQUALITY = frozenset({"hinge_embedding_loss", "cosine_embedding_loss"})
 # bin edges inside the values' bulk: a step at each
 BINNING = frozenset({"searchsorted", "bucketize"})
+# choose one operand per element: (operator, True when it keeps the larger)
+CHOOSERS = {"maximum": True, "fmax": True, "minimum": False, "fmin": False}
 # whether any / all / how many values are nonzero: on continuous values (never exactly 0) a constant
 NONZERO_TESTS = frozenset({"any", "all", "count_nonzero"})
 SAMPLE_VARIANCES = frozenset({"var", "std", "var_mean", "std_mean"})
@@ -309,6 +311,11 @@ def _value_rules(g: Any, values: dict) -> str:
         if s in LABEL_EQUALITY and (t := _arg(g, n, "z" if s == "cosine_embedding_loss" else "y")) is not None \
                 and g.nodes[t].get("kind") == "input" and g.nodes[t].get("draw") == "sign":
             return f"{d['op']} tells its +-1 target's labels apart by equality: a target moved by a rounding is neither"
+        if s == "softshrink" and (span := _bulk(x)) and -float(p.get("lambd", 0.5)) < span[0] \
+                and span[1] < float(p.get("lambd", 0.5)):
+            return f"{d['op']} of values in [{span[0]:.3g}, {span[1]:.3g}]: inside its dead zone, a constant 0"
+        if s in CHOOSERS and (unread := _never_chosen(g, n, vals, CHOOSERS[s])):
+            return f"{d['op']} never keeps its operand {unread}: the other is always the {'larger' if CHOOSERS[s] else 'smaller'}"
         if s in NONZERO_TESTS and not (x.discrete or x.zeros or x.some_zeros):
             return f"{d['op']} of continuous values (never exactly 0): a constant"
         if s in SAMPLE_VARIANCES and shape and (k := _dim(p, len(shape))) is not None and shape[k] == 1 \
@@ -351,6 +358,17 @@ def _past_bound(s: str, p: dict, x: Any) -> float | None:
     if x.lo >= hi or x.center - 3 * x.s >= hi:
         return hi
     return None
+
+
+def _never_chosen(g: Any, n: str, vals: dict, larger: bool) -> str:
+    """The operand of max / min `n` whose every value (by range) loses to every value of the other, or ''."""
+    parts = [(e.get("arg", "x"), vals[u]) for u, _, e in g.in_edges(n, data=True)]
+    if len(parts) != 2:
+        return ""
+    (ka, a), (kb, b) = parts
+    if larger:
+        return kb if b.hi <= a.lo else ka if a.hi <= b.lo else ""
+    return kb if b.lo >= a.hi else ka if a.lo >= b.hi else ""
 
 
 def _overflows(s: str, x: Any) -> bool:

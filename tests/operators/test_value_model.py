@@ -150,3 +150,14 @@ def test_an_even_function_is_flat_about_zero_an_odd_one_is_not():
 
     assert spread("torch.cos") < 0.05 * spread("torch.sin")  # means of 4096 values: ~N(0, 1/64)
     assert spread("torch.sinc") < 0.1 * spread("torch.sin")
+
+
+def test_a_quantile_of_many_values_moves_like_their_mean_their_max_more():
+    from operators.value_model import propagate
+
+    def spread(op: str) -> float:
+        g, values = graph({"x": ("randn", (8, 65536))}, [("q", op, {"dim": 1}, {"x": "x"}, (8,))])
+        return propagate(g, values)["q"].s
+
+    assert 0.5 / 256 < spread("torch.median") < 2 / 256  # ~1.25 / sqrt(65536)
+    assert spread("torch.amax") > 10 * spread("torch.median")

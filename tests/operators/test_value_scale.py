@@ -417,3 +417,18 @@ def test_the_model_margin_takes_a_mean_of_half_a_million_values_as_fixed_and_of_
 
     assert "fixed output" in mean_of(2**19)  # 5 * 0.0014 < 0.01
     assert mean_of(2**17) == ""  # 5 * 0.0028 > 0.01
+
+
+def test_softshrink_of_values_inside_its_dead_zone_and_a_max_that_never_keeps_one_operand():
+    wide = (64, 1024)
+    inside = _g({"x": ("randn", wide)}, [("s", "F.softmax", {"dim": 1}, {"x": "x"}, wide),
+                                        ("k", "nn.Softshrink", {"lambd": 0.5}, {"x": "s"}, wide)])
+    assert "dead zone" in cannot_matter(*inside)  # softmax over 1024 values: ~1/1024 each
+    outside = _g({"x": ("randn", wide)}, [("k", "nn.Softshrink", {"lambd": 0.5}, {"x": "x"}, wide)])
+    assert "dead zone" not in cannot_matter(*outside)
+    never = _g({"x": ("randn", wide)}, [("s", "F.softmax", {"dim": 1}, {"x": "x"}, wide),
+                                       ("l", "F.log_softmax", {"dim": 1}, {"x": "x"}, wide),
+                                       ("m", "torch.maximum", {}, {"x": "s", "y": "l"}, wide)])
+    assert "never keeps its operand y" in cannot_matter(*never)  # softmax >= 0 >= log_softmax
+    both = _g({"x": ("randn", wide), "y": ("randn", wide)}, [("m", "torch.maximum", {}, {"x": "x", "y": "y"}, wide)])
+    assert "never keeps" not in cannot_matter(*both)
