@@ -29,7 +29,9 @@ By the value model:
   binning (searchsorted, bucketize), hardshrink's and threshold's jumps, fmod wrapping values that reach its
   divisor; a comparison whose operands' difference keeps one sign;
 - a hard limit (hardtanh, hardsigmoid, hardswish, relu6, relu) with every value past one bound is a constant, and
-  so are any / all / count_nonzero of continuous values; logsigmoid of values far below 0 is the identity;
+  so are softshrink of values inside its dead zone and any / all / count_nonzero of continuous values; logsigmoid
+  of values far below 0 is the identity; a max / min whose one operand's range lies past the other's never keeps
+  that operand;
 - domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
   acos), a sample variance over one value, an exp past float32's range, and a one-hot output over many classes
   (saturated) are not finite or degenerate; a loss that tells a +-1 target's labels apart by equality
