@@ -294,6 +294,8 @@ def _value_rules(g: Any, values: dict) -> str:
                     span := _bulk(v)) and _level(s, span[0]) == _level(s, span[1]):
                 return f"{d['op']} of values in [{span[0]:.3g}, {span[1]:.3g}]: one level"
             numel = math.prod(values[n].shape) if n in values else 0
+            if s in ROUNDING:  # a step every unit: values of size ~m meet m times as many steps as one threshold
+                numel *= max(1.0, abs(v.center), v.s)
             if not v.discrete and numel >= FRAGILE_NUMEL and not _damped(g, n, values, out_node) \
                     and abs(t - v.center) < ONE_SIDE * v.s and (s not in ROUNDING or _meets_level(s, v)):
                 return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
@@ -423,7 +425,7 @@ def _meets_level(s: str, v: Value) -> bool:
     compare rounded values)."""
     lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
     off = 0.5 if s in ("round", "eq", "ne") else 0.0
-    return math.floor(lo - off) + 1 + off < hi
+    return math.floor(lo - off) + 1 + off <= hi
 
 
 def _level(s: str, v: float) -> float:

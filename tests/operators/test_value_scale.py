@@ -432,3 +432,17 @@ def test_softshrink_of_values_inside_its_dead_zone_and_a_max_that_never_keeps_on
     assert "never keeps its operand y" in cannot_matter(*never)  # softmax >= 0 >= log_softmax
     both = _g({"x": ("randn", wide), "y": ("randn", wide)}, [("m", "torch.maximum", {}, {"x": "x", "y": "y"}, wide)])
     assert "never keeps" not in cannot_matter(*both)
+
+
+def test_rounding_of_large_values_meets_many_steps_and_frac_of_values_reaching_one_steps_there():
+    few = (64, 8, 64)  # 32768 elements: under FRAGILE_NUMEL for a single threshold
+    big = _g({"x": ("randn", few)}, [("m", "torch.mul", {"value": 100.0}, {"x": "x"}, few),
+                                    ("t", "torch.trunc", {}, {"x": "m"}, few)])
+    assert "a rounding flips some" in cannot_matter(*big)
+    unit = _g({"x": ("randn", few)}, [("t", "torch.trunc", {}, {"x": "x"}, few)])
+    assert "a rounding flips some" not in cannot_matter(*unit)
+    reach = _g({"x": ("rand", BIG)}, [("f", "Tensor.frac", {}, {"x": "x"}, BIG)])
+    assert "a rounding flips some" in cannot_matter(*reach)  # values up to 1 - 2**-24: a rounding up wraps to 0
+    half = _g({"x": ("rand", BIG)}, [("m", "torch.mul", {"value": 0.5}, {"x": "x"}, BIG),
+                                    ("f", "Tensor.frac", {}, {"x": "m"}, BIG)])
+    assert "a rounding flips some" not in cannot_matter(*half)
