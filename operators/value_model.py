@@ -191,6 +191,13 @@ def _rectify(zero_below: bool) -> Rule:
     return rule
 
 
+def _shrink(c: Ctx) -> Value:
+    """softshrink, hardshrink: 0 on a band about 0, x (shrunk) outside it, on both sides."""
+    x = c.x
+    return Value(lo=min(x.lo, 0.0), hi=max(x.hi, 0.0), center=x.center, spread=_times(x.spread, 0.6), zeros=True,
+                 noisy=x.noisy)
+
+
 def _unit_steps(c: Ctx) -> Value:
     """Comparisons and logical ops: {0, 1}."""
     s = max(c.x.s, 1e-30)
@@ -441,7 +448,8 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _bounded(0.0, 1.0, 0.25): ("sigmoid", "expit", "ndtr"),
     _bounded(0.0, 1.0, 1 / 6): ("hardsigmoid",),
     _bounded(-1.0, 1.0, 1.0): ("tanh", "softsign", "hardtanh", "erf", "atan", "arctan"),
-    _rectify(True): ("relu", "relu6", "threshold", "softshrink", "hardshrink"),
+    _rectify(True): ("relu", "relu6", "threshold"),
+    _shrink: ("softshrink", "hardshrink"),
     _rectify(False): ("leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardswish", "prelu", "glu",
                       "softplus", "tanhshrink"),
     _log_sigmoid: ("log_sigmoid", "logsigmoid"),
@@ -493,6 +501,7 @@ _MONOTONE: dict[str, Callable[[float], float]] = {
     "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "atan": math.atan, "arctan": math.atan,
     "asinh": math.asinh, "arcsinh": math.asinh, "tanh": math.tanh, "erf": math.erf,
     "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "expit": lambda v: 1.0 / (1.0 + math.exp(-v)),
+    "ndtr": lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)),
     "softsign": lambda v: v / (1.0 + abs(v)),
 }
 _EVEN = frozenset({"cosh", "square"})
@@ -516,7 +525,7 @@ _SMOOTH: dict[str, Callable[[float], float]] = {
 _RANGES = {"sin": (-1.0, 1.0), "cos": (-1.0, 1.0), "sinc": (-0.22, 1.0), "i0": (1.0, INF), "special_i0": (1.0, INF),
            "bessel_j0": (-0.41, 1.0), "bessel_j1": (-0.59, 0.59)}
 # saturating functions whose rule puts the center mid-range: on a bounded input it is the image of the input's
-_CENTERED = frozenset({"tanh", "erf", "sigmoid", "expit", "softsign", "atan", "arctan"})
+_CENTERED = frozenset({"tanh", "erf", "sigmoid", "expit", "ndtr", "softsign", "atan", "arctan"})
 
 
 def _image(s: str, x: Value, v: Value) -> Value:

@@ -84,6 +84,7 @@ STEPS_AT_ZERO = frozenset({"logical_and", "logical_or", "logical_xor", "logical_
                            "sgn"})
 COMPARE_TWO = frozenset({"gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal"})
 COMPARE_THRESHOLD = frozenset({"where", "masked_fill"})  # x against params["threshold"]
+NEVER_BELOW_LO = frozenset({"lt", "ge"})  # against a threshold at the values' lower bound: constant
 # steps the shortcut checks found fragile on most continuous inputs, computed or not (on v1 rows at real sizes)
 ALWAYS_FRAGILE = frozenset({"logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "sign", "sgn",
                             "eq", "ne", "isclose"})
@@ -277,6 +278,8 @@ def _value_rules(g: Any, values: dict) -> str:
         if (step := _step_input(s, g, n, d, vals)) is not None:
             v, t = step
             if v.zeros and t == v.lo:  # x > 0 on relu-like values: the ones on the step are exact zeros, unmoved
+                if s in NEVER_BELOW_LO and "threshold" in p:  # x < lo never holds, x >= lo always does
+                    return f"{d['op']} at {t:g} on values >= {t:g}: a constant"
                 continue
             learned = s in COMPARE_TWO and "threshold" not in p and _arg(g, n, "y") is None
             if learned and (v.hi <= -LEARNED_REACH or v.lo >= LEARNED_REACH

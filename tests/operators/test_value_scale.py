@@ -446,3 +446,13 @@ def test_rounding_of_large_values_meets_many_steps_and_frac_of_values_reaching_o
     half = _g({"x": ("rand", BIG)}, [("m", "torch.mul", {"value": 0.5}, {"x": "x"}, BIG),
                                     ("f", "Tensor.frac", {}, {"x": "m"}, BIG)])
     assert "a rounding flips some" not in cannot_matter(*half)
+
+
+def test_a_comparison_at_the_lower_bound_of_relu_like_values():
+    shape = (64, 1024, 64)
+    lt = _g({"x": ("randn", shape)}, [("r", "torch.relu", {}, {"x": "x"}, shape),
+                                     ("c", "Tensor.lt", {"threshold": 0.0}, {"x": "r"}, shape)])
+    assert "a constant" in cannot_matter(*lt)  # relu < 0 never holds
+    shrunk = _g({"x": ("randn", shape)}, [("r", "nn.Hardshrink", {"lambd": 0.5}, {"x": "x"}, shape),
+                                         ("c", "Tensor.lt", {"threshold": 0.0}, {"x": "r"}, shape)])
+    assert "a constant" not in cannot_matter(*shrunk)  # hardshrink keeps values below -0.5
