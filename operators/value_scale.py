@@ -31,7 +31,8 @@ By the value model:
 - a hard limit (hardtanh, hardsigmoid, hardswish, relu6, relu) with every value past one bound is a constant, and
   so are softshrink of values inside its dead zone and any / all / count_nonzero of continuous values; logsigmoid
   of values far below 0 is the identity; a max / min whose one operand's range lies past the other's never keeps
-  that operand;
+  that operand; a spread or norm over the last dim of a layer norm's (an RMS norm's, F.normalize's) output is
+  fixed by it;
 - domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
   acos), a sample variance over one value, an exp past float32's range, and a one-hot output over many classes
   (saturated) are not finite or degenerate; a loss that tells a +-1 target's labels apart by equality
@@ -323,6 +324,8 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} of values in [{span[0]:.3g}, {span[1]:.3g}]: inside its dead zone, a constant 0"
         if s in CHOOSERS and (unread := _never_chosen(g, n, vals, CHOOSERS[s])):
             return f"{d['op']} never keeps its operand {unread}: the other is always the {'larger' if CHOOSERS[s] else 'smaller'}"
+        if (why := _stat_of_normalized(g, n, s, p, shape)):
+            return why
         if s in NONZERO_TESTS and not (x.discrete or x.zeros or x.some_zeros):
             return f"{d['op']} of continuous values (never exactly 0): a constant"
         if s in SAMPLE_VARIANCES and shape and (k := _dim(p, len(shape))) is not None and shape[k] == 1 \
@@ -365,6 +368,27 @@ def _past_bound(s: str, p: dict, x: Any) -> float | None:
     if x.lo >= hi or x.center - 3 * x.s >= hi:
         return hi
     return None
+
+
+# the statistics over the last dim that a normalization over it fixes: layer norm fixes the spread (and the norm),
+# RMS norm and F.normalize the norm
+FIXED_STATS = {"layer_norm": frozenset({"std", "var", "var_mean", "std_mean", "norm", "vector_norm"}),
+               "rms_norm": frozenset({"norm", "vector_norm"}), "normalize": frozenset({"norm", "vector_norm"})}
+
+
+def _stat_of_normalized(g: Any, n: str, s: str, p: dict, shape: tuple) -> str:
+    """'' or why statistic `s` at node `n` is a constant: it reduces the last dim of a layer norm's, RMS norm's or
+    F.normalize's output over that dim."""
+    x_node = _arg(g, n, "x")
+    if x_node is None or g.nodes[x_node].get("kind") != "op" or not shape:
+        return ""
+    src = g.nodes[x_node]
+    src_stem, src_p = stem(src.get("op", "")), src.get("params") or {}
+    if s not in FIXED_STATS.get(src_stem, ()) or _dim(p, len(shape)) != len(shape) - 1:
+        return ""
+    if src_stem == "normalize" and _dim(src_p, len(shape)) != len(shape) - 1:
+        return ""
+    return f"{g.nodes[n]['op']} over the last dim of {src['op']}'s output, which fixes it there: a constant"
 
 
 def _never_chosen(g: Any, n: str, vals: dict, larger: bool) -> str:

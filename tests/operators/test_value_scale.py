@@ -456,3 +456,13 @@ def test_a_comparison_at_the_lower_bound_of_relu_like_values():
     shrunk = _g({"x": ("randn", shape)}, [("r", "nn.Hardshrink", {"lambd": 0.5}, {"x": "x"}, shape),
                                          ("c", "Tensor.lt", {"threshold": 0.0}, {"x": "r"}, shape)])
     assert "a constant" not in cannot_matter(*shrunk)  # hardshrink keeps values below -0.5
+
+
+def test_a_spread_over_the_dim_a_layer_norm_fixes_is_a_constant():
+    shape = (64, 512)
+    fixed = _g({"x": ("randn", shape)}, [("l", "torch.layer_norm", {}, {"x": "x"}, shape),
+                                        ("s", "torch.std", {"dim": 1}, {"x": "l"}, (64,))])
+    assert "fixes it there" in cannot_matter(*fixed)
+    other = _g({"x": ("randn", shape)}, [("l", "torch.layer_norm", {}, {"x": "x"}, shape),
+                                        ("s", "torch.std", {"dim": 0}, {"x": "l"}, (512,))])
+    assert "fixes it there" not in cannot_matter(*other)
