@@ -174,11 +174,10 @@ def _bounded(lo: float, hi: float, slope: float) -> Rule:
     def rule(c: Ctx) -> Value:
         k = slope / max(1.0, c.x.scale)  # a wide input spends much of its mass in the flat tails
         mid = (lo + hi) / 2 if lo > -INF and hi < INF else 0.0
-        f, x = _MONOTONE.get(stem(c.op)), c.x
-        if f is not None and 0.0 < x.s < INF and math.isfinite(x.center):
-            # the slope across the bulk of the values: far from 0 (log_softmax's ~-10) the function is flat there
-            a, b = x.center - x.s, x.center + x.s
-            k = min(k, abs(f(b) - f(a)) / (b - a))
+        f = _MONOTONE.get(stem(c.op))
+        # the slope across the bulk of the values: far from 0 (log_softmax's ~-10) the function is flat there
+        if f is not None and (across := _slope(f, c.x)) is not None:
+            k = min(k, across)
         return Value(lo=lo, hi=hi, center=mid, spread=_times(c.x.spread, k), noisy=c.x.noisy)
     return rule
 
@@ -545,20 +544,30 @@ def _image(s: str, x: Value, v: Value) -> Value:
     return replace(v, lo=lo, hi=hi, center=min(max(center, lo), hi))
 
 
+def _slope(f: Callable[[float], float], x: Value) -> float | None:
+    """How far f moves over one std either side of x's center (inside x's range), per unit: the slope for a
+    monotone f, next to nothing at the flat center of an even one. None when x does not move or the bulk leaves
+    f's domain (sqrt of values below 0)."""
+    a, b = max(x.center - x.s, x.lo), min(x.center + x.s, x.hi)
+    if not (0.0 < x.s < INF and math.isfinite(a) and math.isfinite(b) and b > a):
+        return None
+    try:
+        c = f(x.center)
+        return (abs(f(b) - c) + abs(c - f(a))) / (b - a)
+    except (ArithmeticError, ValueError):
+        return None
+
+
 def _through(s: str, x: Value, v: Value) -> Value:
     """v (x's values, kept by an unnamed rule) with its center and moves carried through the smooth function `s`:
     the center is f(center), each move scaled by how far f moves over one std either side of it (inside the
     function's domain): the slope for a monotone function, next to nothing at the flat center of an even one
     (cos, sinc, i0 of values near 0)."""
     f = _SMOOTH[s]
-    a, b = max(x.center - x.s, x.lo), min(x.center + x.s, x.hi)
-    if not (0.0 < x.s < INF and math.isfinite(a) and math.isfinite(b) and b > a):
+    k = _slope(f, x)
+    if k is None:
         return v
-    try:
-        center = f(x.center)
-        k = (abs(f(b) - center) + abs(center - f(a))) / (b - a)
-    except (ArithmeticError, ValueError):  # the bulk leaves the domain (sqrt of values below 0): unknown
-        return v
+    center = f(x.center)
     # a monotone function's range is the image of x's, which _image sets: x's own bounds say nothing of f's
     lo, hi = _RANGES.get(s, (-INF, INF))
     return replace(v, lo=lo, hi=hi, center=center, spread=_times(x.spread, k), gauss=False)

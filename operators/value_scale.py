@@ -450,7 +450,7 @@ def _damped(g: Any, n: str, values: dict, out_node: str) -> bool:
 def _meets_level(s: str, v: Value) -> bool:
     """The bulk of `v` holds a step of rounding op `s` (integers; half-integers for round, and for eq / ne, which
     compare rounded values)."""
-    lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+    lo, hi = _bulk_range(v)
     off = 0.5 if s in ("round", "eq", "ne") else 0.0
     return math.floor(lo - off) + 1 + off <= hi
 
@@ -459,10 +459,15 @@ def _level(s: str, v: float) -> float:
     return {"floor": math.floor, "ceil": math.ceil, "round": round, "eq": round, "ne": round}.get(s, math.trunc)(v)
 
 
+def _bulk_range(v: Any) -> tuple[float, float]:
+    """Where (practically) every value of `v` lies: its range cut to ONE_SIDE stds about its center."""
+    return max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+
+
 def _bulk(v: Any) -> tuple[float, float] | None:
-    """Where (practically) every value of `v` lies: its range cut to ONE_SIDE stds about its center; None when
-    unbounded."""
-    lo, hi = max(v.lo, v.center - ONE_SIDE * v.s), min(v.hi, v.center + ONE_SIDE * v.s)
+    """_bulk_range just inside its ends (a value at a bound the range only approaches, as torch.rand's 1, is not
+    held); None when unbounded."""
+    lo, hi = _bulk_range(v)
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo > hi:
         return None
     return lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo)
