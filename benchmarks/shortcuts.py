@@ -375,6 +375,15 @@ def fresh_weights_section(run: Path, workers: int, max_minutes: float | None) ->
     return out
 
 
+def _rule_key(why: str) -> str:
+    """The group of a value-scale reason: a fixed output, a dead input, or the operator it names."""
+    if why.startswith("the output"):
+        return "fixed output"
+    if why.startswith("input "):
+        return "dead input"
+    return why.split(" ")[0].rstrip(":")
+
+
 def sampler_section(n: int, seed: int) -> dict:
     """What the value-scale rule (operators/value_scale.py) prevents: of n h200-preset draws sampled without it,
     how many it flags, by rule; with it on the sampler draws another in their place."""
@@ -387,14 +396,14 @@ def sampler_section(n: int, seed: int) -> dict:
     from operators.value_scale import cannot_matter
     from pipeline.rundir.config import load_preset
 
-    cfg = dataclasses.replace(load_preset("h200").sample, prescreen="off")
+    cfg = dataclasses.replace(load_preset("h200").sample, prescreen="off", value_scale_rule=False)  # the preset has it on
     by_rule: dict[str, list[str]] = {}
     rows = sample_tasks(cfg, seed, range(n), set())
     for r in rows:
         g = nx.node_link_graph(_json.loads(r["graph"]), directed=True, edges="edges")
         why = cannot_matter(g, execute(g, g.graph["constants"], None)[1])
         if why:
-            by_rule.setdefault(why.split(" ")[0], []).append(r["task_id"])
+            by_rule.setdefault(_rule_key(why), []).append(r["task_id"])
     after = sample_tasks(dataclasses.replace(cfg, value_scale_rule=True), seed, range(n), set())
     left = 0
     for r in after:
@@ -683,7 +692,10 @@ def _write_sampler(a, torch) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     cmd = f"python benchmarks/shortcuts.py --sampler {a.sampler} --seed {a.seed}"
     base = {"command": cmd, "hardware": "2-core CPU (no GPU)", "torch": torch.__version__, "commit": commit}
-    rules = ", ".join(f"{k} {len(v)}" for k, v in r["by_rule"].items()) or "none"
+    ranked = sorted(r["by_rule"].items(), key=lambda kv: -len(kv[1]))
+    rules = ", ".join(f"{k} {len(v)}" for k, v in ranked[:8]) or "none"
+    if len(ranked) > 8:
+        rules += f", {sum(len(v) for _, v in ranked[8:])} more over {len(ranked) - 8} other operators"
     headline = [{"figure": f"h200 draws the value-scale rule prevents (of {r['sampled']})",
                  "value": f"{r['flagged']} ({100 * r['flagged'] / max(r['sampled'], 1):.1f}%): {rules}",
                  "target": None, **base},
