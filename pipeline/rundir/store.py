@@ -7,10 +7,11 @@ Layout (a contract other tools rely on):
     DIR/<table>/part-00000.parquet  +  DIR/<table>/_done/part-00000
     DIR/dataset/               written by `publish`
 
-A shard is written to a hidden temporary file, its completion marker is written, and only then is it
-renamed to its visible name; a shard counts as done when both exist. So a run killed mid-shard leaves
-no partial rows, a rerun recomputes exactly the shards that are not done, and every visible
-`part-*.parquet` is complete (plain `pyarrow`/`duckdb`/`polars` reads of `DIR/<table>/` are safe:
+A shard's old completion marker is removed, the shard is written to a hidden temporary file and renamed
+to its visible name, and only then is its new marker written; a shard counts as done when both exist. So
+a run killed mid-shard leaves no partial rows and no old rows marked as new (a shard rewritten after the
+run grew stays not done until its new rows are in place), a rerun recomputes exactly the shards that are
+not done, and every visible `part-*.parquet` is complete (plain `pyarrow`/`duckdb`/`polars` reads of `DIR/<table>/` are safe:
 the markers live in `_done/`, which those readers skip).
 """
 
@@ -106,12 +107,13 @@ class RunDir:
         for stale in d.glob(f".{path.name}.tmp-*"):  # left by a writer that was killed
             stale.unlink(missing_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        marker = self.marker_path(table, shard)
+        marker.parent.mkdir(exist_ok=True)
+        marker.unlink(missing_ok=True)  # a kill before the new marker leaves the shard not done, never old-but-done
         try:
             pq.write_table(t, tmp, compression="zstd")
-            marker = self.marker_path(table, shard)
-            marker.parent.mkdir(exist_ok=True)
-            _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
             os.replace(tmp, path)
+            _atomic_write_bytes(marker, json.dumps({"rows": t.num_rows, "time": time.time()}).encode())
         except BaseException:  # Ctrl-C included: no temporary file is left beside the shards
             tmp.unlink(missing_ok=True)
             raise

@@ -71,6 +71,13 @@ def _shards(rd: RunDir, table: str) -> dict[int, list[str]]:
             for k in rd.done_shards(table)}
 
 
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
 def _stopped(out: str) -> str:
     lines = [x for x in out.splitlines() if x.startswith("stopped after")]
     assert len(lines) == 1 and lines[0].endswith("tasks measured; rerun to continue"), out
@@ -110,9 +117,10 @@ def test_split_run_grows_and_resumes_to_the_one_shot_result(small, whole, tmp_pa
     assert _whole_shards(rd, short) == [0, 1, 2] and _shards(rd, "measurements")[2] == short[2]
     # killed while it measures the grown shard 2 and shards 3, 4
     p = _opsynth("profile", str(d), start_new_session=True)
-    marker, old = rd.marker_path("measurements", 2), rd.marker_path("measurements", 2).stat().st_mtime_ns
+    marker = rd.marker_path("measurements", 2)
+    old = marker.stat().st_mtime_ns
     deadline = time.time() + 300
-    while time.time() < deadline and p.poll() is None and marker.stat().st_mtime_ns == old:
+    while time.time() < deadline and p.poll() is None and _mtime(marker) in (old, None):  # None: being rewritten
         time.sleep(0.02)
     assert p.poll() is None, "profile finished before it could be killed"
     os.killpg(p.pid, signal.SIGKILL)

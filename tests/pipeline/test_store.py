@@ -21,6 +21,26 @@ def test_only_marked_shards_are_read(tmp_path):
     assert not list((tmp_path / "verdicts").glob(".*tmp*"))
 
 
+def test_a_rewrite_killed_before_its_marker_leaves_the_shard_not_done(tmp_path, monkeypatch):
+    import pipeline.rundir.store as store
+
+    rd = RunDir(tmp_path)
+    rd.write_shard("verdicts", 0, [{"task_id": "a", "stage": "filter", "keep": True, "reason": ""}], VERDICTS)
+
+    def killed(*_):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(store, "_atomic_write_bytes", killed)
+    grown = [{"task_id": t, "stage": "filter", "keep": True, "reason": ""} for t in ("a", "b")]
+    with pytest.raises(KeyboardInterrupt):
+        rd.write_shard("verdicts", 0, grown, VERDICTS)
+    # the old rows never count as the new shard: a rerun writes it again
+    assert not rd.is_done("verdicts", 0) and rd.read_rows("verdicts") == []
+    monkeypatch.undo()
+    rd.write_shard("verdicts", 0, grown, VERDICTS)
+    assert [r["task_id"] for r in rd.read_rows("verdicts")] == ["a", "b"]
+    assert not list((tmp_path / "verdicts").glob(".*tmp*"))
+
+
 def test_plain_parquet_readers_see_only_complete_shards(tmp_path):
     import pyarrow.parquet as pq
 
