@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 INF = math.inf
+# the largest of many elements sits ~5 of their stds out: an output moves by ~MAX_Z * its spread somewhere
+MAX_Z = 5.0
 
 
 @dataclass(frozen=True)
@@ -182,9 +184,18 @@ def _bounded(lo: float, hi: float, slope: float) -> Rule:
     return rule
 
 
+# rectifiers that are the identity on values >= 0 (relu6 up to 6)
+_IDENTITY_ABOVE_0 = frozenset({"relu", "relu6", "leaky_relu", "elu", "celu", "prelu"})
+
+
 def _rectify(zero_below: bool) -> Rule:
     def rule(c: Ctx) -> Value:
         x = c.x
+        s = stem(c.op)
+        if s in _IDENTITY_ABOVE_0 and x.lo >= 0 and (s != "relu6" or x.hi <= 6.0):
+            return replace(x, gauss=False)
+        if s == "softplus" and (k := _slope(_MONOTONE[s], x)) is not None:  # ln 2 at 0, not a rectifier's 0
+            return Value(lo=0.0, center=_MONOTONE[s](x.center), spread=_times(x.spread, k), noisy=x.noisy)
         return Value(lo=0.0 if zero_below else -INF, hi=x.hi, center=0.4 * x.scale, spread=_times(x.spread, 0.6),
                      zeros=zero_below or x.zeros, noisy=x.noisy)
     return rule
@@ -211,9 +222,16 @@ def _levels(c: Ctx) -> Value:
 
 
 def _normalize(c: Ctx) -> Value:
-    """Batch, instance, layer, group and RMS norms: ~N(0, 1) per group."""
-    s = max(c.x.s, 1e-30)
-    return Value(center=0.0, spread=_times(c.x.spread, 1.0 / s), gauss=True, noisy=True)
+    """Batch, instance, layer and group norms: ~N(0, 1) per group, a bounded input's bounds moved and scaled alike.
+    An RMS norm divides by the root mean square and subtracts nothing: values of one sign keep their center."""
+    x = c.x
+    if stem(c.op) == "rms_norm":
+        k = 1.0 / max(x.scale, 1e-30)
+        return Value(lo=x.lo * k, hi=x.hi * k, center=x.center * k, spread=_times(x.spread, k),
+                     gauss=abs(x.center) * k < 0.1, noisy=True)
+    k = 1.0 / max(x.s, 1e-30)
+    return Value(lo=(x.lo - x.center) * k, hi=(x.hi - x.center) * k, center=0.0, spread=_times(x.spread, k),
+                 gauss=True, noisy=True)
 
 
 def _p_normalize(c: Ctx) -> Value:
@@ -224,13 +242,22 @@ def _p_normalize(c: Ctx) -> Value:
 
 def _softmax(c: Ctx) -> Value:
     n = c.dim_size(c.in_shape[1] if len(c.in_shape) > 1 else 1)
-    # each output is ~e**(x - mean) / n and moves by that times its input's move: the largest sit where the input
-    # is highest, ~3 stds up for an unbounded input (~20x the typical 1/n), at its bound for a bounded one
     x = c.x
     if n == 1:  # over one value: 1 everywhere
         return Value(lo=1.0, hi=1.0, center=1.0, discrete=True)
-    top = math.exp(min(x.hi - x.center, 3.0 * x.s, 30.0))
-    return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(x.spread, min(1.0, top / n)), noisy=True)
+    up, down = x.hi - x.center, x.center - x.lo
+    if stem(c.op) == "softmin":
+        up, down = down, up
+    # each output is ~e**(x - mean) / n and moves by that times its input's move: the largest sit where the input
+    # is highest, ~3 stds up for an unbounded input (~20x the typical 1/n), at its bound for a bounded one
+    k = min(1.0, math.exp(min(up, 3.0 * x.s, 30.0)) / n)
+    if math.isfinite(up) and math.isfinite(down) and x.s <= 1.0:
+        # a bounded input: an element moves at most from the highest output to the lowest, e**(x - center) at the
+        # bounds over n * E[e**(x - center)] (~e**(s**2 / 2) for s <= 1); the spread is that move over MAX_Z, so
+        # that the rules' "MAX_Z spreads somewhere" is the move itself
+        move = (math.exp(up) - math.exp(-down)) / (n * math.exp(0.5 * x.s ** 2))
+        k = min(k, move / (MAX_Z * max(x.s, 1e-30)))
+    return Value(lo=0.0, hi=1.0, center=1.0 / n, spread=_times(x.spread, k), noisy=True)
 
 
 def _log_softmax(c: Ctx) -> Value:
@@ -347,6 +374,12 @@ def _exp(c: Ctx) -> Value:
 
 def _log(c: Ctx) -> Value:
     x = c.x
+    f = _MONOTONE.get(stem(c.op))
+    if f is not None and (k := _slope(f, x)) is not None:  # inside its domain: f(center), moves by the slope there
+        try:
+            return Value(center=f(x.center), spread=_times(x.spread, k), noisy=x.noisy)
+        except (ArithmeticError, ValueError):
+            pass
     return Value(center=math.log(max(x.scale, 1e-30)), spread=_times(x.spread, 1.0 / max(x.scale, 1e-3)),
                  noisy=x.noisy)
 
@@ -462,9 +495,9 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _softmax: ("softmax", "softmin", "softmax2d"),
     _log_softmax: ("log_softmax", "special_log_softmax"),
     _mean: ("mean", "nanmean", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d",
-            "adaptive_avg_pool2d", "adaptive_avg_pool3d", "trapezoid", "trapz"),
-    _sum: ("sum", "nansum", "cumsum", "cumulative_trapezoid", "embedding_bag", "lp_pool1d", "lp_pool2d",
-           "lp_pool3d"),
+            "adaptive_avg_pool2d", "adaptive_avg_pool3d"),
+    _sum: ("sum", "nansum", "cumsum", "cumulative_trapezoid", "trapezoid", "trapz", "embedding_bag", "lp_pool1d",
+           "lp_pool2d", "lp_pool3d"),  # the trapezoid rule's step is 1
     _extreme: ("amax", "amin", "max", "min", "median", "nanmedian", "quantile", "nanquantile", "kthvalue", "topk",
                "aminmax", "logsumexp", "special_logsumexp"),
     _spread_stat: ("var", "std", "var_mean", "std_mean", "norm", "vector_norm"),
@@ -502,6 +535,7 @@ _MONOTONE: dict[str, Callable[[float], float]] = {
     "sigmoid": lambda v: 1.0 / (1.0 + math.exp(-v)), "expit": lambda v: 1.0 / (1.0 + math.exp(-v)),
     "ndtr": lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)),
     "softsign": lambda v: v / (1.0 + abs(v)),
+    "softplus": lambda v: v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v)),
 }
 _EVEN = frozenset({"cosh", "square"})
 

@@ -31,8 +31,8 @@ By the value model:
 - a hard limit (hardtanh, hardsigmoid, hardswish, relu6, relu) with every value past one bound is a constant, and
   so are softshrink of values inside its dead zone and any / all / count_nonzero of continuous values; logsigmoid
   of values far below 0 is the identity; a max / min whose one operand's range lies past the other's never keeps
-  that operand; a spread or norm over the last dim of a layer norm's (an RMS norm's, F.normalize's) output is
-  fixed by it;
+  that operand; a spread or norm over the last dim of a layer norm's (an RMS norm's, F.normalize's, an instance
+  norm's of (N, C, L) values) output is fixed by it;
 - domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
   acos), a sample variance over one value, an exp past float32's range, and a one-hot output over many classes
   (saturated) are not finite or degenerate; a loss that tells a +-1 target's labels apart by equality
@@ -44,11 +44,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from operators.value_model import Value, propagate, stem
+from operators.value_model import MAX_Z, Value, propagate, stem
 
 TOL = 1e-2
-# the largest of many elements sits ~5 of their stds out: an output moves by ~MAX_Z * its spread somewhere
-MAX_Z = 5.0
 # the value model's spreads are orders of magnitude: an output or input is taken as not moving only when the
 # model puts it this far under the tolerance. At 1.0 the rule agrees with the pre-screen on every h200 draw the
 # screen kept but 2 of 834 (1.5 caught fewer of the draws it flags and no more of those it keeps)
@@ -374,11 +372,13 @@ def _past_bound(s: str, p: dict, x: Any) -> float | None:
 # RMS norm and F.normalize the norm
 FIXED_STATS = {"layer_norm": frozenset({"std", "var", "var_mean", "std_mean", "norm", "vector_norm"}),
                "rms_norm": frozenset({"norm", "vector_norm"}), "normalize": frozenset({"norm", "vector_norm"})}
+# an instance norm fixes the statistics over all dims after the channel: the last one alone on (N, C, L)
+FIXED_STATS.update(dict.fromkeys(("instance_norm", "instance_norm1d"), FIXED_STATS["layer_norm"]))
 
 
 def _stat_of_normalized(g: Any, n: str, s: str, p: dict, shape: tuple) -> str:
     """'' or why statistic `s` at node `n` is a constant: it reduces the last dim of a layer norm's, RMS norm's or
-    F.normalize's output over that dim."""
+    F.normalize's output over that dim (an instance norm's of a (N, C, L) input)."""
     x_node = _arg(g, n, "x")
     if x_node is None or g.nodes[x_node].get("kind") != "op" or not shape:
         return ""
@@ -387,6 +387,8 @@ def _stat_of_normalized(g: Any, n: str, s: str, p: dict, shape: tuple) -> str:
     if s not in FIXED_STATS.get(src_stem, ()) or _dim(p, len(shape)) != len(shape) - 1:
         return ""
     if src_stem == "normalize" and _dim(src_p, len(shape)) != len(shape) - 1:
+        return ""
+    if src_stem.startswith("instance_norm") and len(shape) != 3:
         return ""
     return f"{g.nodes[n]['op']} over the last dim of {src['op']}'s output, which fixes it there: a constant"
 

@@ -161,3 +161,18 @@ def test_a_quantile_of_many_values_moves_like_their_mean_their_max_more():
 
     assert 0.5 / 256 < spread("torch.median") < 2 / 256  # ~1.25 / sqrt(65536)
     assert spread("torch.amax") > 10 * spread("torch.median")
+
+
+def test_functions_of_unit_values_in_their_own_terms():
+    shape = (64, 256)
+
+    def out(op: str) -> object:
+        g, values = graph({"x": ("rand", shape)}, [("f", op, {}, {"x": "x"}, shape)])
+        return propagate(g, values)["f"]
+    assert out("nn.ReLU6").center == 0.5 and not out("nn.ReLU6").zeros  # the identity on [0, 1]
+    sp = out("F.softplus")
+    assert 0.9 < sp.center < 1.0 and sp.s < 0.29  # softplus(0.5) = 0.97, flatter than the identity there
+    lp = out("torch.log1p")
+    assert abs(lp.center - math.log1p(0.5)) < 1e-9 and 0.1 < lp.s < 0.29
+    n = out("nn.LayerNorm")
+    assert -1.8 < n.lo < -1.6 and 1.6 < n.hi < 1.8  # a uniform input normalized stays within its scaled bounds

@@ -466,3 +466,39 @@ def test_a_spread_over_the_dim_a_layer_norm_fixes_is_a_constant():
     other = _g({"x": ("randn", shape)}, [("l", "torch.layer_norm", {}, {"x": "x"}, shape),
                                         ("s", "torch.std", {"dim": 0}, {"x": "l"}, (512,))])
     assert "fixes it there" not in cannot_matter(*other)
+
+
+def test_a_spread_over_an_instance_norms_last_dim_is_a_constant_on_three_dims_only():
+    fixed = _g({"x": ("rand", (64, 3, 4096))}, [("n", "F.instance_norm", {}, {"x": "x"}, (64, 3, 4096)),
+                                               ("v", "torch.var", {"dim": 2}, {"x": "n"}, (64, 3))])
+    assert "fixes it there" in cannot_matter(*fixed)
+    spatial = _g({"x": ("rand", (64, 3, 64, 64))}, [("n", "F.instance_norm", {}, {"x": "x"}, (64, 3, 64, 64)),
+                                                   ("v", "torch.var", {"dim": 3}, {"x": "n"}, (64, 3, 64))])
+    assert "fixes it there" not in cannot_matter(*spatial)  # normalized over dims 2 and 3 together
+
+
+def test_a_softmin_of_bounded_values_over_a_wide_dim_is_a_fixed_output_of_normal_ones_it_is_not():
+    shape = (64, 3, 64, 128)
+    bounded = _g({"x": ("rand", shape)}, [("s", "nn.Softmin", {"dim": -1}, {"x": "x"}, shape)])
+    assert "fixed output" in cannot_matter(*bounded)  # every weight within ~e**0.5 / 128 of 1/128
+    normal = _g({"x": ("randn", shape)}, [("s", "nn.Softmin", {"dim": -1}, {"x": "x"}, shape)])
+    assert cannot_matter(*normal) == ""  # the lowest of many normal values takes a weight far past the tolerance
+
+
+def test_an_rms_norm_of_positive_values_keeps_their_center():
+    shape = (8, 32, 1024, 64)
+    summed = _g({"x": ("rand", shape)}, [("r", "F.rms_norm", {}, {"x": "x"}, shape),
+                                        ("s", "torch.sum", {"dim": 1}, {"x": "r"}, (8, 1024, 64)),
+                                        ("g", "Tensor.sigmoid", {}, {"x": "s"}, (8, 1024, 64))])
+    assert "fixed output" in cannot_matter(*summed)  # 32 values of ~0.87 summed: sigmoid at its bound
+    centered = _g({"x": ("randn", shape)}, [("r", "F.rms_norm", {}, {"x": "x"}, shape),
+                                           ("s", "torch.sum", {"dim": 1}, {"x": "r"}, (8, 1024, 64)),
+                                           ("g", "Tensor.sigmoid", {}, {"x": "s"}, (8, 1024, 64))])
+    assert cannot_matter(*centered) == ""
+
+
+def test_the_trapezoid_rule_sums_with_step_one():
+    shape = (16, 64, 1024)
+    far = _g({"x": ("rand", shape)}, [("t", "torch.trapz", {"dim": 2}, {"x": "x"}, (16, 64)),
+                                     ("c", "torch.ge", {}, {"x": "t"}, (16, 64))])
+    assert "one side only" in cannot_matter(*far)  # ~511 against a learned ~0 threshold
