@@ -278,6 +278,10 @@ def _sum(c: Ctx) -> Value:
     if stem(c.op) in ("cumsum", "cumulative_trapezoid"):  # the first elements sum one value, the last all k
         return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True)
     k = c.fan
+    if stem(c.op) in ("trapz", "trapezoid"):  # n points, n - 1 steps of 1: over one point, 0
+        k -= 1
+        if k == 0:
+            return Value(lo=0.0, hi=0.0, center=0.0, discrete=True)
     return Value(center=c.x.center * k, spread=_times(c.x.spread, math.sqrt(k)), noisy=True)
 
 

@@ -33,6 +33,8 @@ By the value model:
   of values far below 0 is the identity; a max / min whose one operand's range lies past the other's never keeps
   that operand; a spread or norm over the last dim of a layer norm's (an RMS norm's, F.normalize's, an instance
   norm's of (N, C, L) values) output is fixed by it;
+- argmax, argmin or argsort of continuous values as the output: over many indices a rounding reorders a near-tie
+  somewhere (over a dim of one value, always 0);
 - domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
   acos), a sample variance over one value, an exp past float32's range, and a one-hot output over many classes
   (saturated) are not finite or degenerate; a loss that tells a +-1 target's labels apart by equality
@@ -123,6 +125,10 @@ BINNING = frozenset({"searchsorted", "bucketize"})
 CHOOSERS = {"maximum": True, "fmax": True, "minimum": False, "fmin": False}
 # whether any / all / how many values are nonzero: on continuous values (never exactly 0) a constant
 NONZERO_TESTS = frozenset({"any", "all", "count_nonzero"})
+# indices of the largest, the smallest or the order along a dim: as the output, a rounding that reorders two
+# near-tied values moves an index by whole positions. Every h200 draw with one over this many indices was flagged
+INDEX_OUTPUTS = frozenset({"argmax", "argmin", "argsort"})
+INDEX_FRAGILE_NUMEL = 2**12
 SAMPLE_VARIANCES = frozenset({"var", "std", "var_mean", "std_mean"})
 # exp of more than this overflows float32 (soft_margin_loss is log(1 + exp(-y * x)))
 EXP_OVERFLOW = 88.0
@@ -302,6 +308,13 @@ def _value_rules(g: Any, values: dict) -> str:
                     and abs(t - v.center) < ONE_SIDE * v.s and (s not in ROUNDING or _meets_level(s, v)):
                 return (f"{d['op']} steps at {t:g} on continuous values (~{v.center:.2g} +- {v.s:.2g}) over {numel} "
                         "elements: a rounding flips some")
+        if s in INDEX_OUTPUTS and n == out_node and not x.discrete and shape \
+                and (k := _dim(p, len(shape))) is not None:
+            if shape[k] == 1:
+                return f"{d['op']} over a dim of one value: always 0"
+            if math.prod(values[n].shape) >= INDEX_FRAGILE_NUMEL:
+                return (f"{d['op']} of continuous values as the output ({math.prod(values[n].shape)} indices): a "
+                        "rounding reorders a near-tie somewhere and the index jumps")
         if s in HARD_RANGES and (bound := _past_bound(s, p, x)) is not None:
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: every value past its bound {bound:g}, a constant"
         if s in ("log_sigmoid", "logsigmoid") and x.center + 3 * x.s < -6.0:

@@ -502,3 +502,23 @@ def test_the_trapezoid_rule_sums_with_step_one():
     far = _g({"x": ("rand", shape)}, [("t", "torch.trapz", {"dim": 2}, {"x": "x"}, (16, 64)),
                                      ("c", "torch.ge", {}, {"x": "t"}, (16, 64))])
     assert "one side only" in cannot_matter(*far)  # ~511 against a learned ~0 threshold
+
+
+def test_the_trapezoid_rule_over_one_point_is_zero():
+    shape = (16, 1, 4096)
+    one = _g({"x": ("rand", shape)}, [("t", "torch.trapz", {"dim": 1}, {"x": "x"}, (16, 4096)),
+                                     ("e", "torch.exp", {}, {"x": "t"}, (16, 4096))])
+    assert "fixed output" in cannot_matter(*one)
+
+
+def test_an_index_output_over_many_continuous_values_is_fragile_over_few_or_levels_it_is_not():
+    shape = (64, 16, 256)
+    many = _g({"x": ("randn", shape)}, [("a", "torch.argmax", {"dim": 2}, {"x": "x"}, (64, 16))])
+    assert "a near-tie" in cannot_matter(*many)
+    few = _g({"x": ("randn", (4, 8, 256))}, [("a", "torch.argmax", {"dim": 2}, {"x": "x"}, (4, 8))])
+    assert cannot_matter(*few) == ""
+    single = _g({"x": ("randn", (64, 1, 256))}, [("a", "torch.argmin", {"dim": 1}, {"x": "x"}, (64, 256))])
+    assert "always 0" in cannot_matter(*single)
+    levels = _g({"x": ("randn", shape)}, [("s", "torch.sign", {}, {"x": "x"}, shape),
+                                         ("a", "torch.argsort", {"dim": 2}, {"x": "s"}, shape)])
+    assert "a near-tie" not in cannot_matter(*levels)
