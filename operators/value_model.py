@@ -38,6 +38,8 @@ class Value:
     zeros: bool = False     # many exact zeros (relu, steps, pads): a step at 0 sees them on it, unmoved by rounding
     some_zeros: bool = False  # a few exact zeros (a real-size torch.rand input's): a pole at 0 meets them
     noisy: bool = False     # an accumulation or a difference: rounding noise near 0 is absolute, not relative
+    runs: bool = False      # a cumulative op's output: neighbours along its dim move together, a reduction over
+    #                         them does not average their moves out
 
     @property
     def s(self) -> float:
@@ -194,8 +196,10 @@ def _rectify(zero_below: bool) -> Rule:
         s = stem(c.op)
         if s in _IDENTITY_ABOVE_0 and x.lo >= 0 and (s != "relu6" or x.hi <= 6.0):
             return replace(x, gauss=False)
-        if s == "softplus" and (k := _slope(_MONOTONE[s], x)) is not None:  # ln 2 at 0, not a rectifier's 0
-            return Value(lo=0.0, center=_MONOTONE[s](x.center), spread=_times(x.spread, k), noisy=x.noisy)
+        # softplus is ln 2 at 0, tanhshrink ~x**3 / 3 near it: carried through their slope, not a rectifier's
+        if s in ("softplus", "tanhshrink") and (k := _slope(_MONOTONE[s], x)) is not None:
+            return Value(lo=0.0 if s == "softplus" else -INF, center=_MONOTONE[s](x.center),
+                         spread=_times(x.spread, k), noisy=x.noisy)
         return Value(lo=0.0 if zero_below else -INF, hi=x.hi, center=0.4 * x.scale, spread=_times(x.spread, 0.6),
                      zeros=zero_below or x.zeros, noisy=x.noisy)
     return rule
@@ -213,6 +217,14 @@ def _unit_steps(c: Ctx) -> Value:
     s = max(c.x.s, 1e-30)
     spread = _merge(*(_times(v.spread, 0.5 / max(v.s, 1e-30)) for v in c.args.values()))
     return Value(lo=0.0, hi=1.0, center=0.5, spread=spread or _times(c.x.spread, 0.5 / s), discrete=True, zeros=True)
+
+
+def _one_hot(c: Ctx) -> Value:
+    """One 1 among C classes: ~1/C, each element's std ~sqrt(1/C)."""
+    classes = int(c.params.get("num_embeddings") or c.params.get("num_classes") or 0) or max(c.out_shape[-1:] or (2,))
+    share = 1.0 / max(classes, 1)
+    return Value(lo=0.0, hi=1.0, center=share, spread=_times(c.x.spread, math.sqrt(share) / max(c.x.s, 1e-30)),
+                 discrete=True, zeros=True)
 
 
 def _levels(c: Ctx) -> Value:
@@ -269,15 +281,22 @@ def _log_softmax(c: Ctx) -> Value:
 
 
 def _mean(c: Ctx) -> Value:
-    k = c.fan
+    k = 1 if c.x.runs else c.fan
     return Value(lo=c.x.lo, hi=c.x.hi, center=c.x.center, spread=_times(c.x.spread, 1.0 / math.sqrt(k)),
                  noisy=True)
 
 
+def _cumulative(c: Ctx) -> Value:
+    """cummax, cummin, logcumsumexp: runs of neighbours that move together."""
+    return replace(c.x, gauss=False, runs=True)
+
+
 def _sum(c: Ctx) -> Value:
     if stem(c.op) in ("cumsum", "cumulative_trapezoid"):  # the first elements sum one value, the last all k
-        return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True)
+        return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True, runs=True)
     k = c.fan
+    if c.x.runs:  # moves that do not average out: k times one value's
+        return Value(center=c.x.center * k, spread=_times(c.x.spread, k), noisy=True)
     if stem(c.op) in ("trapz", "trapezoid"):  # n points, n - 1 steps of 1: over one point, 0
         k -= 1
         if k == 0:
@@ -287,7 +306,7 @@ def _sum(c: Ctx) -> Value:
 
 def _cumprod(c: Ctx) -> Value:
     """The first elements of a cumulative product are its input's; the later ones may vanish or grow."""
-    return replace(c.x, gauss=False, noisy=True)
+    return replace(c.x, gauss=False, noisy=True, runs=True)
 
 
 def _xlogy(c: Ctx) -> Value:
@@ -311,6 +330,9 @@ def _extreme(c: Ctx) -> Value:
     center = x.center + shift * x.s
     if s in ("logsumexp", "special_logsumexp"):
         center = x.center + 0.5 * x.s ** 2 + math.log(k)
+        if x.s <= 1.0:  # log of a sum of k comparable terms: moves as their mean, by ~sqrt(e**(s**2) - 1) / sqrt(k)
+            return Value(center=center, spread=_times(x.spread, math.sqrt(math.expm1(x.s ** 2) / k) / max(x.s, 1e-30)),
+                         noisy=True)
     elif center >= x.hi or center <= x.lo:  # the extreme of k bounded values sits at the bound, ~range/k off it
         width = (x.hi - x.lo) / k
         return Value(lo=x.lo, hi=x.hi, center=x.hi if center >= x.hi else x.lo,
@@ -324,15 +346,25 @@ _INNER_ORDER = frozenset({"median", "nanmedian", "quantile", "nanquantile"})
 
 
 def _spread_stat(c: Ctx) -> Value:
-    """var, std, norms: their center grows with the values', their spread shrinks as 1/sqrt(k)."""
-    k, x = max(c.fan, 1), c.x
-    if stem(c.op) in ("var",):
-        center = x.s ** 2
-    elif stem(c.op) in ("norm", "vector_norm"):
-        center = math.sqrt(k) * x.scale
+    """var, std, norms over k values: their center grows with the values', their spread shrinks as 1/sqrt(k). A sum
+    of k squares moves by sqrt(k) * std(x**2) (4 c**2 s**2 + 2 s**4 for values c +- s): relatively half that for its
+    root (std, the 2-norm); a 1-norm sums |x|. Over runs that move together (a cumulative op's output) the moves
+    do not average out: they shrink as over one value."""
+    x, n = c.x, max(c.fan, 1)
+    k = 1 if x.runs else n
+    st = stem(c.op)
+    c2, s2 = x.center ** 2, x.s ** 2
+    if st in ("norm", "vector_norm") and c.params.get("p") == 1:
+        mean_abs = math.sqrt(c2 + 2.0 / math.pi * s2)  # E|x|: 0.8 s at c = 0, |c| far from 0
+        center, rel = n * mean_abs, x.s / max(mean_abs * math.sqrt(k), 1e-30)
     else:
-        center = x.s
-    rel = math.sqrt(2.0 / k)
+        sq_rel = math.sqrt(4.0 * c2 * s2 + 2.0 * s2 * s2) / max(c2 + s2, 1e-30) / math.sqrt(k)
+        if st == "var":
+            center, rel = s2, math.sqrt(2.0 / k)
+        elif st in ("norm", "vector_norm"):
+            center, rel = math.sqrt(n) * x.scale, sq_rel / 2
+        else:
+            center, rel = x.s, math.sqrt(0.5 / k)
     return Value(lo=0.0, center=center, spread=_times(x.spread, center * rel / max(x.s, 1e-30)), noisy=True)
 
 
@@ -490,7 +522,8 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
                       "softplus", "tanhshrink"),
     _log_sigmoid: ("log_sigmoid", "logsigmoid"),
     _unit_steps: ("gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal", "eq", "ne", "isclose",
-                  "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "heaviside", "one_hot"),
+                  "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "heaviside"),
+    _one_hot: ("one_hot",),
     _levels: ("sign", "sgn", "round", "floor", "ceil", "trunc", "fix"),
     _normalize: ("batch_norm1d", "batch_norm2d", "batch_norm3d", "instance_norm1d", "instance_norm2d",
                  "instance_norm3d", "layer_norm", "group_norm", "rms_norm", "batch_norm", "instance_norm",
@@ -507,6 +540,7 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _spread_stat: ("var", "std", "var_mean", "std_mean", "norm", "vector_norm"),
     _product: ("prod",),
     _cumprod: ("cumprod",),
+    _cumulative: ("cummax", "cummin", "logcumsumexp"),
     _xlogy: ("xlogy", "xlog1py"),
     _linear_mix: ("linear", "bilinear", "matmul", "__matmul__", "mm", "bmm", "baddbmm", "addmm", "addbmm", "einsum",
                   "inner", "tensordot", "multi_dot", "mv", "addmv", "vecdot", "outer", "conv1d", "conv2d", "conv3d",
@@ -540,6 +574,7 @@ _MONOTONE: dict[str, Callable[[float], float]] = {
     "ndtr": lambda v: 0.5 * math.erfc(-v / math.sqrt(2.0)),
     "softsign": lambda v: v / (1.0 + abs(v)),
     "softplus": lambda v: v + math.log1p(math.exp(-v)) if v > 0 else math.log1p(math.exp(v)),
+    "tanhshrink": lambda v: v - math.tanh(v),
 }
 _EVEN = frozenset({"cosh", "square"})
 

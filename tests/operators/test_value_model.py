@@ -176,3 +176,18 @@ def test_functions_of_unit_values_in_their_own_terms():
     assert abs(lp.center - math.log1p(0.5)) < 1e-9 and 0.1 < lp.s < 0.29
     n = out("nn.LayerNorm")
     assert -1.8 < n.lo < -1.6 and 1.6 < n.hi < 1.8  # a uniform input normalized stays within its scaled bounds
+
+
+def test_one_hot_cumulative_runs_and_logsumexp():
+    g, values = graph({"x": ("randint:num_embeddings", (64, 512))},
+                      [("o", "F.one_hot", {"num_embeddings": 128}, {"x": "x"}, (64, 512, 128))])
+    assert propagate(g, values)["o"].center == 1 / 128
+    shape = (64, 4096)
+
+    def mean_after(op: str | None) -> float:
+        ops = [("c", op, {"dim": 1}, {"x": "x"}, shape)] if op else []
+        ops.append(("m", "torch.mean", {"dim": 1}, {"x": "c" if op else "x"}, (64,)))
+        return propagate(*graph({"x": ("randn", shape)}, ops))["m"].s
+    assert mean_after("torch.cummax") > 30 * mean_after(None)  # a run's moves do not average out
+    lse = propagate(*graph({"x": ("rand", shape)}, [("l", "torch.logsumexp", {"dim": 1}, {"x": "x"}, (64,))]))["l"]
+    assert abs(lse.center - (0.5 + 0.29 ** 2 / 2 + math.log(4096))) < 0.01 and lse.s < 0.01

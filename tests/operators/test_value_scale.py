@@ -522,3 +522,12 @@ def test_an_index_output_over_many_continuous_values_is_fragile_over_few_or_leve
     levels = _g({"x": ("randn", shape)}, [("s", "torch.sign", {}, {"x": "x"}, shape),
                                          ("a", "torch.argsort", {"dim": 2}, {"x": "s"}, shape)])
     assert "a near-tie" not in cannot_matter(*levels)
+
+
+def test_tanhshrink_of_small_values_is_a_fixed_output_of_unit_ones_it_is_not():
+    shape = (64, 16, 4096)
+    small = _g({"x": ("rand", shape)}, [("s", "torch.softmax", {"dim": 1}, {"x": "x"}, shape),
+                                       ("t", "F.tanhshrink", {}, {"x": "s"}, shape)])
+    assert "fixed output" in cannot_matter(*small)  # ~x**3 / 3 of weights ~1/16
+    unit = _g({"x": ("randn", shape)}, [("t", "F.tanhshrink", {}, {"x": "x"}, shape)])
+    assert cannot_matter(*unit) == ""
