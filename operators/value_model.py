@@ -38,8 +38,8 @@ class Value:
     zeros: bool = False     # many exact zeros (relu, steps, pads): a step at 0 sees them on it, unmoved by rounding
     some_zeros: bool = False  # a few exact zeros (a real-size torch.rand input's): a pole at 0 meets them
     noisy: bool = False     # an accumulation or a difference: rounding noise near 0 is absolute, not relative
-    runs: bool = False      # a cumulative op's output: neighbours along its dim move together, a reduction over
-    #                         them does not average their moves out
+    runs: int = 0           # a cumulative op's output: runs of this many neighbours along its dim move together,
+    #                         a reduction over them does not average their moves out
 
     @property
     def s(self) -> float:
@@ -280,23 +280,31 @@ def _log_softmax(c: Ctx) -> Value:
     return Value(hi=0.0, center=-math.log(max(n, 1)) - 0.5 * c.x.s ** 2, spread=c.x.spread, noisy=True)
 
 
+def _independent(c: Ctx) -> int:
+    """How many independently moving values a reduction of c.fan values averages: one per run when the reduced
+    values hold whole runs of a cumulative op's output (its run length divides the fan), else each value."""
+    runs, fan = c.x.runs, c.fan
+    return max(fan // runs, 1) if runs > 1 and fan % runs == 0 else fan
+
+
 def _mean(c: Ctx) -> Value:
-    k = 1 if c.x.runs else c.fan
+    k = _independent(c)
     return Value(lo=c.x.lo, hi=c.x.hi, center=c.x.center, spread=_times(c.x.spread, 1.0 / math.sqrt(k)),
                  noisy=True)
 
 
 def _cumulative(c: Ctx) -> Value:
     """cummax, cummin, logcumsumexp: runs of neighbours that move together."""
-    return replace(c.x, gauss=False, runs=True)
+    return replace(c.x, gauss=False, runs=c.dim_size(1))
 
 
 def _sum(c: Ctx) -> Value:
     if stem(c.op) in ("cumsum", "cumulative_trapezoid"):  # the first elements sum one value, the last all k
-        return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True, runs=True)
+        return Value(center=c.x.center, spread=_times(c.x.spread, math.sqrt(c.dim_size(1))), noisy=True,
+                     runs=c.dim_size(1))
     k = c.fan
-    if c.x.runs:  # moves that do not average out: k times one value's
-        return Value(center=c.x.center * k, spread=_times(c.x.spread, k), noisy=True)
+    if (free := _independent(c)) < k:  # whole runs that move together: each moves as one value times its length
+        return Value(center=c.x.center * k, spread=_times(c.x.spread, k / math.sqrt(free)), noisy=True)
     if stem(c.op) in ("trapz", "trapezoid"):  # n points, n - 1 steps of 1: over one point, 0
         k -= 1
         if k == 0:
@@ -306,7 +314,7 @@ def _sum(c: Ctx) -> Value:
 
 def _cumprod(c: Ctx) -> Value:
     """The first elements of a cumulative product are its input's; the later ones may vanish or grow."""
-    return replace(c.x, gauss=False, noisy=True, runs=True)
+    return replace(c.x, gauss=False, noisy=True, runs=c.dim_size(1))
 
 
 def _xlogy(c: Ctx) -> Value:
@@ -348,23 +356,25 @@ _INNER_ORDER = frozenset({"median", "nanmedian", "quantile", "nanquantile"})
 def _spread_stat(c: Ctx) -> Value:
     """var, std, norms over k values: their center grows with the values', their spread shrinks as 1/sqrt(k). A sum
     of k squares moves by sqrt(k) * std(x**2) (4 c**2 s**2 + 2 s**4 for values c +- s): relatively half that for its
-    root (std, the 2-norm); a 1-norm sums |x|. Over runs that move together (a cumulative op's output) the moves
-    do not average out: they shrink as over one value."""
+    root (std, the 2-norm); a 1-norm sums |x|. The 2 s**4 is (kurtosis - 1) s**4 of normal values: bounded ones
+    (uniform-like, kurtosis 1.8) spread their squares less. Over runs that move together (a cumulative op's
+    output) the moves do not average out: they shrink as over one value per run."""
     x, n = c.x, max(c.fan, 1)
-    k = 1 if x.runs else n
+    k = max(_independent(c), 1)
     st = stem(c.op)
     c2, s2 = x.center ** 2, x.s ** 2
+    tails = 0.8 if math.isfinite(x.lo) and math.isfinite(x.hi) else 2.0
     if st in ("norm", "vector_norm") and c.params.get("p") == 1:
         mean_abs = math.sqrt(c2 + 2.0 / math.pi * s2)  # E|x|: 0.8 s at c = 0, |c| far from 0
         center, rel = n * mean_abs, x.s / max(mean_abs * math.sqrt(k), 1e-30)
     else:
-        sq_rel = math.sqrt(4.0 * c2 * s2 + 2.0 * s2 * s2) / max(c2 + s2, 1e-30) / math.sqrt(k)
+        sq_rel = math.sqrt(4.0 * c2 * s2 + tails * s2 * s2) / max(c2 + s2, 1e-30) / math.sqrt(k)
         if st == "var":
-            center, rel = s2, math.sqrt(2.0 / k)
+            center, rel = s2, math.sqrt(tails / k)
         elif st in ("norm", "vector_norm"):
             center, rel = math.sqrt(n) * x.scale, sq_rel / 2
         else:
-            center, rel = x.s, math.sqrt(0.5 / k)
+            center, rel = x.s, math.sqrt(tails / (4 * k))
     return Value(lo=0.0, center=center, spread=_times(x.spread, center * rel / max(x.s, 1e-30)), noisy=True)
 
 

@@ -191,3 +191,19 @@ def test_one_hot_cumulative_runs_and_logsumexp():
     assert mean_after("torch.cummax") > 30 * mean_after(None)  # a run's moves do not average out
     lse = propagate(*graph({"x": ("rand", shape)}, [("l", "torch.logsumexp", {"dim": 1}, {"x": "x"}, (64,))]))["l"]
     assert abs(lse.center - (0.5 + 0.29 ** 2 / 2 + math.log(4096))) < 0.01 and lse.s < 0.01
+
+
+def test_runs_do_not_average_along_their_dim_but_do_across_it_and_bounded_values_spread_their_squares_less():
+    shape = (8, 64, 4096)
+
+    def mean_of_cummax(dim: int) -> float:
+        out = (8, 4096) if dim == 1 else (8, 64)
+        g = graph({"x": ("randn", shape)}, [("c", "torch.cummax", {"dim": 1}, {"x": "x"}, shape),
+                                           ("m", "torch.mean", {"dim": dim}, {"x": "c"}, out)])
+        return propagate(*g)["m"].s
+    assert mean_of_cummax(1) > 5 * mean_of_cummax(2)  # along the run: one value's move; across it: 4096 runs
+
+    def var_spread(draw: str) -> float:
+        v = propagate(*graph({"x": (draw, shape)}, [("v", "torch.var", {"dim": 2}, {"x": "x"}, (8, 64))]))["v"]
+        return v.s / v.center
+    assert abs(var_spread("rand") / var_spread("randn") - math.sqrt(0.8 / 2.0)) < 1e-9
