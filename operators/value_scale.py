@@ -105,7 +105,7 @@ MIX_FAN = 2048
 # a step this many stds from its input's center sees (practically) one side only
 ONE_SIDE = 6.0
 POLES_AT_ZERO = frozenset({"reciprocal", "rsqrt", "log", "log2", "log10", "digamma", "psi", "lgamma", "gammaln",
-                           "polygamma", "mvlgamma"})
+                           "polygamma", "mvlgamma", "ndtri", "special_ndtri"})  # ndtri(0) = -inf
 # and at -1 / 0: unbounded slope at the edge (asin and acos are not defined past it: a rounding up is nan)
 POLES_AT_ONE = frozenset({"atanh", "arctanh", "erfinv", "logit", "asin", "arcsin", "acos", "arccos"})
 # defined on x >= 0 only: at the exact zeros of a real-size torch.rand input a rounding below 0 is not finite

@@ -531,3 +531,13 @@ def test_tanhshrink_of_small_values_is_a_fixed_output_of_unit_ones_it_is_not():
     assert "fixed output" in cannot_matter(*small)  # ~x**3 / 3 of weights ~1/16
     unit = _g({"x": ("randn", shape)}, [("t", "F.tanhshrink", {}, {"x": "x"}, shape)])
     assert cannot_matter(*unit) == ""
+
+
+def test_the_inverse_normal_cdf_at_the_exact_zeros_of_rand_is_not_finite():
+    shape = (64, 512, 512)
+    at_zero = _g({"x": ("rand", shape)}, [("n", "torch.special.ndtri", {}, {"x": "x"}, shape)])
+    assert "not finite" in cannot_matter(*at_zero)
+    inside = _g({"x": ("rand", shape)}, [("h", "Tensor.__add__", {"shift": 0.5}, {"x": "x"}, shape),
+                                        ("m", "Tensor.__truediv__", {"divisor": 2.0}, {"x": "h"}, shape),
+                                        ("n", "torch.special.ndtri", {}, {"x": "m"}, shape)])
+    assert "not finite" not in cannot_matter(*inside)  # values in [0.25, 0.75)
