@@ -32,7 +32,8 @@ By the value model:
   so are softshrink of values inside its dead zone and any / all / count_nonzero of continuous values; logsigmoid
   of values far below 0 is the identity; a max / min whose one operand's range lies past the other's never keeps
   that operand; a spread or norm over the last dim of a layer norm's (an RMS norm's, F.normalize's, an instance
-  norm's of (N, C, L) values) output is fixed by it;
+  norm's of (N, C, L) values) output is fixed by it; the diff of a running max or min along its dim is mostly
+  zeros (saturated);
 - argmax, argmin or argsort of continuous values as the output: over many indices a rounding reorders a near-tie
   somewhere (over a dim of one value, always 0);
 - domain edges at a real-size torch.rand input's exact zeros (sqrt, entr, a KL divergence's target) and ones (asin,
@@ -129,6 +130,8 @@ NONZERO_TESTS = frozenset({"any", "all", "count_nonzero"})
 # near-tied values moves an index by whole positions. Every h200 draw with one over this many indices was flagged
 INDEX_OUTPUTS = frozenset({"argmax", "argmin", "argsort"})
 INDEX_FRAGILE_NUMEL = 2**12
+# a running max / min over n continuous values changes ~ln(n) times: its diff along that dim is over 99% zeros
+RUNNING_EXTREME_MIN = 1024
 SAMPLE_VARIANCES = frozenset({"var", "std", "var_mean", "std_mean"})
 # exp of more than this overflows float32 (soft_margin_loss is log(1 + exp(-y * x)))
 EXP_OVERFLOW = 88.0
@@ -337,6 +340,11 @@ def _value_rules(g: Any, values: dict) -> str:
             return f"{d['op']} never keeps its operand {unread}: the other is always the {'larger' if CHOOSERS[s] else 'smaller'}"
         if (why := _stat_of_normalized(g, n, s, p, shape)):
             return why
+        if s == "diff" and x_node is not None and shape and stem(g.nodes[x_node].get("op", "")) in ("cummax", "cummin") \
+                and (k := _dim(p, len(shape))) is not None \
+                and k == _dim(g.nodes[x_node].get("params") or {}, len(shape)) and shape[k] >= RUNNING_EXTREME_MIN:
+            return (f"{d['op']} of a running {stem(g.nodes[x_node]['op'])[3:]} along its dim of {shape[k]}: it changes "
+                    f"~ln {shape[k]} times, the rest are zeros (saturated)")
         if s in NONZERO_TESTS and not (x.discrete or x.zeros or x.some_zeros):
             return f"{d['op']} of continuous values (never exactly 0): a constant"
         if s in SAMPLE_VARIANCES and shape and (k := _dim(p, len(shape))) is not None and shape[k] == 1 \

@@ -541,3 +541,13 @@ def test_the_inverse_normal_cdf_at_the_exact_zeros_of_rand_is_not_finite():
                                         ("m", "Tensor.__truediv__", {"divisor": 2.0}, {"x": "h"}, shape),
                                         ("n", "torch.special.ndtri", {}, {"x": "m"}, shape)])
     assert "not finite" not in cannot_matter(*inside)  # values in [0.25, 0.75)
+
+
+def test_the_diff_of_a_running_max_along_its_dim_is_saturated_across_it_not():
+    shape = (64, 8, 4096)
+    along = _g({"x": ("rand", shape)}, [("c", "Tensor.cummax", {"dim": 2}, {"x": "x"}, shape),
+                                       ("d", "Tensor.diff", {"dim": 2}, {"x": "c"}, (64, 8, 4095))])
+    assert "saturated" in cannot_matter(*along)
+    across = _g({"x": ("rand", shape)}, [("c", "Tensor.cummax", {"dim": 2}, {"x": "x"}, shape),
+                                        ("d", "Tensor.diff", {"dim": 1}, {"x": "c"}, (64, 7, 4096))])
+    assert "saturated" not in cannot_matter(*across)
