@@ -360,14 +360,6 @@ def report_cmd(a: argparse.Namespace) -> None:
         h.update(command=f"python benchmarks/shortcut_agreement.py measure --device cuda --n {a.n} --seed 0 "
                          f"--workers 6 (--retry-failed with 3 for rows out of memory), then report",
                  hardware=a.hardware, torch=a.torch, commit=a.commit)
-    if a.profile_rows:  # a shortcuts-only profile call on the release's packed run, read off its own log
-        head.append({"figure": "shortcuts-only profile call on v1's packed run, one GPU: rows checked per second",
-                     "value": f"{a.profile_rows / a.profile_seconds:.2f} rows/s ({a.profile_rows} rows in "
-                              f"{a.profile_seconds:.0f} s, start-up included){'; ' + a.profile_note if a.profile_note else ''}",
-                     "target": ">= 20 rows/s",
-                     "command": "opsynth profile PACKED --set profile.shortcuts_only=true "
-                                "--set 'profile.shortcut_checks=[\"dead\",\"skip\",\"fragile\"]' --max-minutes 3",
-                     "hardware": a.hardware, "torch": a.torch, "commit": a.profile_commit or a.commit})
     # each row's findings, exhaustive then cheap (d: dead input, s: skippable operator, f: fragile; - none), so a
     # later change of the cheap checks can be judged against the same exhaustive verdicts
     flags = {r["task_id"]: "".join(c for c, k in zip("dsf", KINDS, strict=True) if exhaustive_verdicts(r)[k]) or "-"
@@ -398,10 +390,6 @@ def main() -> None:
     r.add_argument("--hardware", required=True)
     r.add_argument("--torch", required=True)
     r.add_argument("--commit", required=True)
-    r.add_argument("--profile-rows", type=int, default=0, help="rows a shortcuts-only profile call measured")
-    r.add_argument("--profile-seconds", type=float, default=0.0, help="that call's seconds")
-    r.add_argument("--profile-commit", default="")
-    r.add_argument("--profile-note", default="")
     r.add_argument("--measure-commit", default="", help="the commit the measure calls ran (default: --commit)")
     r.add_argument("--n", type=int, default=640, help="the sample size the measure calls used (for the record)")
     r.add_argument("--rule", default="", help="JSON overriding the chosen rule's fields")

@@ -22,10 +22,14 @@ def test_counts_and_the_split_of_worker_seconds():
                  {"task_id": "c", "status": "ok", "shortcut_checks": "dead,skip,fragile"},  # before call_* existed
                  {"task_id": "d", "status": "ok", "shortcut_checks": "dead", **timed}]  # dropped before: not counted
     calls = [{"seconds": 50.0, "measured_now": 4, "settings": {"profile.shortcuts_only": True}},
+             {"seconds": 30.0, "measured_now": 6, "gpus": 2, "workers_ready_s": 5.0,
+              "settings": {"profile.shortcuts_only": True}},
              {"seconds": 900.0, "measured_now": 100, "settings": {}}]
     s = _summarize()(measurements, verdicts, shortcuts, calls)
     assert (s["tasks_to_check"], s["checked"], s["found"], s["left"]) == (3, 3, {"dead": 1, "any": 1}, 0)
-    assert s["tasks_per_s"] == 4 / 50.0
+    assert s["tasks_per_s"] == 10 / 80.0
+    # the latest shortcuts-only call on its own (the figure a change of the checks is judged by)
+    assert s["latest_call"]["rows"] == 6 and s["latest_call"]["gpus"] == 2 and s["latest_call"]["seconds"] == 30.0
     w = s["worker_seconds"]
     assert w["rows"] == 2 and w["wall"] == 30.0 and w["gpu_busy"] == 4.0 and w["budget_wait"] == 6.0
     assert w["host"] == 30.0 - 4.0 - 2.0 - 6.0 and w["median_wall_s"] == 20.0
