@@ -8,10 +8,13 @@
 `measure` runs, per row and in a pool of processes sharing the device, every kind of the exhaustive checks
 (measures/shortcuts.py with the profile defaults: 5 draws, each after the first with its own weights, every
 floating input moved 16 ulps, float64 on draw 0; every input and operator at the real size), each kind apart so
-each has its own verdict, and the measurements the cheap checks decide from (filters/cheap_shortcuts.py), with the
-seconds of each part. Rows are appended to --rows as they finish; a second call skips the rows already there, so
-the work resumes across calls. `report` compares the verdicts per kind (rows the exhaustive checks drop and the
-cheap ones keep, and the reverse), prints a table and writes benchmarks/results/shortcut_agreement.json."""
+each has its own verdict, and the measurements the cheap checks decide from (measures/cheap_shortcuts.py), with the
+seconds of each part, and how near draw 0's step operators come to their steps in float32-vs-float64 differences
+(measures/step_margins.py). Rows are appended to --rows as they finish; a second call skips the rows already there,
+so the work resumes across calls. `report` compares the verdicts per kind (rows the exhaustive checks drop and the
+cheap ones keep, and the reverse), splits the rows that run the exhaustive fragility draws by whether any element
+lies near a step (data for a cheaper check of them), prints a table and writes
+benchmarks/results/shortcut_agreement.json."""
 
 from __future__ import annotations
 
@@ -113,6 +116,12 @@ def measure_row(row: dict, seed: int, tol: float, dev: str) -> dict:
                                      known_ratio=known, moves=MOVES, seconds=cheap_secs, sync=lambda: _sync(dev),
                                      fresh_model=model_for)
         out["cheap_seconds"] = cheap_secs
+        try:  # data for a cheaper check of the step rows: how near their steps come, in honest roundings
+            from measures.step_margins import step_margins
+
+            out["step_margins"] = timed("margins", lambda: step_margins(model, draw(0)))
+        except Exception as e:  # noqa: BLE001 - out of memory beside the other workers, say: the rest stands
+            out["step_margins"] = {"error": f"{type(e).__name__}: {e}"[:200]}
     out["seconds"] = secs
     return out
 
@@ -307,6 +316,23 @@ RULES = [dict(move=m, band=b, margin=g, fresh=f, steps=st) for m in MOVES for b 
 CHOSEN = dict(move=160, band=1.25, margin=10.0, fresh=False, steps=True)  # profile's defaults (cheap mode)
 
 
+def step_margin_table(rows: list[dict], rule: dict) -> dict:
+    """Over the rows whose cheap verdict runs the exhaustive fragility draws (a step operator the scaled move
+    passed), per k of measures/step_margins.NEAR_K: rows with no element within k honest roundings of a step, and
+    how many of those the exhaustive draws still find fragile; rows with some, and how many of those are not."""
+    from measures.step_margins import NEAR_K
+
+    full = [r for r in rows if cheap_verdicts(r, **rule)["full_fragility"]
+            and "near" in (r.get("step_margins") or {}) and "error" not in r["step_margins"]]
+    out = {"rows": len(full)}
+    for k in NEAR_K:
+        clear = [r for r in full if r["step_margins"]["near"][str(k)] < 1]
+        near = [r for r in full if r["step_margins"]["near"][str(k)] >= 1]
+        out[str(k)] = {"clear": len(clear), "clear_but_fragile": sum(bool(r["exhaustive"]["fragile"]) for r in clear),
+                       "near": len(near), "near_not_fragile": sum(not r["exhaustive"]["fragile"] for r in near)}
+    return out
+
+
 def _with_steps(rows: list[dict]) -> None:
     """Each row's `steps`: whether its task has a step operator (measures/cheap_shortcuts.has_step), from the
     release's `ops`."""
@@ -366,7 +392,11 @@ def report_cmd(a: argparse.Namespace) -> None:
              for r in rows}
     cheap_flags = {r["task_id"]: "".join(c for c, k in zip("dsf", KINDS, strict=True)
                                          if cheap_verdicts(r, **chosen)[k]) or "-" for r in rows}
+    margins = step_margin_table(rows, chosen)
+    if margins["rows"]:
+        print("step rows by elements within k honest roundings of a step:", margins)
     out = {"headline": head, "measure_commit": a.measure_commit or a.commit, "chosen_rule": chosen,
+           "step_margins": margins,
            "agreement": main_, "costs": cost, "float64_slices": slices, "rules": table,
            "verdicts": {t: f"{flags[t]}/{cheap_flags[t]}" for t in sorted(flags)},
            "failed": [{"task_id": r["task_id"], "status": r["status"]} for r in rows_all if r["status"] != "ok"]}
