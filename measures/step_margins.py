@@ -73,15 +73,13 @@ class _Steps(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = _name(func)
-        with torch.no_grad():
-            d = _distance(name.rsplit(".", 1)[-1], tuple(args), kwargs)
-            if d is not None:
-                flat = d.detach().reshape(-1)
-                stride = max(1, flat.numel() // SAMPLE)
-                self.seen.append(flat[::stride].double().clone())
-                self.sizes.append(flat.numel())
-        return func(*args, **(kwargs or {}))
+        d = _distance(_name(func), tuple(args), kwargs)  # step_margins runs the forward under no_grad
+        if d is not None:
+            flat = d.reshape(-1)
+            stride = max(1, flat.numel() // SAMPLE)
+            self.seen.append(flat[::stride].double().clone())
+            self.sizes.append(flat.numel())
+        return func(*args, **kwargs)
 
 
 def step_margins(model: Any, x: Sequence[Any]) -> dict:

@@ -196,13 +196,25 @@ def _rectify(zero_below: bool) -> Rule:
         s = stem(c.op)
         if s in _IDENTITY_ABOVE_0 and x.lo >= 0 and (s != "relu6" or x.hi <= 6.0):
             return replace(x, gauss=False)
-        # softplus is ln 2 at 0, tanhshrink ~x**3 / 3 near it: carried through their slope, not a rectifier's
-        if s in ("softplus", "tanhshrink") and (k := _slope(_MONOTONE[s], x)) is not None:
-            return Value(lo=0.0 if s == "softplus" else -INF, center=_MONOTONE[s](x.center),
-                         spread=_times(x.spread, k), noisy=x.noisy)
         return Value(lo=0.0 if zero_below else -INF, hi=x.hi, center=0.4 * x.scale, spread=_times(x.spread, 0.6),
                      zeros=zero_below or x.zeros, noisy=x.noisy)
     return rule
+
+
+def _carried(c: Ctx) -> Value | None:
+    """A monotone function's values (_MONOTONE) carried through it: f(center), each move scaled by its slope
+    across the bulk; None where the bulk leaves its domain or does not move."""
+    f = _MONOTONE.get(stem(c.op))
+    k = _slope(f, c.x) if f is not None else None
+    return None if k is None else Value(center=f(c.x.center), spread=_times(c.x.spread, k), noisy=c.x.noisy)
+
+
+def _soft_rectify(c: Ctx) -> Value:
+    """softplus (ln 2 at 0, >= 0) and tanhshrink (~x**3 / 3 near 0): smooth, carried through their slope."""
+    v = _carried(c)
+    if v is None:
+        return _rectify(False)(c)
+    return replace(v, lo=0.0) if stem(c.op) == "softplus" else v
 
 
 def _shrink(c: Ctx) -> Value:
@@ -420,12 +432,8 @@ def _exp(c: Ctx) -> Value:
 
 def _log(c: Ctx) -> Value:
     x = c.x
-    f = _MONOTONE.get(stem(c.op))
-    if f is not None and (k := _slope(f, x)) is not None:  # inside its domain: f(center), moves by the slope there
-        try:
-            return Value(center=f(x.center), spread=_times(x.spread, k), noisy=x.noisy)
-        except (ArithmeticError, ValueError):
-            pass
+    if (v := _carried(c)) is not None:  # inside its domain
+        return v
     return Value(center=math.log(max(x.scale, 1e-30)), spread=_times(x.spread, 1.0 / max(x.scale, 1e-3)),
                  noisy=x.noisy)
 
@@ -528,8 +536,8 @@ _FAMILIES: dict[Rule, tuple[str, ...]] = {
     _bounded(-1.0, 1.0, 1.0): ("tanh", "softsign", "hardtanh", "erf", "atan", "arctan"),
     _rectify(True): ("relu", "relu6", "threshold"),
     _shrink: ("softshrink", "hardshrink"),
-    _rectify(False): ("leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardswish", "prelu", "glu",
-                      "softplus", "tanhshrink"),
+    _rectify(False): ("leaky_relu", "elu", "selu", "celu", "gelu", "silu", "mish", "hardswish", "prelu", "glu"),
+    _soft_rectify: ("softplus", "tanhshrink"),
     _log_sigmoid: ("log_sigmoid", "logsigmoid"),
     _unit_steps: ("gt", "lt", "ge", "le", "greater", "less", "greater_equal", "less_equal", "eq", "ne", "isclose",
                   "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "heaviside"),

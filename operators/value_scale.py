@@ -315,9 +315,9 @@ def _value_rules(g: Any, values: dict) -> str:
                 and (k := _dim(p, len(shape))) is not None:
             if shape[k] == 1:
                 return f"{d['op']} over a dim of one value: always 0"
-            if math.prod(values[n].shape) >= INDEX_FRAGILE_NUMEL:
-                return (f"{d['op']} of continuous values as the output ({math.prod(values[n].shape)} indices): a "
-                        "rounding reorders a near-tie somewhere and the index jumps")
+            if (indices := math.prod(values[n].shape)) >= INDEX_FRAGILE_NUMEL:
+                return (f"{d['op']} of continuous values as the output ({indices} indices): a rounding reorders a "
+                        "near-tie somewhere and the index jumps")
         if s in HARD_RANGES and (bound := _past_bound(s, p, x)) is not None:
             return f"{d['op']} of values ~{x.center:.2g} +- {x.s:.2g}: every value past its bound {bound:g}, a constant"
         if s in ("log_sigmoid", "logsigmoid") and x.center + 3 * x.s < -6.0:
@@ -391,10 +391,10 @@ def _past_bound(s: str, p: dict, x: Any) -> float | None:
 
 # the statistics over the last dim that a normalization over it fixes: layer norm fixes the spread (and the norm),
 # RMS norm and F.normalize the norm
-FIXED_STATS = {"layer_norm": frozenset({"std", "var", "var_mean", "std_mean", "norm", "vector_norm"}),
+# (an instance norm fixes them over all dims after the channel: the last one alone on (N, C, L))
+_SPREADS = frozenset({"std", "var", "var_mean", "std_mean", "norm", "vector_norm"})
+FIXED_STATS = {"layer_norm": _SPREADS, "instance_norm": _SPREADS, "instance_norm1d": _SPREADS,
                "rms_norm": frozenset({"norm", "vector_norm"}), "normalize": frozenset({"norm", "vector_norm"})}
-# an instance norm fixes the statistics over all dims after the channel: the last one alone on (N, C, L)
-FIXED_STATS.update(dict.fromkeys(("instance_norm", "instance_norm1d"), FIXED_STATS["layer_norm"]))
 
 
 def _stat_of_normalized(g: Any, n: str, s: str, p: dict, shape: tuple) -> str:
