@@ -62,7 +62,16 @@ def summarize(measurements: list[dict], verdicts: list[dict], shortcuts: list[di
     last = sc_calls[-1] if sc_calls else {}
     latest = {"seconds": last.get("seconds"), "rows": last.get("measured_now"), "gpus": last.get("gpus") or 1,
               "workers": last.get("workers"), "workers_ready_s": last.get("workers_ready_s")} if last else None
-    return {"latest_call": latest, "worker_seconds": {"rows": len(timed), **spent,
+    # each check kind's own GPU hold over those rows (rows of a call share the GPU, so these add up past its
+    # seconds), and the fragility check's by how it ran: the scaled move alone or, for a step operator the move
+    # passed, the exhaustive draws too (fragile_weights "fresh")
+    kinds = {k: sum(r.get(f"gpu_busy_{k}_s") or 0.0 for r in timed) for k in ("dead", "skip", "fragile")}
+    by_weights = {w: [r.get("gpu_busy_fragile_s") or 0.0 for r in timed if r.get("fragile_weights") == w]
+                  for w in ("scaled", "fresh")}
+    check_gpu = {"rows": len(timed), **kinds,
+                 "fragile_per_row": {w: {"rows": len(v), "mean_s": sum(v) / len(v) if v else None}
+                                     for w, v in by_weights.items()}}
+    return {"latest_call": latest, "check_gpu_s": check_gpu, "worker_seconds": {"rows": len(timed), **spent,
                                "median_wall_s": walls[len(walls) // 2] if walls else None},
             "reservations": reservations,
             "tasks_to_check": len(todo), "checked": len(checked), "failed": dict(failed), "found": dict(found),
@@ -125,6 +134,7 @@ def main() -> None:
                               f"largest, {g['largest_gib']:.1f} GiB", "target": None, **base})
     for h in head:
         print(f"{h['figure']}: {h['value']}")
+    print("each check kind's GPU hold over those rows:", s["check_gpu_s"])
     out = Path(a.out) / "shortcuts_release_gpu.json"
     out.write_text(json.dumps({"headline": head, **s}, indent=1) + "\n")
     print(f"wrote {out}")

@@ -18,7 +18,7 @@ def test_counts_and_the_split_of_worker_seconds():
     timed = {"call_wall_s": 10.0, "call_gpu_busy_s": 2.0, "call_lock_wait_s": 1.0, "call_budget_wait_s": 3.0}
     shortcuts = [{"task_id": "a", "status": "ok", "shortcut_checks": "dead", "dead_inputs": ["y"], **timed},
                  {"task_id": "b", "status": "ok", "shortcut_checks": "dead,skip,fragile", **timed,
-                  "call_wall_s": 20.0},
+                  "call_wall_s": 20.0, "gpu_busy_fragile_s": 1.5, "fragile_weights": "fresh"},
                  {"task_id": "c", "status": "ok", "shortcut_checks": "dead,skip,fragile"},  # before call_* existed
                  {"task_id": "d", "status": "ok", "shortcut_checks": "dead", **timed}]  # dropped before: not counted
     calls = [{"seconds": 50.0, "measured_now": 4, "settings": {"profile.shortcuts_only": True}},
@@ -30,6 +30,8 @@ def test_counts_and_the_split_of_worker_seconds():
     assert s["tasks_per_s"] == 10 / 80.0
     # the latest shortcuts-only call on its own (the figure a change of the checks is judged by)
     assert s["latest_call"]["rows"] == 6 and s["latest_call"]["gpus"] == 2 and s["latest_call"]["seconds"] == 30.0
+    g = s["check_gpu_s"]
+    assert g["rows"] == 2 and g["fragile"] == 1.5 and g["fragile_per_row"]["fresh"] == {"rows": 1, "mean_s": 1.5}
     w = s["worker_seconds"]
     assert w["rows"] == 2 and w["wall"] == 30.0 and w["gpu_busy"] == 4.0 and w["budget_wait"] == 6.0
     assert w["host"] == 30.0 - 4.0 - 2.0 - 6.0 and w["median_wall_s"] == 20.0
